@@ -1,0 +1,64 @@
+"""The one interface every embedder family implements.
+
+An embedder maps texts to dense float32 vectors h (one row per text, input order kept)
+and exposes the LM head E_g of its causal LM so that h can be projected onto the
+vocabulary (seed 004 §2, eq.15-16: aligned tokens are the top entries of E_g·h).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+
+class Embedder(ABC):
+    """Common interface: ``encode_queries`` / ``encode_documents`` -> float32 [n, d].
+
+    Subclasses (one module per family under encoders/embedders/) set ``self.loaded``
+    (an ``encoders.models.LoadedModel``) and implement ``_encode``.
+    """
+
+    #: registry name of the family, e.g. "prompteol", "autoregembed"
+    family: str = "base"
+
+    loaded: Any  # encoders.models.LoadedModel
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def lm_head(self) -> torch.Tensor:
+        """Output embedding matrix E_g, shape [V, d] (untied heads handled by the loader)."""
+        return self.loaded.lm_head
+
+    @property
+    def dim(self) -> int:
+        return int(self.lm_head.shape[1])
+
+    def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
+        return self._encode(list(texts), role="query", **kw)
+
+    def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
+        return self._encode(list(texts), role="document", **kw)
+
+    @abstractmethod
+    def _encode(self, texts: list[str], role: str, **kw) -> np.ndarray:
+        """Return float32 [len(texts), d] in input order. role is "query" or "document"."""
+
+    @abstractmethod
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything that changes the vectors: model identity + file hash/revision,
+        family, pooling, template, instruction, max length, adapter hash, options.
+        Must be JSON-serialisable and stable across processes."""
+
+    def surface_token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Deduplicated tokenizer ids of each raw text (no template, no special tokens):
+        the surface token set T_q of seed 004 eq.16."""
+        out = []
+        for t in texts:
+            ids = self.tokenizer(t, add_special_tokens=False)["input_ids"]
+            out.append(np.unique(np.asarray(ids, dtype=np.int64)).astype(np.int32))
+        return out

@@ -1,0 +1,1 @@
+"""Storage and scoring. Knows nothing about models: never import encoders/ from here."""

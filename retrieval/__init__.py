@@ -1,0 +1,1 @@
+"""What a user calls: Searcher, fusion, runs, metrics and the `alignir` CLI."""
