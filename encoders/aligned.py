@@ -1,0 +1,575 @@
+"""Aligned-token projection: dense h -> vocabulary logits E_g·h -> sparse term vectors.
+
+Seed 004 (Nie et al., "A Text is Worth Several Tokens"):
+
+* §3.2 / Process 1: the aligned tokens of a text are the vocabulary sorted by e_tᵀh;
+* eq.14: first-principal-component adjustment h_adj = h + λ·u1;
+* eq.15: a document keeps its top-K aligned tokens with weight w_t = e_tᵀh;
+* eq.16: a query's token set is its surface tokens ∪ its top-M aligned tokens, and the score
+  is the sum of the document weights over the shared tokens (= dot product with a binary
+  query vector).
+
+Everything here works on arrays (numpy / torch); a tokenizer is needed only to build a
+:class:`TermMap`.  Logits are computed in vocabulary chunks, so no [n, V] (let alone
+[batch, seq, V]) tensor is ever materialised; outputs are ``scipy.sparse.csr_matrix``
+float32 with one column per *term* (a token, or a folded group of token variants).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+__all__ = [
+    "project_topk",
+    "token_logits",
+    "TermMap",
+    "doc_vectors",
+    "query_vectors",
+    "svd_basis",
+    "fit_pc1",
+    "adjust",
+    "TermContribution",
+    "explain",
+    "DOC_WEIGHTINGS",
+    "QUERY_WEIGHTINGS",
+]
+
+DOC_WEIGHTINGS = ("raw", "relu", "log1p")
+QUERY_WEIGHTINGS = ("binary", "raw", "relu", "log1p")
+
+#: rows of H processed at once (bounds the [rows, chunk] logit block to ~64 MB at chunk=8192)
+_ROW_BLOCK = 2048
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _as_weight(lm_head: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """E_g as a detached 2-D torch tensor (dtype/device kept; chunks are cast to fp32)."""
+    if isinstance(lm_head, np.ndarray):
+        W = torch.from_numpy(np.ascontiguousarray(lm_head))
+    elif isinstance(lm_head, torch.Tensor):
+        W = lm_head.detach()
+    else:
+        raise ValueError(f"lm_head must be a torch.Tensor or numpy array, got {type(lm_head).__name__}")
+    if W.ndim != 2 or W.shape[0] == 0 or W.shape[1] == 0:
+        raise ValueError(f"lm_head must have shape [V, d] with V, d > 0, got {tuple(W.shape)}")
+    if not W.is_floating_point():
+        raise ValueError(f"lm_head must be floating point, got {W.dtype}")
+    return W
+
+
+def _as_h(H: np.ndarray | torch.Tensor, d: int, name: str = "H") -> np.ndarray:
+    """H as C-contiguous float32 numpy [n, d]; a 1-D vector is treated as one row."""
+    if isinstance(H, torch.Tensor):
+        H = H.detach().cpu().float().numpy()
+    H = np.asarray(H)
+    if H.ndim == 1:
+        H = H[None, :]
+    if H.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [n, d], got shape {H.shape}")
+    if H.shape[1] != d:
+        raise ValueError(f"{name} has dimension {H.shape[1]} but lm_head has d={d}")
+    if not np.issubdtype(H.dtype, np.floating):
+        raise ValueError(f"{name} must be floating point, got {H.dtype}")
+    H = np.ascontiguousarray(H, dtype=np.float32)
+    if not np.isfinite(H).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return H
+
+
+def _mask_tensor(mask_ids: Iterable[int] | np.ndarray | None, V: int) -> torch.Tensor | None:
+    """Boolean [V] mask of ids never to be returned, or None."""
+    if mask_ids is None:
+        return None
+    ids = np.asarray(list(mask_ids) if not isinstance(mask_ids, np.ndarray) else mask_ids).ravel()
+    if ids.size == 0:
+        return None
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"mask_ids must be integers, got {ids.dtype}")
+    if ids.min() < 0 or ids.max() >= V:
+        raise ValueError(f"mask_ids out of range [0, {V}): min {ids.min()}, max {ids.max()}")
+    m = torch.zeros(V, dtype=torch.bool)
+    m[torch.from_numpy(ids.astype(np.int64))] = True
+    return m
+
+
+# ----------------------------------------------------------------------------- projection
+
+
+@torch.no_grad()
+def project_topk(
+    H: np.ndarray | torch.Tensor,
+    lm_head: torch.Tensor | np.ndarray,
+    k: int,
+    mask_ids: Iterable[int] | np.ndarray | None = None,
+    chunk: int = 8192,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k aligned tokens of each row of H (seed 004 Process 1, lines 6-10).
+
+    Logits e_tᵀh are computed for ``chunk`` vocabulary rows at a time (fp32) and merged into
+    a running top-k, so memory is O(n·(k + chunk)) and never O(n·V).  Masked ids (special /
+    unused tokens) are never returned.
+
+    Returns ``(ids int32 [n, k], logits float32 [n, k])``; each row is sorted by logit
+    descending, ties broken by the smaller token id.
+    """
+    W = _as_weight(lm_head)
+    V, d = W.shape
+    X = _as_h(H, d)
+    k = int(k)
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    mask = _mask_tensor(mask_ids, V)
+    n_allowed = V - (int(mask.sum()) if mask is not None else 0)
+    if k < 1 or k > n_allowed:
+        raise ValueError(f"k must be in [1, {n_allowed}] (vocabulary minus masked ids), got {k}")
+    n = X.shape[0]
+    out_ids = np.empty((n, k), dtype=np.int32)
+    out_val = np.empty((n, k), dtype=np.float32)
+    if n == 0:
+        return out_ids, out_val
+    dev = W.device
+    if mask is not None:
+        mask = mask.to(dev)
+    for r0 in range(0, n, _ROW_BLOCK):
+        h = torch.from_numpy(X[r0:r0 + _ROW_BLOCK]).to(dev)
+        best_v = torch.full((h.shape[0], 0), float("-inf"), device=dev)
+        best_i = torch.zeros((h.shape[0], 0), dtype=torch.int64, device=dev)
+        for c0 in range(0, V, chunk):
+            c1 = min(V, c0 + chunk)
+            logits = h @ W[c0:c1].float().T  # [rows, c]
+            if mask is not None:
+                logits.masked_fill_(mask[c0:c1], float("-inf"))
+            kk = min(k, c1 - c0)
+            v, i = torch.topk(logits, kk, dim=1)
+            cand_v = torch.cat([best_v, v], dim=1)
+            cand_i = torch.cat([best_i, i + c0], dim=1)
+            if cand_v.shape[1] > k:
+                v, j = torch.topk(cand_v, k, dim=1)
+                cand_v, cand_i = v, torch.gather(cand_i, 1, j)
+            best_v, best_i = cand_v, cand_i
+        bv = best_v.cpu().numpy().astype(np.float32)
+        bi = best_i.cpu().numpy()
+        # deterministic order: logit desc, then id asc
+        order = _row_lexsort(bv, bi)
+        out_val[r0:r0 + h.shape[0]] = np.take_along_axis(bv, order, 1)
+        out_ids[r0:r0 + h.shape[0]] = np.take_along_axis(bi, order, 1).astype(np.int32)
+    return out_ids, out_val
+
+
+def _row_lexsort(vals: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per-row argsort by (value desc, id asc)."""
+    order = np.argsort(ids, axis=1, kind="stable")
+    v = np.take_along_axis(vals, order, 1)
+    o2 = np.argsort(-v, axis=1, kind="stable")
+    return np.take_along_axis(order, o2, 1)
+
+
+@torch.no_grad()
+def token_logits(
+    H: np.ndarray | torch.Tensor,
+    lm_head: torch.Tensor | np.ndarray,
+    ids: Sequence[np.ndarray],
+) -> list[np.ndarray]:
+    """e_tᵀh_i for the given token ids of each row i (a gather, no full projection)."""
+    W = _as_weight(lm_head)
+    V, d = W.shape
+    X = _as_h(H, d)
+    if len(ids) != X.shape[0]:
+        raise ValueError(f"got {len(ids)} id arrays for {X.shape[0]} rows of H")
+    out = []
+    for i, t in enumerate(ids):
+        t = _check_ids(t, V, f"ids[{i}]")
+        if t.size == 0:
+            out.append(np.zeros(0, dtype=np.float32))
+            continue
+        e = W[torch.from_numpy(t.astype(np.int64)).to(W.device)].float()
+        out.append((e @ torch.from_numpy(X[i]).to(W.device)).cpu().numpy().astype(np.float32))
+    return out
+
+
+def _check_ids(t: Any, V: int, name: str) -> np.ndarray:
+    t = np.asarray(t).ravel()
+    if t.size == 0:
+        return t.astype(np.int64)
+    if not np.issubdtype(t.dtype, np.integer):
+        raise ValueError(f"{name} must be integer token ids, got {t.dtype}")
+    if t.min() < 0 or t.max() >= V:
+        raise ValueError(f"{name} has token ids outside [0, {V}): min {t.min()}, max {t.max()}")
+    return t.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- term map
+
+_WS = re.compile(r"\s")
+
+
+@dataclass(frozen=True, eq=False)
+class TermMap:
+    """Token id -> term id.
+
+    ``kind="identity"``: one term per token.  ``kind="fold"``: lexical folding — tokens whose
+    decoded text is equal after stripping surrounding whitespace and case-folding
+    (``stock`` / ``▁stock`` / ``Ġstock`` / ``Stock``) share one term.  Tokens that decode to
+    only whitespace, or to partial UTF-8 bytes (U+FFFD), are never folded.
+
+    ``term_strings[t]`` is a printable name without whitespace, unique per term, safe for
+    export (e.g. Pyserini JsonVectorCollection keys).  Tokens that have no safe text get
+    ``⟨id⟩``.
+    """
+
+    token_to_term: np.ndarray  # int32 [V]
+    term_strings: tuple[str, ...]
+    kind: str = "identity"
+
+    def __post_init__(self) -> None:
+        t2t = np.asarray(self.token_to_term)
+        if t2t.ndim != 1 or not np.issubdtype(t2t.dtype, np.integer):
+            raise ValueError("token_to_term must be a 1-D integer array")
+        if t2t.size and (t2t.min() < 0 or t2t.max() >= len(self.term_strings)):
+            raise ValueError("token_to_term refers to terms outside term_strings")
+        object.__setattr__(self, "token_to_term", t2t.astype(np.int32))
+        object.__setattr__(self, "term_strings", tuple(self.term_strings))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.token_to_term.shape[0])
+
+    @property
+    def n_terms(self) -> int:
+        return len(self.term_strings)
+
+    def map_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Term ids of token ids (any shape)."""
+        ids = np.asarray(ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"token ids outside [0, {self.vocab_size})")
+        return self.token_to_term[ids]
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def identity(cls, vocab_size: int, tokenizer: Any = None) -> "TermMap":
+        """One term per token; strings from the tokenizer's vocabulary when given."""
+        vocab_size = int(vocab_size)
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        raw = _raw_tokens(tokenizer, vocab_size) if tokenizer is not None else [None] * vocab_size
+        names = _unique_safe_names([(r, i) for i, r in enumerate(raw)])
+        return cls(np.arange(vocab_size, dtype=np.int32), tuple(names), "identity")
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, vocab_size: int | None = None, fold: bool = True) -> "TermMap":
+        """Build from a HF tokenizer. ``vocab_size`` = rows of the LM head (may exceed the
+        tokenizer's vocabulary: padded rows get their own ``⟨id⟩`` terms)."""
+        V = int(vocab_size) if vocab_size is not None else len(tokenizer)
+        if not fold:
+            return cls.identity(V, tokenizer)
+        raw = _raw_tokens(tokenizer, V)
+        texts = _decoded_tokens(tokenizer, V)
+        key_to_term: dict[str, int] = {}
+        t2t = np.empty(V, dtype=np.int32)
+        members: list[tuple[str | None, int]] = []  # (candidate name, first token id)
+        for i in range(V):
+            txt = texts[i]
+            key = None
+            if txt is not None and "\ufffd" not in txt:
+                s = txt.strip()
+                if s and not _WS.search(s):
+                    key = s.casefold()
+            if key is None:
+                t2t[i] = len(members)
+                members.append((raw[i], i))
+                continue
+            term = key_to_term.get(key)
+            if term is None:
+                term = len(members)
+                key_to_term[key] = term
+                members.append((key, i))
+            t2t[i] = term
+        return cls(t2t, tuple(_unique_safe_names(members)), "fold")
+
+    # -- persistence --------------------------------------------------------------------
+
+    def fingerprint(self) -> str:
+        """sha256 over kind, mapping and term strings (stable across processes)."""
+        h = hashlib.sha256(self.kind.encode())
+        h.update(self.token_to_term.astype("<i4").tobytes())
+        h.update("\n".join(self.term_strings).encode("utf-8"))
+        return h.hexdigest()
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write ``token_to_term.npy`` and ``terms.json`` (no pickle)."""
+        os.makedirs(folder, exist_ok=True)
+        np.save(os.path.join(folder, "token_to_term.npy"), self.token_to_term.astype("<i4"))
+        with open(os.path.join(folder, "terms.json"), "w", encoding="utf-8") as f:
+            json.dump({"kind": self.kind, "fingerprint": self.fingerprint(),
+                       "term_strings": list(self.term_strings)}, f, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> "TermMap":
+        with open(os.path.join(folder, "terms.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        t2t = np.load(os.path.join(folder, "token_to_term.npy"), allow_pickle=False)
+        tm = cls(t2t, tuple(meta["term_strings"]), meta["kind"])
+        if meta.get("fingerprint") and meta["fingerprint"] != tm.fingerprint():
+            raise ValueError(f"term map in {folder} is corrupt: fingerprint mismatch")
+        return tm
+
+
+def _raw_tokens(tokenizer: Any, V: int) -> list[str | None]:
+    n = min(V, len(tokenizer))
+    raw = list(tokenizer.convert_ids_to_tokens(list(range(n))))
+    return [r if isinstance(r, str) else None for r in raw] + [None] * (V - n)
+
+
+def _decoded_tokens(tokenizer: Any, V: int) -> list[str | None]:
+    """Text of each token on its own (batched; fast tokenizers do this in Rust)."""
+    n = min(V, len(tokenizer))
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    out = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=False,
+                                 clean_up_tokenization_spaces=False)
+    res: list[str | None] = [None if i in special else t for i, t in enumerate(out)]
+    return res + [None] * (V - n)
+
+
+def _unique_safe_names(members: Sequence[tuple[str | None, int]]) -> list[str]:
+    """Printable, whitespace-free, unique names; fall back to ``⟨first_id⟩``."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for cand, first in members:
+        name = cand
+        if name is None or name == "" or _WS.search(name) or not name.isprintable() or name in seen:
+            name = f"⟨{first}⟩"
+            while name in seen:
+                name += "'"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+# ----------------------------------------------------------------------------- sparse vectors
+
+
+def _weights(logits: np.ndarray, weighting: str) -> np.ndarray:
+    if weighting == "raw":
+        return logits.astype(np.float32)
+    if weighting == "relu":
+        return np.maximum(logits, 0).astype(np.float32)
+    if weighting == "log1p":
+        return np.log1p(np.maximum(logits, 0)).astype(np.float32)
+    if weighting == "binary":
+        return np.ones_like(logits, dtype=np.float32)
+    raise ValueError(f"unknown weighting {weighting!r}")
+
+
+def _rows_to_csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, n_cols: int) -> sp.csr_matrix:
+    """CSR from triplets; duplicate (row, col) pairs combine by max (folded variants)."""
+    if rows.size:
+        order = np.lexsort((-vals, cols, rows))
+        rows, cols, vals = rows[order], cols[order], vals[order]
+        first = np.ones(rows.size, dtype=bool)
+        first[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+        rows, cols, vals = rows[first], cols[first], vals[first]
+        keep = vals != 0
+        rows, cols, vals = rows[keep], cols[keep], vals[keep]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(indptr, rows + 1, 1)
+    np.cumsum(indptr, out=indptr)
+    m = sp.csr_matrix((vals.astype(np.float32), cols.astype(np.int32), indptr), shape=(n, n_cols))
+    m.has_sorted_indices = True
+    return m
+
+
+def _n_cols(term_map: TermMap | None, V: int) -> int:
+    if term_map is None:
+        return V
+    if term_map.vocab_size != V:
+        raise ValueError(f"term_map covers {term_map.vocab_size} tokens but lm_head has V={V}")
+    return term_map.n_terms
+
+
+def doc_vectors(
+    H: np.ndarray | torch.Tensor,
+    lm_head: torch.Tensor | np.ndarray,
+    K: int,
+    weighting: Literal["raw", "relu", "log1p"] = "raw",
+    term_map: TermMap | None = None,
+    mask_ids: Iterable[int] | np.ndarray | None = None,
+    chunk: int = 8192,
+) -> sp.csr_matrix:
+    """Document sparse vectors, seed 004 eq.15: the top-K aligned *tokens* of each row keep
+    w_t = e_tᵀh ("raw", the paper), relu(w_t), or log1p(relu(w_t)).  With a folding
+    ``term_map`` the weights of variants of one term combine by max (so a row may hold fewer
+    than K terms).  Zero weights are not stored.  Returns csr float32 [n, n_terms]."""
+    if weighting not in DOC_WEIGHTINGS:
+        raise ValueError(f"doc weighting must be one of {DOC_WEIGHTINGS}, got {weighting!r}")
+    W = _as_weight(lm_head)
+    V = W.shape[0]
+    n_cols = _n_cols(term_map, V)
+    ids, logits = project_topk(H, W, K, mask_ids=mask_ids, chunk=chunk)
+    n = ids.shape[0]
+    cols = ids if term_map is None else term_map.map_ids(ids)
+    rows = np.repeat(np.arange(n, dtype=np.int64), ids.shape[1])
+    return _rows_to_csr(rows, cols.ravel().astype(np.int64), _weights(logits, weighting).ravel(), n, n_cols)
+
+
+def query_vectors(
+    H: np.ndarray | torch.Tensor,
+    surface_ids: Sequence[np.ndarray],
+    lm_head: torch.Tensor | np.ndarray,
+    M: int,
+    weighting: Literal["binary", "raw", "relu", "log1p"] = "binary",
+    term_map: TermMap | None = None,
+    mask_ids: Iterable[int] | np.ndarray | None = None,
+    chunk: int = 8192,
+) -> sp.csr_matrix:
+    """Query sparse vectors, seed 004 eq.16: token set T̃_q = T_q ∪ T̂_q^M (deduplicated
+    surface ids ∪ top-M aligned ids; masked ids dropped from both).
+
+    ``weighting="binary"`` (the paper: score = Σ of document weights over shared tokens)
+    gives every token weight 1; "raw" / "relu" / "log1p" weight each token by its own logit
+    e_tᵀh_q (surface tokens included), folded variants combining by max.  Tokens whose
+    weight is 0 (e.g. relu of a negative logit) drop out.  Returns csr float32 [n, n_terms].
+    """
+    if weighting not in QUERY_WEIGHTINGS:
+        raise ValueError(f"query weighting must be one of {QUERY_WEIGHTINGS}, got {weighting!r}")
+    W = _as_weight(lm_head)
+    V, d = W.shape
+    X = _as_h(H, d)
+    n = X.shape[0]
+    if len(surface_ids) != n:
+        raise ValueError(f"got {len(surface_ids)} surface id arrays for {n} query vectors")
+    M = int(M)
+    if M < 0:
+        raise ValueError(f"M must be >= 0, got {M}")
+    n_cols = _n_cols(term_map, V)
+    maskt = _mask_tensor(mask_ids, V)
+    mask = maskt.numpy() if maskt is not None else None
+    if M > 0:
+        top_ids, top_logits = project_topk(X, W, M, mask_ids=mask_ids, chunk=chunk)
+    sets: list[np.ndarray] = []
+    for i in range(n):
+        s = _check_ids(surface_ids[i], V, f"surface_ids[{i}]")
+        if mask is not None and s.size:
+            s = s[~mask[s]]
+        if M > 0:
+            s = np.concatenate([s, top_ids[i].astype(np.int64)])
+        sets.append(np.unique(s))
+    lens = np.array([s.size for s in sets], dtype=np.int64)
+    rows = np.repeat(np.arange(n, dtype=np.int64), lens)
+    tok = np.concatenate(sets) if n else np.zeros(0, dtype=np.int64)
+    if weighting == "binary":
+        vals = np.ones(tok.size, dtype=np.float32)
+    else:
+        vals = _weights(np.concatenate(token_logits(X, W, sets)) if n else np.zeros(0, np.float32), weighting)
+    cols = tok if term_map is None else term_map.map_ids(tok).astype(np.int64)
+    return _rows_to_csr(rows, cols, vals, n, n_cols)
+
+
+# ----------------------------------------------------------------------------- PC1 (§4)
+
+
+def svd_basis(H: np.ndarray | torch.Tensor, center: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Right singular vectors of the embedding matrix H [n, d] (seed 004 eq.9).
+
+    Returns ``(U float64 [d, d], s float64 [d])``: column j is u_j, the singular vector of
+    the j-th largest singular value s_j.  Computed from the d×d Gram matrix HᵀH in float64.
+    The sign of each u_j is fixed deterministically: the mean projection of H onto u_j is
+    made positive (ties: its largest-magnitude entry positive).  The paper's SVD is of the
+    raw (uncentred) embeddings; ``center=True`` subtracts the mean first (plain PCA).
+    """
+    if isinstance(H, torch.Tensor):
+        H = H.detach().cpu().numpy()
+    X = np.asarray(H, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] < 1:
+        raise ValueError(f"H must be 2-D [n, d] with n >= 1, got shape {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError("H contains NaN or infinite values")
+    if center:
+        X = X - X.mean(axis=0, keepdims=True)
+    G = X.T @ X
+    evals, evecs = np.linalg.eigh(G)
+    order = np.argsort(-evals, kind="stable")
+    evals, U = evals[order], evecs[:, order]
+    s = np.sqrt(np.clip(evals, 0, None))
+    proj = (X @ U).mean(axis=0)
+    tol = 1e-9 * max(1.0, float(np.abs(X).max()))
+    for j in range(U.shape[1]):
+        sgn = np.sign(proj[j]) if abs(proj[j]) > tol else np.sign(U[np.argmax(np.abs(U[:, j])), j])
+        if sgn < 0:
+            U[:, j] = -U[:, j]
+    return U, s
+
+
+def fit_pc1(H_sample: np.ndarray | torch.Tensor, center: bool = False) -> np.ndarray:
+    """u1: top singular vector of a sample of corpus embeddings (seed 004 §4, eq.9), float32
+    [d], unit norm, oriented so the sample projects positively onto it (so λ < 0 in
+    :func:`adjust` removes the common component)."""
+    U, _ = svd_basis(H_sample, center=center)
+    return U[:, 0].astype(np.float32)
+
+
+def adjust(H: np.ndarray | torch.Tensor, u1: np.ndarray, lam: float) -> np.ndarray:
+    """h_adj = h + λ·u1 for every row (seed 004 eq.14).  Returns float32 [n, d]."""
+    u = np.asarray(u1, dtype=np.float32).ravel()
+    X = _as_h(H, u.size)
+    if not np.isfinite(u).all() or not np.isfinite(lam):
+        raise ValueError("u1 and lam must be finite")
+    return (X + np.float32(lam) * u[None, :]).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+@dataclass(frozen=True)
+class TermContribution:
+    """One shared term of a (query, document) pair: contribution = query_weight·doc_weight
+    (with a binary query this is the document weight summed in seed 004 eq.16)."""
+
+    term: int
+    string: str
+    query_weight: float
+    doc_weight: float
+    contribution: float
+
+
+def _row(x: Any, name: str) -> sp.csr_matrix:
+    if sp.issparse(x):
+        m = sp.csr_matrix(x)
+    else:
+        a = np.asarray(x, dtype=np.float32)
+        if a.ndim != 1 and not (a.ndim == 2 and a.shape[0] == 1):
+            raise ValueError(f"{name} must be one row, got shape {a.shape}")
+        m = sp.csr_matrix(a.reshape(1, -1))
+    if m.shape[0] != 1:
+        raise ValueError(f"{name} must be a single row, got shape {m.shape}")
+    m.sum_duplicates()
+    return m
+
+
+def explain(query_row: Any, doc_row: Any, term_map: TermMap | None = None) -> list[TermContribution]:
+    """Why a document scored what it did: per term present in both rows, its query weight,
+    document weight and contribution, sorted by contribution (descending).  The sum of the
+    contributions equals the sparse dot product q·d."""
+    q, dvec = _row(query_row, "query_row"), _row(doc_row, "doc_row")
+    if q.shape[1] != dvec.shape[1]:
+        raise ValueError(f"query_row has {q.shape[1]} terms, doc_row has {dvec.shape[1]}")
+    if term_map is not None and term_map.n_terms != q.shape[1]:
+        raise ValueError(f"term_map has {term_map.n_terms} terms, rows have {q.shape[1]}")
+    shared, qi, di = np.intersect1d(q.indices, dvec.indices, assume_unique=True, return_indices=True)
+    out = []
+    for t, a, b in zip(shared, q.data[qi], dvec.data[di]):
+        name = term_map.term_strings[t] if term_map is not None else str(int(t))
+        out.append(TermContribution(int(t), name, float(a), float(b), float(a) * float(b)))
+    out.sort(key=lambda c: (-c.contribution, c.term))
+    return out
