@@ -1,0 +1,462 @@
+"""BEIR folder loading with validation.
+
+Layout (Thakur et al., BEIR, NeurIPS 2021 datasets track; DESIGN.md §5)::
+
+    FOLDER/corpus.jsonl       {"_id", "title", "text"} one object per line
+    FOLDER/queries.jsonl      {"_id", "text"}
+    FOLDER/qrels/SPLIT.tsv    query-id <tab> corpus-id <tab> score   (header line)
+
+A document's text is ``title + " " + text`` (stripped), as BEIR's dense-retrieval
+evaluation concatenates them. Readers collect *every* problem of a file before raising,
+so one run tells the user all line numbers to fix; ``skip_bad=True`` drops bad lines and
+records them in ``.skipped`` instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import urllib.request
+import warnings
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+__all__ = [
+    "BEIR_URL",
+    "BeirConsistencyWarning",
+    "BeirDataset",
+    "BeirFormatError",
+    "Corpus",
+    "CorpusError",
+    "Document",
+    "QrelsError",
+    "QueriesError",
+    "Skipped",
+    "download_beir",
+    "load_beir",
+    "read_corpus_jsonl",
+    "read_qrels",
+    "read_queries",
+    "resolve_dataset",
+]
+
+#: The standard BEIR download location (same as ``beir.util.download_and_unzip``).
+BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+#: Environment variable listing folders (os.pathsep-separated) that hold BEIR datasets.
+DATA_ENV = "ALIGNIR_DATA"
+_MAX_SHOWN = 25
+
+
+class BeirFormatError(ValueError):
+    """A BEIR file is malformed. ``problems`` lists every (line, reason) found."""
+
+    kind = "file"
+
+    def __init__(self, path: str | Path, problems: list[tuple[int, str]]):
+        self.path = str(path)
+        self.problems = list(problems)
+        shown = [f"  line {ln}: {why}" if ln > 0 else f"  {why}" for ln, why in self.problems[:_MAX_SHOWN]]
+        more = len(self.problems) - len(shown)
+        if more > 0:
+            shown.append(f"  ... and {more} more")
+        super().__init__(
+            f"{self.path}: {len(self.problems)} problem(s) in {self.kind}:\n" + "\n".join(shown)
+        )
+
+
+class CorpusError(BeirFormatError):
+    kind = "corpus"
+
+
+class QueriesError(BeirFormatError):
+    kind = "queries"
+
+
+class QrelsError(BeirFormatError):
+    kind = "qrels"
+
+
+class BeirConsistencyWarning(UserWarning):
+    """qrels refer to queries or documents that the folder does not contain."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A line left out by ``skip_bad=True`` (1-based line number)."""
+
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Document:
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """The text that gets encoded: title + " " + text, as BEIR does."""
+        return f"{self.title} {self.text}".strip()
+
+
+class Corpus(dict):
+    """``dict[doc_id, Document]`` in file order, plus ``skipped`` lines and ``path``."""
+
+    def __init__(self, *args, skipped: list[Skipped] | None = None, path: str = "", **kw):
+        super().__init__(*args, **kw)
+        self.skipped: list[Skipped] = list(skipped or [])
+        self.path = path
+
+    def ids(self) -> list[str]:
+        return list(self.keys())
+
+    def texts(self) -> list[str]:
+        return [d.contents for d in self.values()]
+
+
+def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
+    """Yield (line number, object or None, problem or None); blank lines are ignored."""
+    with open(path, "rb") as fh:
+        for ln, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield ln, None, f"invalid UTF-8 byte 0x{raw[e.start]:02x} at column {e.start + 1}"
+                continue
+            if ln == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield ln, None, f"malformed JSON ({e.msg} at column {e.colno})"
+                continue
+            if not isinstance(obj, dict):
+                yield ln, None, f"expected a JSON object, got {type(obj).__name__}"
+                continue
+            yield ln, obj, None
+
+
+def _get_id(obj: dict) -> tuple[str | None, str | None]:
+    if "_id" not in obj:
+        return None, 'missing "_id"'
+    raw = obj["_id"]
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        return None, f'"_id" must be a string, got {type(raw).__name__}'
+    doc_id = str(raw)
+    if not doc_id.strip():
+        return None, 'empty "_id"'
+    if any(c.isspace() for c in doc_id):
+        return None, f'"_id" {doc_id!r} contains whitespace (TREC runs cannot hold it)'
+    return doc_id, None
+
+
+def _get_str(obj: dict, key: str, required: bool) -> tuple[str, str | None]:
+    if key not in obj or obj[key] is None:
+        return "", (f'missing "{key}"' if required else None)
+    if not isinstance(obj[key], str):
+        return "", f'"{key}" must be a string, got {type(obj[key]).__name__}'
+    return obj[key], None
+
+
+def _check_file(path: str | Path, what: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{what} file not found: {p}")
+    if p.is_dir():
+        raise IsADirectoryError(f"{what} path is a directory, expected a .jsonl file: {p}")
+    return p
+
+
+def read_corpus_jsonl(path: str | Path, skip_bad: bool = False, empty: str = "error") -> Corpus:
+    """Read a BEIR corpus.jsonl into a :class:`Corpus` (``dict[id, Document]``).
+
+    Problems detected (all reported at once, with 1-based line numbers): invalid UTF-8,
+    malformed JSON, non-object lines, missing/non-string/whitespace ``_id``, duplicate
+    ``_id`` (the first occurrence wins), missing ``text``, empty title+text. An empty
+    corpus is always an error. ``skip_bad=True`` drops bad lines and lists them in
+    ``corpus.skipped`` instead of raising.
+
+    ``empty`` decides what a document with empty title and text is: ``"error"`` (a
+    problem like the others), ``"skip"`` (always dropped and listed in ``skipped``, e.g.
+    Cranfield docs 471 and 995) or ``"keep"``.
+    """
+    if empty not in ("error", "skip", "keep"):
+        raise ValueError(f"empty must be 'error', 'skip' or 'keep', got {empty!r}")
+    p = _check_file(path, "corpus")
+    docs: dict[str, Document] = {}
+    first_line: dict[str, int] = {}
+    problems: list[tuple[int, str]] = []
+    empties: list[tuple[int, str]] = []
+    for ln, obj, why in _jsonl_objects(p):
+        if obj is not None:
+            doc_id, why = _get_id(obj)
+            if why is None and doc_id in first_line:
+                why = f"duplicate _id {doc_id!r} (first seen on line {first_line[doc_id]})"
+            if why is None:
+                title, why_t = _get_str(obj, "title", required=False)
+                text, why = _get_str(obj, "text", required=True)
+                why = why_t or why
+                if why is None and empty != "keep" and not f"{title} {text}".strip():
+                    why = f"document {doc_id!r} has empty title and text"
+                    if empty == "skip":
+                        empties.append((ln, why))
+                        first_line[doc_id] = ln
+                        continue
+            if why is None:
+                docs[doc_id] = Document(title=title, text=text)
+                first_line[doc_id] = ln
+                continue
+        problems.append((ln, why))
+    if problems and not skip_bad:
+        raise CorpusError(p, problems)
+    if not docs:
+        raise CorpusError(p, problems + empties + [(0, "corpus is empty: no valid documents")])
+    skipped = sorted(problems + empties)
+    return Corpus(docs, skipped=[Skipped(ln, why) for ln, why in skipped], path=str(p))
+
+
+def read_queries(path: str | Path, skip_bad: bool = False) -> dict[str, str]:
+    """Read a BEIR queries.jsonl -> ``{query_id: text}`` (file order).
+
+    Same checks as the corpus (UTF-8, JSON, ``_id``, duplicates, empty text). With
+    ``skip_bad`` bad lines are dropped and a warning names them.
+    """
+    p = _check_file(path, "queries")
+    queries: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    problems: list[tuple[int, str]] = []
+    for ln, obj, why in _jsonl_objects(p):
+        if obj is not None:
+            qid, why = _get_id(obj)
+            if why is None and qid in first_line:
+                why = f"duplicate _id {qid!r} (first seen on line {first_line[qid]})"
+            if why is None:
+                text, why = _get_str(obj, "text", required=True)
+                if why is None and not text.strip():
+                    why = f"query {qid!r} has empty text"
+            if why is None:
+                queries[qid] = text
+                first_line[qid] = ln
+                continue
+        problems.append((ln, why))
+    if problems and not skip_bad:
+        raise QueriesError(p, problems)
+    if problems:
+        warnings.warn(str(QueriesError(p, problems)).replace("problem(s)", "line(s) skipped"), stacklevel=2)
+    if not queries:
+        raise QueriesError(p, problems + [(0, "no valid queries")])
+    return queries
+
+
+def read_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int]]:
+    """Read qrels -> ``{query_id: {doc_id: relevance}}``.
+
+    ``path`` is a BEIR folder (reads ``qrels/{split}.tsv``) or a qrels file. Accepts the
+    BEIR tsv (``query-id corpus-id score``, optional header) and TREC qrels
+    (``qid iter docid rel``), tab or space separated.
+    """
+    p = Path(path)
+    if p.is_dir():
+        qdir = p / "qrels"
+        p = qdir / f"{split}.tsv"
+        if not p.exists():
+            have = sorted(f.stem for f in qdir.glob("*.tsv")) if qdir.is_dir() else []
+            raise FileNotFoundError(
+                f"no qrels for split {split!r}: {p} does not exist"
+                + (f" (available splits: {', '.join(have)})" if have else "")
+            )
+    elif not p.exists():
+        raise FileNotFoundError(f"qrels file not found: {p}")
+    qrels: dict[str, dict[str, int]] = {}
+    problems: list[tuple[int, str]] = []
+    with open(p, "rb") as fh:
+        for ln, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as e:
+                problems.append((ln, f"invalid UTF-8 byte 0x{raw[e.start]:02x} at column {e.start + 1}"))
+                continue
+            if not line:
+                continue
+            cols = line.split()
+            if len(cols) == 3:
+                qid, did, rel = cols
+            elif len(cols) == 4:
+                qid, _, did, rel = cols
+            else:
+                problems.append((ln, f"expected 3 (BEIR) or 4 (TREC) columns, got {len(cols)}"))
+                continue
+            try:
+                r = int(rel)
+            except ValueError:
+                try:
+                    r = int(float(rel)) if float(rel).is_integer() else None
+                except ValueError:
+                    r = None
+                if r is None:
+                    if ln == 1:  # header line ("query-id corpus-id score")
+                        continue
+                    problems.append((ln, f"relevance {rel!r} is not an integer"))
+                    continue
+            prev = qrels.setdefault(qid, {}).get(did)
+            if prev is not None and prev != r:
+                problems.append((ln, f"({qid}, {did}) judged twice with different relevance ({prev} vs {r})"))
+                continue
+            qrels[qid][did] = r
+    if problems:
+        raise QrelsError(p, problems)
+    if not qrels:
+        raise QrelsError(p, [(0, "no judgements")])
+    return qrels
+
+
+@dataclass
+class BeirDataset:
+    """A loaded BEIR split. ``queries`` holds only the queries judged in ``qrels``."""
+
+    corpus: Corpus
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    name: str = ""
+    folder: str = ""
+    split: str = "test"
+    issues: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return (
+            f"BeirDataset({self.name!r}, split={self.split!r}, docs={len(self.corpus)}, "
+            f"queries={len(self.queries)}, judgements={sum(map(len, self.qrels.values()))})"
+        )
+
+
+def load_beir(
+    folder: str | Path,
+    split: str = "test",
+    skip_bad: bool = False,
+    strict: bool = False,
+    empty: str = "skip",
+) -> BeirDataset:
+    """Load and cross-check a BEIR folder (or dataset name, see :func:`resolve_dataset`).
+
+    Consistency: queries are restricted to those with judgements in ``qrels``; judged
+    queries missing from queries.jsonl are dropped from qrels; judged documents missing
+    from the corpus are kept (they count as unretrieved, which lowers recall exactly as in
+    BEIR). Both are reported with counts as a :class:`BeirConsistencyWarning` and in
+    ``dataset.issues``; ``strict=True`` raises ``ValueError`` instead. Documents with
+    empty title and text are dropped by default (``empty="skip"``, see
+    :func:`read_corpus_jsonl`) and reported the same way.
+    """
+    root = resolve_dataset(folder)
+    corpus = read_corpus_jsonl(root / "corpus.jsonl", skip_bad=skip_bad, empty=empty)
+    all_queries = read_queries(root / "queries.jsonl", skip_bad=skip_bad)
+    qrels = read_qrels(root, split)
+
+    issues: list[str] = []
+    missing_q = [q for q in qrels if q not in all_queries]
+    if missing_q:
+        issues.append(
+            f"{len(missing_q)} of {len(qrels)} judged queries are not in queries.jsonl "
+            f"(e.g. {', '.join(missing_q[:5])}); their judgements are dropped"
+        )
+    missing_d = {d for judged in qrels.values() for d in judged if d not in corpus}
+    if missing_d:
+        n_j = sum(1 for judged in qrels.values() for d in judged if d in missing_d)
+        issues.append(
+            f"{n_j} judgements name {len(missing_d)} documents not in corpus.jsonl "
+            f"(e.g. {', '.join(sorted(missing_d)[:5])}); they count as never retrieved"
+        )
+    if issues and strict:
+        raise ValueError(f"{root}: inconsistent BEIR folder (split {split!r}):\n  " + "\n  ".join(issues))
+    if corpus.skipped:
+        lines = ", ".join(str(s.line) for s in corpus.skipped[:10])
+        more = ", ..." if len(corpus.skipped) > 10 else ""
+        issues.insert(0, f"{len(corpus.skipped)} corpus line(s) skipped (lines {lines}{more})")
+    for msg in issues:
+        warnings.warn(f"{root.name}/{split}: {msg}", BeirConsistencyWarning, stacklevel=2)
+    qrels = {q: judged for q, judged in qrels.items() if q in all_queries}
+    if not qrels:
+        raise ValueError(f"{root}: none of the judged queries of split {split!r} is in queries.jsonl")
+    queries = {q: t for q, t in all_queries.items() if q in qrels}
+    return BeirDataset(corpus, queries, qrels, name=root.name, folder=str(root), split=split, issues=issues)
+
+
+def _data_dirs(data_dir: str | Path | None) -> list[Path]:
+    dirs = [Path(data_dir)] if data_dir else []
+    dirs += [Path(d) for d in os.environ.get(DATA_ENV, "").split(os.pathsep) if d]
+    return dirs
+
+
+def _is_beir_folder(p: Path) -> bool:
+    return (p / "corpus.jsonl").is_file() and (p / "queries.jsonl").is_file()
+
+
+def resolve_dataset(name_or_path: str | Path, data_dir: str | Path | None = None, download: bool = False) -> Path:
+    """Find a BEIR folder: an existing path, else ``NAME`` under ``data_dir`` or any folder in
+    ``$ALIGNIR_DATA`` (os.pathsep-separated); else, with ``download=True``, fetch the
+    standard BEIR zip into ``data_dir`` (or the first ``$ALIGNIR_DATA`` folder, or
+    ``~/.cache/alignir/beir``)."""
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        if not _is_beir_folder(p):
+            raise FileNotFoundError(f"{p} is not a BEIR folder (needs corpus.jsonl and queries.jsonl)")
+        return p
+    name = str(name_or_path)
+    looked = []
+    for d in _data_dirs(data_dir):
+        cand = d / name
+        looked.append(str(cand))
+        if _is_beir_folder(cand):
+            return cand
+    if download and "/" not in name and os.sep not in name:
+        dirs = _data_dirs(data_dir)
+        target = dirs[0] if dirs else Path.home() / ".cache" / "alignir" / "beir"
+        return download_beir(name, target)
+    raise FileNotFoundError(
+        f"BEIR dataset {name!r} not found: not a folder"
+        + (f", and not in {', '.join(looked)}" if looked else f"; set ${DATA_ENV} to the folder holding it")
+        + ("" if download else " (download=True fetches the standard BEIR zip when online)")
+    )
+
+
+def download_beir(name: str, target_dir: str | Path, url: str | None = None, timeout: float = 60.0) -> Path:
+    """Download and unzip the standard BEIR zip of ``name`` into ``target_dir/name``.
+
+    Written to a temporary folder and renamed into place, so an interrupted download never
+    leaves a half dataset. Zip members escaping the target are refused.
+    """
+    from tqdm import tqdm
+
+    target_dir = Path(target_dir)
+    dest = target_dir / name
+    if _is_beir_folder(dest):
+        return dest
+    target_dir.mkdir(parents=True, exist_ok=True)
+    url = url or BEIR_URL.format(name=name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target_dir))
+    try:
+        zpath = tmp / f"{name}.zip"
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(zpath, "wb") as out:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {name}") as bar:
+                while chunk := resp.read(1 << 20):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+        unpacked = tmp / "unzipped"
+        with zipfile.ZipFile(zpath) as zf:
+            for member in zf.namelist():
+                dest_m = (unpacked / member).resolve()
+                if not str(dest_m).startswith(str(unpacked.resolve())):
+                    raise ValueError(f"{url}: zip member {member!r} escapes the target folder")
+            zf.extractall(unpacked)
+        found = [c for c in [unpacked / name, unpacked] + list(unpacked.iterdir()) if _is_beir_folder(c)]
+        if not found:
+            raise ValueError(f"{url}: the archive holds no corpus.jsonl/queries.jsonl")
+        os.replace(found[0], dest)
+        return dest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,163 @@
+"""Fusion of ranked lists (one query): RRF, min-max convex combination, z-score.
+
+Each input is a ``{doc_id: score}`` mapping (higher is better). Outputs are
+``{doc_id: fused score}`` dicts *ordered* best first; ties are broken by doc id ascending
+so the order is deterministic (use :func:`ranked` to get the list).
+
+- RRF (Cormack, Clarke & Büttcher, SIGIR 2009): ``s(d) = Σ_i w_i / (k + rank_i(d))``,
+  rank 1-based, k = 60. A document missing from list i contributes 0 from it.
+- Min-max: ``n_i(d) = (s_i(d) - min_i) / (max_i - min_i)``; fused ``Σ_i w_i · n_i(d)``
+  (two lists with ``alpha``: ``α·n_1 + (1-α)·n_2``).
+- Z-score: ``n_i(d) = (s_i(d) - mean_i) / std_i`` (population std); fused ``Σ_i w_i · n_i(d)``.
+
+Missing documents (min-max and z-score): a document absent from list i gets that list's
+**minimum normalised score** (``missing="min"``, default: 0 for min-max, min z for z-score)
+— it was not retrieved, so it scored at most as the worst retrieved one. ``missing="zero"``
+gives it 0 instead (for z-score that is the list's mean, i.e. an average document).
+A list whose scores are all equal carries no ranking information: every normalised score
+in it (and the missing value) is 0, so it does not move the fused order.
+
+Rank order inside each input list uses the same deterministic tie-break (score
+descending, doc id ascending), so RRF ranks are well defined.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["FUSION_METHODS", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
+
+Ranking = Mapping[str, float]
+FUSION_METHODS = ("rrf", "minmax", "zscore")
+
+
+def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
+    """(doc_id, score) best first; ties by doc id ascending."""
+    items = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    return items if top is None else items[:top]
+
+
+def _weights(n: int, weights: Sequence[float] | None, alpha: float | None) -> list[float]:
+    if alpha is not None:
+        if weights is not None:
+            raise ValueError("give either weights or alpha, not both")
+        if n != 2:
+            raise ValueError(f"alpha needs exactly two runs, got {n}")
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        return [alpha, 1.0 - alpha]
+    if weights is None:
+        return [1.0] * n
+    if len(weights) != n:
+        raise ValueError(f"{len(weights)} weights for {n} runs")
+    if any(not math.isfinite(w) for w in weights):
+        raise ValueError(f"weights must be finite, got {list(weights)}")
+    return [float(w) for w in weights]
+
+
+def _check(runs: Sequence[Ranking]) -> list[Ranking]:
+    if isinstance(runs, Mapping):
+        raise ValueError("pass a sequence of runs ([run_a, run_b]), not a single run")
+    runs = list(runs)
+    if not runs:
+        raise ValueError("no runs to fuse")
+    for i, r in enumerate(runs):
+        for d, s in r.items():
+            if not math.isfinite(float(s)):
+                raise ValueError(f"run {i}: doc {d!r} has non-finite score {s}")
+    return runs
+
+
+def _finish(fused: dict[str, float], top: int | None) -> dict[str, float]:
+    return dict(ranked(fused, top))
+
+
+def rrf(
+    runs: Sequence[Ranking],
+    k: float = 60.0,
+    weights: Sequence[float] | None = None,
+    depth: int | None = None,
+    top: int | None = None,
+) -> dict[str, float]:
+    """Reciprocal rank fusion: ``Σ_i w_i / (k + rank_i(d))`` over the first ``depth`` hits of each list."""
+    runs = _check(runs)
+    if k < 0:
+        raise ValueError(f"RRF k must be >= 0, got {k}")
+    w = _weights(len(runs), weights, None)
+    fused: dict[str, float] = {}
+    for wi, run in zip(w, runs):
+        for rank, (d, _) in enumerate(ranked(run, depth), start=1):
+            fused[d] = fused.get(d, 0.0) + wi / (k + rank)
+    return _finish(fused, top)
+
+
+def _normalised(run: Ranking, how: str) -> tuple[dict[str, float], float]:
+    """Normalised scores of one list and its minimum (the 'missing' value for 'min')."""
+    if not run:
+        return {}, 0.0
+    ids = list(run)
+    s = np.array([float(run[d]) for d in ids], dtype=np.float64)
+    if how == "minmax":
+        lo, span = s.min(), s.max() - s.min()
+        n = (s - lo) / span if span > 0 else np.zeros_like(s)
+    else:
+        std = s.std()
+        n = (s - s.mean()) / std if std > 0 else np.zeros_like(s)
+    return dict(zip(ids, n.tolist())), float(n.min())
+
+
+def _convex(runs, how, weights, alpha, missing, top) -> dict[str, float]:
+    runs = _check(runs)
+    if missing not in ("min", "zero"):
+        raise ValueError(f"missing must be 'min' or 'zero', got {missing!r}")
+    w = _weights(len(runs), weights, alpha)
+    normed = [_normalised(r, how) for r in runs]
+    docs = {d for r in runs for d in r}
+    fused = {}
+    for d in docs:
+        total = 0.0
+        for wi, (n, lo) in zip(w, normed):
+            total += wi * n.get(d, lo if missing == "min" else 0.0)
+        fused[d] = total
+    return _finish(fused, top)
+
+
+def minmax(
+    runs: Sequence[Ranking],
+    weights: Sequence[float] | None = None,
+    alpha: float | None = None,
+    missing: str = "min",
+    top: int | None = None,
+) -> dict[str, float]:
+    """Min-max normalised convex combination; ``alpha`` weights the first of two runs."""
+    return _convex(runs, "minmax", weights, alpha, missing, top)
+
+
+def zscore(
+    runs: Sequence[Ranking],
+    weights: Sequence[float] | None = None,
+    alpha: float | None = None,
+    missing: str = "min",
+    top: int | None = None,
+) -> dict[str, float]:
+    """Z-score normalised combination; ``alpha`` weights the first of two runs."""
+    return _convex(runs, "zscore", weights, alpha, missing, top)
+
+
+def fuse(runs: Sequence[Ranking], method: str = "rrf", **kw) -> dict[str, float]:
+    """Dispatch by name: ``"rrf"``, ``"minmax"`` or ``"zscore"``."""
+    fn = {"rrf": rrf, "minmax": minmax, "zscore": zscore}.get(method)
+    if fn is None:
+        raise ValueError(f"unknown fusion method {method!r}; choose from {', '.join(FUSION_METHODS)}")
+    return fn(runs, **kw)
+
+
+def fuse_runs(
+    runs: Sequence[Mapping[str, Ranking]], method: str = "rrf", **kw
+) -> dict[str, dict[str, float]]:
+    """Fuse whole runs ``{qid: {doc_id: score}}`` query by query (union of query ids)."""
+    runs = list(runs)
+    qids = list(dict.fromkeys(q for r in runs for q in r))
+    return {q: fuse([r.get(q, {}) for r in runs], method, **kw) for q in qids}
