@@ -1,0 +1,64 @@
+"""Embedder families and the factory ``get_embedder(name, model, **options)``.
+
+The registry maps names to ``"module:Class"`` strings and imports a family only when it is asked
+for, so a missing optional dependency of one family never breaks the others. Every class is
+constructed as ``Class(loaded: LoadedModel, **options)``.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from encoders.embedders.base import Embedder
+
+__all__ = ["Embedder", "EMBEDDERS", "get_embedder", "register_embedder", "embedder_class"]
+
+EMBEDDERS: dict[str, str] = {
+    # training-free (seed 004 §2)
+    "prompteol": "encoders.embedders.prompteol:PromptEOLEmbedder",
+    "last": "encoders.embedders.prompteol:LastTokenEmbedder",
+    "mean": "encoders.embedders.prompteol:MeanEmbedder",
+    "weighted-mean": "encoders.embedders.prompteol:WeightedMeanEmbedder",
+    "echo": "encoders.embedders.prompteol:EchoEmbedder",
+    # trained (seeds 000, 002, 003)
+    "autoregembed": "encoders.embedders.autoregembed:AutoRegEmbedEmbedder",
+    "llm2comp": "encoders.embedders.llm2comp:LLM2CompEmbedder",
+    "gircse": "encoders.embedders.gircse:GircseEmbedder",
+}
+
+
+def register_embedder(name: str, target: str) -> None:
+    """Add or replace a family: ``target`` is ``"package.module:ClassName"``."""
+    if ":" not in target:
+        raise ValueError(f"embedder target must look like 'module:Class', got {target!r}")
+    EMBEDDERS[name] = target
+
+
+def embedder_class(name: str) -> type[Embedder]:
+    """Import and return the class registered under ``name``."""
+    if name not in EMBEDDERS:
+        raise ValueError(f"unknown embedder {name!r}; known: {', '.join(sorted(EMBEDDERS))}")
+    module, _, cls = EMBEDDERS[name].partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and module.startswith(e.name):
+            raise ValueError(f"embedder {name!r} is registered but its module {module} does not exist yet") from e
+        raise
+    try:
+        return getattr(mod, cls)
+    except AttributeError:
+        raise ValueError(f"embedder {name!r}: module {module} has no class {cls}") from None
+
+
+def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
+    """Build an embedder. ``model`` is a LoadedModel or a model spec for ``load_model``
+    (then the options ``device`` and ``dtype`` go to the loader)."""
+    cls = embedder_class(name)
+    from encoders.models import LoadedModel, load_model
+
+    if isinstance(model, str):
+        model = load_model(model, device=options.pop("device", "auto"), dtype=options.pop("dtype", None))
+    elif not isinstance(model, LoadedModel):
+        raise ValueError(f"model must be a LoadedModel or a model spec string, got {type(model).__name__}")
+    return cls(model, **options)

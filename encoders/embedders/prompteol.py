@@ -1,0 +1,344 @@
+"""Training-free embedders: a frozen causal LM, a prompt template and a pooling (seed 004 §2).
+
+Families (registry name -> template + pooling):
+
+- ``prompteol``      PromptEOL ``This sentence: "[text]" means in one word: "`` + last token
+- ``last``           raw text + last token
+- ``mean``           raw text + mean over the text's tokens
+- ``weighted-mean``  raw text + position-weighted mean (seed 004 eq.3, α_j = j/Σj)
+- ``echo``           ``Rewrite the sentence: [text], rewritten sentence: [text]`` + mean over
+                     the second copy only
+
+Mechanics shared by all of them:
+
+- Queries get an optional task instruction in front of the prompt (seed 004 App. C.2, Table 7;
+  ``instruction="scifact"`` or a literal string); documents get ``document_instruction`` (default none).
+- Mean-type pooling reads only the tokens of the text itself (not instruction, template or BOS);
+  last-token pooling reads the last *real* token, found through the attention mask.
+- Long texts are truncated *inside* the template (the template's suffix, which PromptEOL reads
+  out, is always kept) so the whole prompt fits ``max_length``; the count is logged and kept in
+  ``last_stats``.
+- Lone surrogate code points (undecodable bytes read with ``surrogateescape``) become U+FFFD.
+- Empty or whitespace-only texts: with ``empty="zero"`` (default) they get an all-zero vector
+  (they contain nothing to retrieve by, and a zero vector matches nothing) and are counted in
+  ``last_stats["n_empty"]``; with ``empty="error"`` they raise ValueError naming their positions.
+- Dynamic batching: prompts sorted by token length, batches filled up to ``batch_tokens``
+  padded tokens (and ``max_batch_size`` rows; a prompt longer than the budget runs alone);
+  vectors come back in input order.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from encoders.embedders.base import Embedder
+from encoders.models import LoadedModel, backbone
+from encoders.pooling import POOLINGS, pool
+from encoders.templates import INSTRUCTION_SEPARATOR, Template, get_template, resolve_instruction
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "PromptEmbedder",
+    "PromptEOLEmbedder",
+    "LastTokenEmbedder",
+    "MeanEmbedder",
+    "WeightedMeanEmbedder",
+    "EchoEmbedder",
+    "FAMILY_DEFAULTS",
+    "FINGERPRINT_FORMAT",
+]
+
+FINGERPRINT_FORMAT = 1
+
+#: family -> (template, pooling)
+FAMILY_DEFAULTS: dict[str, tuple[str, str]] = {
+    "prompteol": ("prompteol", "last"),
+    "last": ("none", "last"),
+    "mean": ("none", "mean"),
+    "weighted-mean": ("none", "weighted-mean"),
+    "echo": ("echo", "mean"),
+}
+
+ROLES = ("query", "document")
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text: str) -> str:
+    """Lone surrogates (e.g. from ``errors="surrogateescape"`` decoding) -> U+FFFD; the
+    tokenizer cannot encode them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
+class PromptEmbedder(Embedder):
+    """A frozen causal LM read out through a template and a pooling. See the module docstring."""
+
+    family = "prompteol"
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        template: str | Template | None = None,
+        pooling: str | None = None,
+        instruction: str | None = None,
+        document_instruction: str | None = None,
+        max_length: int = 512,
+        batch_tokens: int = 4096,
+        max_batch_size: int = 64,
+        padding_side: str = "right",
+        empty: str = "zero",
+        progress: bool = True,
+        family: str | None = None,
+    ) -> None:
+        if not isinstance(loaded, LoadedModel):
+            raise ValueError(f"loaded must be an encoders.models.LoadedModel, got {type(loaded).__name__}")
+        if family is not None:
+            if family not in FAMILY_DEFAULTS:
+                raise ValueError(f"unknown family {family!r}; use one of {sorted(FAMILY_DEFAULTS)}")
+            self.family = family
+        t_default, p_default = FAMILY_DEFAULTS[self.family]
+        self.loaded = loaded
+        self.template = get_template(template if template is not None else t_default)
+        self.pooling = pooling if pooling is not None else p_default
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {self.pooling!r}; use one of {POOLINGS}")
+        self.instructions = {
+            "query": resolve_instruction(instruction),
+            "document": resolve_instruction(document_instruction),
+        }
+        for nm, v in (("max_length", max_length), ("batch_tokens", batch_tokens), ("max_batch_size", max_batch_size)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{nm} must be a positive int, got {v!r}")
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+        if empty not in ("zero", "error"):
+            raise ValueError(f"empty must be 'zero' or 'error', got {empty!r}")
+        self.max_length = max_length
+        self.batch_tokens = batch_tokens
+        self.max_batch_size = max_batch_size
+        self.padding_side = padding_side
+        self.empty = empty
+        self.progress = progress
+        self.last_stats: dict[str, Any] = {}
+        self._backbone = backbone(loaded.model)
+        tok = loaded.tokenizer
+        self._pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        self._overhead: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ fingerprint
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "format": FINGERPRINT_FORMAT,
+            "family": self.family,
+            "model": dict(self.loaded.identity),
+            "dtype": str(self.loaded.dtype).replace("torch.", ""),
+            "template": self.template.pattern,
+            "pooling": self.pooling,
+            "pool_span": "text" if self.pooling != "last" else "last-real-token",
+            "query_instruction": self.instructions["query"],
+            "document_instruction": self.instructions["document"],
+            "instruction_separator": INSTRUCTION_SEPARATOR,
+            "max_length": self.max_length,
+            "empty": self.empty,
+        }
+
+    # ------------------------------------------------------------------ prompt preparation
+
+    def _render(self, text: str, role: str) -> tuple[str, tuple[int, int]]:
+        return self.template.render(text, self.instructions[role])
+
+    def _template_overhead(self, role: str) -> int:
+        """Tokens the template + instruction + special tokens take with an empty text."""
+        if role not in self._overhead:
+            prompt, _ = self._render("", role)
+            self._overhead[role] = len(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        return self._overhead[role]
+
+    def _prepare(self, texts: list[str], role: str) -> tuple[list[list[int]], list[list[int]], np.ndarray, int]:
+        """Tokenize prompts. Returns (ids per text, pooled positions per text, empty mask, n truncated)."""
+        tok = self.tokenizer
+        empty = np.array([not t.strip() for t in texts], dtype=bool)
+        budget = (self.max_length - self._template_overhead(role)) // self.template.n_slots
+        if budget < 1:
+            raise ValueError(
+                f"max_length={self.max_length} leaves no room for text: the {self.template.name!r} template "
+                f"and instruction already take {self._template_overhead(role)} tokens"
+            )
+        live = [i for i in range(len(texts)) if not empty[i]]
+        cut = {i: texts[i] for i in live}
+        n_trunc = 0
+        if live:
+            enc = tok([texts[i] for i in live], add_special_tokens=False, return_offsets_mapping=True)
+            for i, ids, offs in zip(live, enc["input_ids"], enc["offset_mapping"]):
+                if len(ids) > budget:
+                    cut[i] = texts[i][: offs[budget - 1][1]]
+                    n_trunc += 1
+        ids_out: list[list[int]] = [[] for _ in texts]
+        pos_out: list[list[int]] = [[] for _ in texts]
+        pending = live
+        for _attempt in range(8):
+            if not pending:
+                break
+            rendered = [self._render(cut[i], role) for i in pending]
+            enc = tok([r[0] for r in rendered], add_special_tokens=True, return_offsets_mapping=True)
+            retry = []
+            for i, (prompt, (s, e)), ids, offs in zip(pending, rendered, enc["input_ids"], enc["offset_mapping"]):
+                excess = len(ids) - self.max_length
+                if excess > 0:  # token merges at the template boundary: shorten the text a bit more
+                    sub = tok(cut[i], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+                    keep = max(1, len(sub) - excess * self.template.n_slots)
+                    cut[i] = cut[i][: sub[keep - 1][1]] if len(sub) > keep else cut[i][: max(1, len(cut[i]) // 2)]
+                    retry.append(i)
+                    continue
+                ids_out[i] = list(ids)
+                pos_out[i] = [j for j, (a, b) in enumerate(offs) if b > a and a < e and b > s]
+            pending = retry
+        if pending:
+            raise ValueError(f"could not fit texts {pending[:5]} into max_length={self.max_length} tokens")
+        return ids_out, pos_out, empty, n_trunc
+
+    # ------------------------------------------------------------------ batching
+
+    def _batches(self, lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+        """Greedy batches over ``order`` (longest first) within the padded-token budget."""
+        out, cur, cur_max = [], [], 0
+        for i in order:
+            n = int(lengths[i])
+            new_max = max(cur_max, n)
+            if cur and (new_max * (len(cur) + 1) > self.batch_tokens or len(cur) >= self.max_batch_size):
+                out.append(np.array(cur))
+                cur, new_max = [], n
+            cur.append(int(i))
+            cur_max = new_max
+        if cur:
+            out.append(np.array(cur))
+        return out
+
+    def _collate(self, ids: list[list[int]], pos: list[list[int]]):
+        L = max(len(x) for x in ids)
+        B = len(ids)
+        input_ids = torch.full((B, L), self._pad_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        pmask = torch.zeros((B, L), dtype=torch.bool)
+        for r, (x, p) in enumerate(zip(ids, pos)):
+            off = L - len(x) if self.padding_side == "left" else 0
+            input_ids[r, off : off + len(x)] = torch.tensor(x, dtype=torch.long)
+            attn[r, off : off + len(x)] = 1
+            if p:
+                pmask[r, torch.tensor(p, dtype=torch.long) + off] = True
+            else:  # text span not found (should not happen for non-empty text): use all real tokens
+                pmask[r, off : off + len(x)] = True
+        position_ids = (attn.cumsum(1) - 1).clamp(min=0)
+        return input_ids, attn, position_ids, pmask
+
+    def _forward(self, input_ids, attn, position_ids) -> torch.Tensor:
+        dev = self.loaded.device
+        out = self._backbone(
+            input_ids=input_ids.to(dev),
+            attention_mask=attn.to(dev),
+            position_ids=position_ids.to(dev),
+            use_cache=False,
+        )
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    # ------------------------------------------------------------------ encode
+
+    def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings, not a single string")
+        return self._encode(list(texts), role="query", **kw)
+
+    def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings, not a single string")
+        return self._encode(list(texts), role="document", **kw)
+
+    def _encode(self, texts: list[str], role: str, progress: bool | None = None, **kw) -> np.ndarray:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if kw:
+            raise ValueError(f"unknown encode options: {sorted(kw)}")
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings, not a single string")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                hint = " (decode bytes to str first)" if isinstance(t, (bytes, bytearray)) else ""
+                raise ValueError(f"texts[{i}] is {type(t).__name__}, expected str{hint}")
+        t0 = time.perf_counter()
+        n = len(texts)
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        stats = {"n_texts": n, "n_empty": 0, "n_truncated": 0, "n_tokens": 0, "n_padded_tokens": 0, "n_batches": 0}
+        if n == 0:
+            self.last_stats = {**stats, "seconds": 0.0}
+            return out
+        ids, pos, empty, n_trunc = self._prepare([_clean(t) for t in texts], role)
+        stats["n_empty"] = int(empty.sum())
+        stats["n_truncated"] = n_trunc
+        if stats["n_empty"] and self.empty == "error":
+            where = np.flatnonzero(empty)[:10].tolist()
+            raise ValueError(f"{stats['n_empty']} empty or whitespace-only texts (positions {where}...)")
+        if n_trunc:
+            log.warning("%d of %d %s texts truncated to max_length=%d tokens", n_trunc, n, role, self.max_length)
+        live = np.flatnonzero(~empty)
+        lengths = np.array([len(x) for x in ids])
+        order = live[np.argsort(-lengths[live], kind="stable")]
+        batches = self._batches(lengths, order)
+        show = self.progress if progress is None else progress
+        bar = tqdm(total=len(live), desc=f"encode {role}s ({self.family})", unit="text", disable=not show or len(batches) < 2)
+        with torch.inference_mode():
+            for b in batches:
+                input_ids, attn, position_ids, pmask = self._collate([ids[i] for i in b], [pos[i] for i in b])
+                hidden = self._forward(input_ids, attn, position_ids)
+                h = pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))
+                out[b] = h.cpu().numpy()
+                stats["n_tokens"] += int(attn.sum())
+                stats["n_padded_tokens"] += int(attn.numel())
+                stats["n_batches"] += 1
+                bar.update(len(b))
+        bar.close()
+        stats["seconds"] = time.perf_counter() - t0
+        self.last_stats = stats
+        return out
+
+
+class PromptEOLEmbedder(PromptEmbedder):
+    """PromptEOL template + last-token pooling (seed 004 §2.2)."""
+
+    family = "prompteol"
+
+
+class LastTokenEmbedder(PromptEmbedder):
+    """Raw text, last real token (seed 004 eq.3, last pooling)."""
+
+    family = "last"
+
+
+class MeanEmbedder(PromptEmbedder):
+    """Raw text, mean over the text's tokens (seed 004 eq.3, α_j = 1/L)."""
+
+    family = "mean"
+
+
+class WeightedMeanEmbedder(PromptEmbedder):
+    """Raw text, position-weighted mean (seed 004 eq.3, α_j = j/Σj)."""
+
+    family = "weighted-mean"
+
+
+class EchoEmbedder(PromptEmbedder):
+    """Echo template, mean over the second copy of the text (seed 004 §2.2, Springer et al.)."""
+
+    family = "echo"
