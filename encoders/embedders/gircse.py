@@ -1,0 +1,106 @@
+"""GIRCSE embedder (seed 003 §3.1-3.2, Algorithm 1).
+
+K soft tokens are generated autoregressively through the LM head:
+s_k = softmax(W_φ h'_{k-1} + b_φ) (eq.5), d_k = Σ_i s_{k,i} e_i (eq.6), appended to the input;
+the embedding is the mean of the generated positions' final hidden states G = (h_{N+1}..h_{N+K})
+(eq.4). With the KV cache (App. D) the K steps cost one pass over the text plus K one-token
+steps; ``use_cache=False`` re-runs f_θ([X; D]) at every step exactly as Algorithm 1 writes it.
+K is an inference option (paper: K=5 in training, K=20 at test time, App. C).
+"""
+from __future__ import annotations
+
+import torch
+
+from encoders.templates import INSTRUCTION_SEPARATOR, resolve_instruction
+from encoders.train.embedder_base import TrainedEmbedder
+from encoders.train.genbase import bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone, token_ids
+
+__all__ = ["GircseEmbedder", "generate_soft_tokens", "gircse_input_ids"]
+
+
+def gircse_input_ids(tokenizer, text: str, instruction: str | None, max_length: int) -> list[int]:
+    pre = token_ids(tokenizer, instruction + INSTRUCTION_SEPARATOR) if instruction else []
+    return bos_ids(tokenizer) + pre + token_ids(tokenizer, text, max_length)
+
+
+def _head(model) -> tuple[torch.Tensor, torch.Tensor | None]:
+    head = model.get_output_embeddings()
+    return head.weight, getattr(head, "bias", None)
+
+
+def _soft(h: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None, E: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s_k [B, V], d_k [B, d]) from h'_{k-1} [B, d] (eq.5, eq.6)."""
+    logits = h @ W.T
+    if b is not None:
+        logits = logits + b
+    s = torch.softmax(logits.float(), dim=-1)
+    return s, (s.to(E.dtype) @ E)
+
+
+def generate_soft_tokens(model, ids: torch.Tensor, mask: torch.Tensor, K: int, use_cache: bool = True,
+                         return_soft: bool = False):
+    """Algorithm 1 on left-padded ``ids``: returns G [B, K, d] (and S [B, K, V] with ``return_soft``).
+
+    G[:, j] = h_{N+1+j}, the final hidden state at the position of the (j+1)-th generated token.
+    """
+    if K < 1:
+        raise ValueError(f"K (generated soft tokens) must be >= 1, got {K}")
+    W, b = _head(model)
+    E = input_embeddings(model).weight
+    X = input_embeddings(model)(ids)
+    B = X.shape[0]
+    ones = torch.ones((B, 1), dtype=mask.dtype, device=mask.device)
+    G, S, D = [], [], []
+    if use_cache:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        out = run_backbone(model, X, mask, position_ids(mask), past_key_values=cache, use_cache=True)
+        h = out.last_hidden_state[:, -1]
+        cur_mask = mask
+        for _ in range(K):
+            s, d = _soft(h, W, b, E)
+            S.append(s)
+            cur_mask = torch.cat([cur_mask, ones], dim=1)
+            pos = position_ids(cur_mask)[:, -1:]
+            out = run_backbone(model, d.unsqueeze(1).to(X.dtype), cur_mask, pos, past_key_values=cache, use_cache=True)
+            h = out.last_hidden_state[:, -1]
+            G.append(h)
+    else:
+        h = run_backbone(model, X, mask, position_ids(mask)).last_hidden_state[:, -1]
+        for k in range(K):
+            s, d = _soft(h, W, b, E)
+            S.append(s)
+            D.append(d.to(X.dtype))
+            full = torch.cat([X, torch.stack(D, 1)], dim=1)
+            m = torch.cat([mask] + [ones] * len(D), dim=1)
+            H = run_backbone(model, full, m, position_ids(m)).last_hidden_state
+            h = H[:, -1]
+        G = list(H[:, -K:].unbind(1))
+    Gt = torch.stack(G, dim=1)
+    return (Gt, torch.stack(S, dim=1)) if return_soft else Gt
+
+
+class GircseEmbedder(TrainedEmbedder):
+    """``get_embedder("gircse", model, K=20, use_cache=True, adapter=DIR, instruction=...)``."""
+
+    family = "gircse"
+    soft_key = None
+    OPTIONS = {"K": 20, "use_cache": True}
+
+    def validate_options(self) -> None:
+        if int(self.options["K"]) < 1:
+            raise ValueError(f"K (generated soft tokens) must be >= 1, got {self.options['K']}")
+
+    def fingerprint(self):
+        fp = super().fingerprint()
+        fp["options"].pop("use_cache", None)  # exact either way: does not change the vectors
+        return fp
+
+    def embed_batch(self, texts: list[str], role: str) -> torch.Tensor:
+        instr = resolve_instruction(self.instruction) if role == "query" else None
+        rows = [gircse_input_ids(self.tokenizer, t, instr, self.max_length) for t in texts]
+        dev = input_embeddings(self.model).weight.device
+        ids, mask = left_pad(rows, pad_id(self.tokenizer), dev)
+        G = generate_soft_tokens(self.model, ids, mask, int(self.options["K"]), bool(self.options["use_cache"]))
+        return G.float().mean(1)  # eq.4, mean pooling

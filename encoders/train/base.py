@@ -1,0 +1,76 @@
+"""The interface every training method implements, and what they share."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from encoders.train.data import Pair
+
+__all__ = ["Method", "pair_texts"]
+
+
+class Method:
+    """One training method/stage. The trainer owns the (peft) model and the optimizer.
+
+    ``STAGES`` maps stage name -> data kind ("pairs" or "texts"); ``DEFAULTS`` maps stage name ->
+    hyper-parameter defaults (the paper's values where it gives them).
+    """
+
+    name = "base"
+    STAGES: dict[str, str] = {}
+    DEFAULTS: dict[str, dict[str, Any]] = {}
+    #: name of the soft-token tensor saved in the adapter (None: no soft tokens)
+    soft_key: str | None = None
+
+    def __init__(self, model, loaded, stage: str, hp: dict[str, Any], extra: dict[str, torch.Tensor],
+                 max_length: int = 128, target_length: int = 128) -> None:
+        if stage not in self.STAGES:
+            raise ValueError(f"unknown stage {stage!r} for method {self.name!r}; use one of {list(self.STAGES)}")
+        defaults = dict(self.DEFAULTS.get(stage, {}))
+        unknown = sorted(set(hp) - set(defaults))
+        if unknown:
+            raise ValueError(f"unknown hyper-parameter(s) {unknown} for {self.name}/{stage}; known: {sorted(defaults)}")
+        self.model = model
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.stage = stage
+        self.hp = {**defaults, **hp}
+        self.max_length = int(max_length)
+        self.target_length = int(target_length)
+        self.soft: torch.nn.Parameter | None = None
+        self.setup(extra)
+
+    @property
+    def data_kind(self) -> str:
+        return self.STAGES[self.stage]
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    def setup(self, extra: dict[str, torch.Tensor]) -> None:
+        """Create trainable extras (soft tokens), reference models, ..."""
+
+    def extra_parameters(self) -> list[torch.nn.Parameter]:
+        return [self.soft] if self.soft is not None else []
+
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        return {self.soft_key: self.soft.detach()} if self.soft is not None and self.soft_key else {}
+
+    def embedder_options(self) -> dict[str, Any]:
+        """Options the matching embedder needs to read this adapter (stored in the adapter config)."""
+        return {}
+
+    def embedder_family(self) -> str:
+        return self.name
+
+    def loss(self, batch: list) -> tuple[torch.Tensor, dict[str, float]]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def pair_texts(batch: list[Pair]) -> tuple[list[str], list[str], list[int]]:
+    """(queries, documents, positive row per query): documents = all positives then all hard negatives."""
+    queries = [p.query for p in batch]
+    docs = [p.positive for p in batch] + [n for p in batch for n in p.negatives]
+    return queries, docs, list(range(len(batch)))

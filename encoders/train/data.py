@@ -1,0 +1,181 @@
+"""Training data: (query, positive, hard negatives) pairs and raw texts, plus a resumable batcher.
+
+Sources:
+- a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv): one pair per relevant
+  (query, document); hard negatives are mined with BM25 (bm25s) as the top-ranked documents that
+  are not judged relevant;
+- a jsonl of triples: {"query", "positive"|"pos", "negatives"|"negative"|"neg" (str or list)};
+- raw text for the unsupervised tasks: a BEIR folder's corpus, a jsonl with "text" (+ "title"),
+  or a .txt file with one text per line.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+__all__ = ["Pair", "load_beir_pairs", "load_triples", "load_texts", "load_pairs", "batch_indices", "doc_text"]
+
+
+@dataclass
+class Pair:
+    query: str
+    positive: str
+    negatives: list[str] = field(default_factory=list)
+
+
+def doc_text(doc: dict) -> str:
+    """BEIR document text: title and text joined by a space (either may be missing)."""
+    return " ".join(s for s in (doc.get("title", "") or "", doc.get("text", "") or "") if s).strip()
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+    return out
+
+
+def _beir(folder: Path, split: str):
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder} is not a BEIR folder: {name} is missing")
+    qrels_file = folder / "qrels" / f"{split}.tsv"
+    if not qrels_file.is_file():
+        have = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
+        raise ValueError(f"no qrels for split {split!r} in {folder} (have: {have})")
+    corpus = {str(d["_id"]): doc_text(d) for d in _read_jsonl(folder / "corpus.jsonl")}
+    queries = {str(q["_id"]): q.get("text", "") for q in _read_jsonl(folder / "queries.jsonl")}
+    qrels: dict[str, dict[str, int]] = {}
+    with open(qrels_file, encoding="utf-8") as fh:
+        rows = csv.reader(fh, delimiter="\t")
+        for row in rows:
+            if not row or row[0] == "query-id":
+                continue
+            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    return corpus, queries, qrels
+
+
+def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int = 1, mine_depth: int = 30,
+                    seed: int = 0, max_queries: int | None = None) -> list[Pair]:
+    """Pairs from a BEIR split; ``n_negatives`` BM25 hard negatives per pair, drawn (seeded) from the
+    top ``mine_depth`` BM25 documents that are not relevant to the query."""
+    folder = Path(folder)
+    corpus, queries, qrels = _beir(folder, split)
+    qids = [q for q in sorted(qrels, key=lambda s: (len(s), s)) if q in queries and any(v > 0 for v in qrels[q].values())]
+    if max_queries:
+        qids = qids[:max_queries]
+    if not qids:
+        raise ValueError(f"no judged queries with relevant documents in {folder} split {split!r}")
+    doc_ids = list(corpus)
+    mined: dict[str, list[str]] = {q: [] for q in qids}
+    if n_negatives > 0:
+        import bm25s
+
+        retriever = bm25s.BM25()
+        retriever.index(bm25s.tokenize([corpus[d] for d in doc_ids], stopwords="en", show_progress=False),
+                        show_progress=False)
+        k = min(len(doc_ids), mine_depth + max(len(qrels[q]) for q in qids))
+        res, _ = retriever.retrieve(bm25s.tokenize([queries[q] for q in qids], stopwords="en", show_progress=False),
+                                    k=k, show_progress=False)
+        for q, row in zip(qids, res):
+            cands = [doc_ids[int(i)] for i in row if qrels[q].get(doc_ids[int(i)], 0) <= 0]
+            mined[q] = cands[:mine_depth]
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for q in qids:
+        for d, rel in sorted(qrels[q].items()):
+            if rel <= 0 or d not in corpus:
+                continue
+            cands = mined[q]
+            pick = rng.choice(len(cands), size=min(n_negatives, len(cands)), replace=False) if cands else []
+            pairs.append(Pair(queries[q], corpus[d], [corpus[cands[int(i)]] for i in pick]))
+    return pairs
+
+
+def load_triples(path: str | Path) -> list[Pair]:
+    """Pairs from a jsonl of {"query", "positive"/"pos", "negatives"/"negative"/"neg"}."""
+    out = []
+    for n, r in enumerate(_read_jsonl(Path(path)), 1):
+        q = r.get("query")
+        p = r.get("positive", r.get("pos"))
+        neg = r.get("negatives", r.get("negative", r.get("neg", [])))
+        if isinstance(p, list):
+            p = p[0] if p else None
+        if not isinstance(q, str) or not isinstance(p, str):
+            raise ValueError(f"{path}:{n}: a triple needs string 'query' and 'positive' fields")
+        negs = [neg] if isinstance(neg, str) else list(neg or [])
+        out.append(Pair(q, p, [str(x) for x in negs]))
+    if not out:
+        raise ValueError(f"{path}: no triples")
+    return out
+
+
+def load_pairs(path: str | Path, split: str = "train", n_negatives: int = 1, seed: int = 0,
+               max_queries: int | None = None) -> list[Pair]:
+    """A BEIR folder or a triples jsonl."""
+    p = Path(path)
+    if p.is_dir():
+        return load_beir_pairs(p, split, n_negatives=n_negatives, seed=seed, max_queries=max_queries)
+    if p.is_file() and p.suffix == ".jsonl":
+        pairs = load_triples(p)
+        return pairs[:max_queries] if max_queries else pairs
+    raise ValueError(f"pair data must be a BEIR folder or a .jsonl of triples, got {str(path)!r}")
+
+
+def load_texts(path: str | Path, max_texts: int | None = None, min_chars: int = 1) -> list[str]:
+    """Raw texts: a BEIR folder (its corpus), a jsonl with "text" (+ "title"), or a .txt file."""
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "corpus.jsonl").is_file():
+            raise ValueError(f"{p}: a text folder must be a BEIR folder with corpus.jsonl")
+        texts = [doc_text(d) for d in _read_jsonl(p / "corpus.jsonl")]
+    elif p.is_file() and p.suffix == ".jsonl":
+        texts = []
+        for n, r in enumerate(_read_jsonl(p), 1):
+            if "text" not in r:
+                raise ValueError(f"{p}:{n}: no 'text' field")
+            texts.append(doc_text(r))
+    elif p.is_file():
+        texts = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines()]
+    else:
+        raise ValueError(f"text data {str(path)!r} does not exist")
+    texts = [t for t in texts if len(t) >= min_chars]
+    if max_texts:
+        texts = texts[:max_texts]
+    if not texts:
+        raise ValueError(f"{path}: no texts")
+    return texts
+
+
+def batch_indices(n: int, batch_size: int, seed: int, start_step: int = 0) -> Iterator[list[int]]:
+    """Endless deterministic batches: epoch e visits a permutation seeded by (seed, e).
+
+    Batch s covers stream positions s*B .. s*B+B-1, so resuming at ``start_step`` continues exactly.
+    """
+    if n < 1 or batch_size < 1:
+        raise ValueError(f"need n >= 1 and batch_size >= 1, got {n}, {batch_size}")
+    perms: dict[int, np.ndarray] = {}
+
+    def at(p: int) -> int:
+        e = p // n
+        if e not in perms:
+            perms.clear()
+            perms[e] = np.random.default_rng([seed, e]).permutation(n)
+        return int(perms[e][p % n])
+
+    step = start_step
+    while True:
+        yield [at(p) for p in range(step * batch_size, (step + 1) * batch_size)]
+        step += 1

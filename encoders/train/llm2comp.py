@@ -1,0 +1,120 @@
+"""LLM2Comp training (seed 002 §3.1, §5.1, App. 2.1).
+
+Pretext stages on raw text, encoder f_θ = LLM + LoRA with bidirectional attention and k memory
+tokens, decoder g_φ = the frozen LLM (adapter disabled):
+- ``rc``   reconstruction (eq.1-2): NLL of the text given m̃_1..m̃_k;
+- ``nll``  continuation (eq.3-4): the text is split into prefix n_1..n_a (encoded) and
+  continuation n_{a+1}.. (predicted), NLL of the continuation;
+- ``ctkd`` continuation + KL (eq.5): NLL + ``kd_weight`` · KL(g_φ(·|n_1..n_{j-1}) ‖ g_φ(·|m̃, n_{a+1}..n_{j-1})).
+Contrastive post-training (§5.1): ``ucl`` SimCSE with dropout views (eq.8, dropout 0.2) and
+``scl`` InfoNCE with in-batch + hard negatives on labelled pairs.
+"""
+from __future__ import annotations
+
+import torch
+
+from encoders.embedders.llm2comp import encoder_states, memory_states
+from encoders.templates import resolve_instruction
+from encoders.train.adapter import frozen
+from encoders.train.base import Method, pair_texts
+from encoders.train.genbase import (bos_ids, decoder_logits, init_soft_tokens, input_embeddings, left_pad, pad_id,
+                                    right_pad, token_ids, token_logprobs)
+from encoders.train.losses import ctkd_kl, info_nce, sequence_nll, simcse_loss
+
+__all__ = ["LLM2CompMethod", "set_dropout"]
+
+
+def set_dropout(model, p: float) -> int:
+    """Set attention dropout of every attention module (SimCSE positives, §5.2); returns count."""
+    n = 0
+    for m in model.modules():
+        if hasattr(m, "attention_dropout") and isinstance(getattr(m, "attention_dropout"), float):
+            m.attention_dropout = float(p)
+            n += 1
+    return n
+
+
+class LLM2CompMethod(Method):
+    name = "llm2comp"
+    soft_key = "memory_tokens"
+    STAGES = {"rc": "texts", "nll": "texts", "ctkd": "texts", "ucl": "texts", "scl": "pairs"}
+    _common = {"k": 8, "bidirectional": True}
+    DEFAULTS = {
+        "rc": dict(_common),
+        "nll": {**_common, "prefix_ratio": 0.5},
+        "ctkd": {**_common, "prefix_ratio": 0.5, "kd_weight": 1.0},
+        "ucl": {**_common, "tau": 0.05, "dropout": 0.2},
+        "scl": {**_common, "tau": 0.05, "instruction": None},
+    }
+
+    def setup(self, extra):
+        k = int(self.hp["k"])
+        init = extra.get(self.soft_key)
+        if init is not None and init.shape[0] != k:
+            raise ValueError(f"the initial adapter has {init.shape[0]} memory tokens, k={k} requested")
+        base = init if init is not None else init_soft_tokens(self.model, k)
+        self.soft = torch.nn.Parameter(base.detach().float().clone().to(self.device))
+        if self.stage == "ucl":
+            if not 0.0 <= float(self.hp["dropout"]) < 1.0:
+                raise ValueError(f"dropout must be in [0, 1), got {self.hp['dropout']}")
+            if set_dropout(self.model, float(self.hp["dropout"])) == 0:
+                raise ValueError("the model has no attention dropout to create SimCSE views with")
+
+    def embedder_options(self):
+        return {"k": int(self.hp["k"]), "bidirectional": bool(self.hp["bidirectional"])}
+
+    def _mem(self, ids, mask):
+        return encoder_states(self.model, ids, mask, self.soft, bool(self.hp["bidirectional"]))[:, -self.soft.shape[0]:]
+
+    def _embed(self, texts, instruction=None):
+        return memory_states(self.model, self.tokenizer, texts, self.soft, self.max_length,
+                             bool(self.hp["bidirectional"]), instruction).float().mean(1)  # eq.6
+
+    def loss(self, batch):
+        st = self.stage
+        if st == "ucl":
+            self.model.train()  # dropout on: two passes give two views
+            loss = simcse_loss(self._embed(batch), self._embed(batch), float(self.hp["tau"]))
+            return loss, {"loss": float(loss.detach())}
+        if st == "scl":
+            queries, docs, pos = pair_texts(batch)
+            q = self._embed(queries, resolve_instruction(self.hp["instruction"]))
+            d = self._embed(docs)
+            loss = info_nce(q, d, torch.tensor(pos), float(self.hp["tau"]))
+            return loss, {"loss": float(loss.detach())}
+        tok = self.tokenizer
+        pid = pad_id(tok)
+        bos = bos_ids(tok)
+        if st == "rc":
+            rows = [token_ids(tok, t, self.max_length) for t in batch]
+            ids, mask = left_pad([bos + r for r in rows], pid, self.device)
+            m = self._mem(ids, mask)
+            tgt = right_pad(rows, pid, self.device)
+            with frozen(self.model):
+                lg = decoder_logits(self.model, m, *tgt)
+            loss = sequence_nll(token_logprobs(lg, *tgt), tgt[1])
+            return loss, {"loss": float(loss.detach())}
+        # continuation tasks: split each text into prefix / continuation
+        pre, cont = [], []
+        for t in batch:
+            r = token_ids(tok, t, self.max_length + self.target_length)
+            if len(r) < 2:
+                continue
+            a = min(max(1, int(round(len(r) * float(self.hp["prefix_ratio"])))), len(r) - 1, self.max_length)
+            pre.append(r[:a])
+            cont.append(r[a:a + self.target_length])
+        if not pre:
+            raise ValueError("continuation tasks need texts of at least 2 tokens")
+        ids, mask = left_pad([bos + r for r in pre], pid, self.device)
+        m = self._mem(ids, mask)
+        tgt = right_pad(cont, pid, self.device)
+        with frozen(self.model):
+            lg = decoder_logits(self.model, m, *tgt)
+        nll = sequence_nll(token_logprobs(lg, *tgt), tgt[1])
+        if st == "nll":
+            return nll, {"loss": float(nll.detach())}
+        with torch.no_grad(), frozen(self.model):  # teacher: g_φ on the original context
+            teacher = decoder_logits(self.model, input_embeddings(self.model)(ids), *tgt, prefix_mask=mask)
+        kl = ctkd_kl(teacher, lg, tgt[1])
+        loss = nll + float(self.hp["kd_weight"]) * kl
+        return loss, {"loss": float(loss.detach()), "nll": float(nll.detach()), "kl": float(kl.detach())}

@@ -1,0 +1,166 @@
+"""Training losses of the four methods, on plain tensors (no model inside).
+
+- ``info_nce``: contrastive InfoNCE with in-batch + hard negatives (seed 000 eq.1; the "fair
+  baseline" of seeds 000 App. A and 003 Table 1), cosine similarity / τ.
+- ``cda_loss`` / ``cda_divergence_loss``: AutoRegEmbed conditional distribution alignment (seed 000
+  eq.2, S1 and S2 with τ, β; App. B log-sigmoid / KL / JS variants; App. C tanh).
+- ``sequence_nll``: IC (seed 000 §3.2) and LLM2Comp RC / CT-NLL (seed 002 eq.2, eq.4).
+- ``ctkd_kl``: the KL of seed 002 eq.5 (frozen LLM on the full context vs on the memory tokens).
+- ``simcse_loss``: LLM2Comp UCL (seed 002 eq.8) over the 2B dropout views.
+- ``stepwise_contrastive`` + ``icr_regulariser`` + ``gircse_loss``: seed 003 eq.7, eq.8, L_total.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "info_nce",
+    "cda_loss",
+    "cda_divergence_loss",
+    "token_divergence",
+    "sequence_nll",
+    "ctkd_kl",
+    "simcse_loss",
+    "stepwise_contrastive",
+    "icr_regulariser",
+    "gircse_loss",
+    "SQUASH",
+]
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
+
+
+def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float = 0.05) -> torch.Tensor:
+    """Mean over queries of -log exp(cos(q,d+)/τ) / Σ_{d ∈ docs} exp(cos(q,d)/τ)  (seed 000 eq.1).
+
+    ``docs`` [M, d] holds every document of the batch (all positives and hard negatives), so the
+    other queries' positives act as in-batch negatives; ``pos`` [B] is each query's positive row.
+    """
+    if q.dim() != 2 or docs.dim() != 2 or q.shape[1] != docs.shape[1]:
+        raise ValueError(f"q [B, d] and docs [M, d] needed, got {tuple(q.shape)} and {tuple(docs.shape)}")
+    if tau <= 0:
+        raise ValueError(f"temperature tau must be > 0, got {tau}")
+    return F.cross_entropy(_cos(q, docs) / tau, pos.to(q.device).long())
+
+
+def _squash(name: str):
+    if name == "sigmoid":
+        return torch.sigmoid
+    if name == "logsigmoid":
+        return F.logsigmoid
+    if name == "tanh":
+        return torch.tanh
+    raise ValueError(f"unknown CDA squashing {name!r}; use one of {SQUASH}")
+
+
+SQUASH = ("sigmoid", "logsigmoid", "tanh")
+
+
+def cda_loss(lp_q_pos: torch.Tensor, lp_d_pos: torch.Tensor, ref_q_pos: torch.Tensor,
+             lp_q_neg: torch.Tensor, ref_q_neg: torch.Tensor, tau: float = 0.05, beta: float = 0.1,
+             squash: str = "sigmoid") -> torch.Tensor:
+    """AutoRegEmbed CDA loss, seed 000 eq.2 (``squash``: eq.2 sigmoid, App. B logsigmoid, App. C tanh).
+
+    Arguments are sequence log-likelihoods log p(d | e) (sums over the tokens of d):
+    ``lp_q_pos`` [B] = log p_θ(d+ | e_{q,I_next}), ``lp_d_pos`` [B] = log p_θ(d+ | e_{d+,I_self}),
+    ``ref_q_pos`` [B] = log p_ref(d+ | e_{q,I_next}), ``lp_q_neg`` / ``ref_q_neg`` [B, n] the same
+    for each negative d_i^-.
+
+    S1 = -σ(β |lp_q_pos - lp_d_pos|),  S2_i = -σ(β (lp_q_pos - ref_q_pos) - β (lp_q_neg_i - ref_q_neg_i)),
+    L = mean_B -log e^{S1/τ} / (e^{S1/τ} + Σ_i e^{S2_i/τ}).
+    """
+    if tau <= 0:
+        raise ValueError(f"temperature tau must be > 0, got {tau}")
+    f = _squash(squash)
+    s1 = -f(beta * (lp_q_pos - lp_d_pos).abs())
+    s2 = -f(beta * (lp_q_pos - ref_q_pos).unsqueeze(1) - beta * (lp_q_neg - ref_q_neg))
+    logits = torch.cat([s1.unsqueeze(1), s2], dim=1) / tau
+    return -torch.log_softmax(logits, dim=1)[:, 0].mean()
+
+
+def cda_divergence_loss(div_pos: torch.Tensor, div_neg: torch.Tensor, tau: float = 0.05,
+                        squash: str = "sigmoid") -> torch.Tensor:
+    """App. B KL / JS variants of eq.2: S1 = -σ(div_pos), S2_i = -σ(div_neg_i), same InfoNCE shape.
+
+    ``div_pos`` [B] = (1/T) Σ_t D(p(·|d+_<t, e_{d+,I_self}), p(·|d+_<t, e_{q,I_next})),
+    ``div_neg`` [B, n] = (1/T) Σ_t D(p(·|d-_<t, e_{d-,I_self}), p(·|d+_<t, e_{q,I_next})).
+    """
+    f = _squash(squash)
+    logits = torch.cat([-f(div_pos).unsqueeze(1), -f(div_neg)], dim=1) / tau
+    return -torch.log_softmax(logits, dim=1)[:, 0].mean()
+
+
+def token_divergence(logits_p: torch.Tensor, logits_q: torch.Tensor, mask: torch.Tensor, kind: str = "kl") -> torch.Tensor:
+    """(1/T) Σ_t D(p_t, q_t) per row [B] over the masked positions; D = KL(p‖q) or JS(p, q)."""
+    lp = torch.log_softmax(logits_p.float(), -1)
+    lq = torch.log_softmax(logits_q.float(), -1)
+    if kind == "kl":
+        d = (lp.exp() * (lp - lq)).sum(-1)
+    elif kind == "js":
+        lm = torch.logsumexp(torch.stack([lp, lq]), 0) - torch.log(torch.tensor(2.0))
+        d = 0.5 * (lp.exp() * (lp - lm)).sum(-1) + 0.5 * (lq.exp() * (lq - lm)).sum(-1)
+    else:
+        raise ValueError(f"unknown divergence {kind!r}; use 'kl' or 'js'")
+    m = mask.float()
+    return (d * m).sum(1) / m.sum(1).clamp(min=1)
+
+
+def sequence_nll(token_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood per target token over the batch (IC, RC, CT-NLL)."""
+    m = mask.float()
+    return -(token_lp * m).sum() / m.sum().clamp(min=1)
+
+
+def ctkd_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Seed 002 eq.5 in expectation: mean over continuation tokens of
+    KL(g_φ(·|n_1..n_{j-1}) ‖ g_φ(·|m̃_1..m̃_k, n_{a+1}..n_{j-1})) (teacher = full context)."""
+    lt = torch.log_softmax(teacher_logits.float(), -1)
+    ls = torch.log_softmax(student_logits.float(), -1)
+    kl = (lt.exp() * (lt - ls)).sum(-1)
+    m = mask.float()
+    return (kl * m).sum() / m.sum().clamp(min=1)
+
+
+def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, tau: float = 0.05) -> torch.Tensor:
+    """UCL, seed 002 eq.8: z_i, z_j two dropout views; the denominator runs over the 2B views
+    except z_i itself (the 1[k≠i] of SimCLR's NT-Xent, which eq.8's Σ_{k=1}^{2B} leaves implicit:
+    the self term cos=1 would be a constant e^{1/τ})."""
+    if z1.shape != z2.shape:
+        raise ValueError(f"the two views must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
+    B = z1.shape[0]
+    z = torch.cat([z1, z2], 0)
+    sim = _cos(z, z) / tau
+    sim = sim.masked_fill(torch.eye(2 * B, dtype=torch.bool, device=sim.device), float("-inf"))
+    target = torch.cat([torch.arange(B, 2 * B), torch.arange(0, B)]).to(sim.device)
+    return F.cross_entropy(sim, target)
+
+
+def stepwise_contrastive(Gq: torch.Tensor, Gd: torch.Tensor, pos: torch.Tensor, tau: float = 0.02) -> torch.Tensor:
+    """Per-step losses L_k [K] of seed 003 eq.7: z_k = mean of the first k generated states
+    (eq.4 on G_{1:k}); L_k = InfoNCE(z_k^q, z_k^d over the batch's documents B)."""
+    if Gq.dim() != 3 or Gd.dim() != 3 or Gq.shape[1:] != Gd.shape[1:]:
+        raise ValueError(f"Gq [B, K, d] and Gd [M, K, d] needed, got {tuple(Gq.shape)}, {tuple(Gd.shape)}")
+    K = Gq.shape[1]
+    steps = torch.arange(1, K + 1, device=Gq.device, dtype=torch.float32).view(1, K, 1)
+    zq = Gq.float().cumsum(1) / steps
+    zd = Gd.float().cumsum(1) / steps
+    return torch.stack([info_nce(zq[:, k], zd[:, k], pos, tau) for k in range(K)])
+
+
+def icr_regulariser(Lk: torch.Tensor) -> torch.Tensor:
+    """Seed 003 eq.8: (1/(K-1)) Σ_{k=1}^{K-1} max(log L_{k+1} - log L_k, 0); 0 when K = 1."""
+    if Lk.numel() < 2:
+        return Lk.sum() * 0.0
+    logs = torch.log(Lk)
+    return torch.clamp(logs[1:] - logs[:-1], min=0).mean()
+
+
+def gircse_loss(Lk: torch.Tensor, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """L_total = L_contrast + λ L_reg with L_contrast = Σ_k L_k (seed 003 eq.7, eq.8).
+    Returns (total, contrast, reg)."""
+    contrast = Lk.sum()
+    reg = icr_regulariser(Lk)
+    return contrast + lam * reg, contrast, reg

@@ -1,0 +1,240 @@
+"""The LoRA training loop shared by all methods: data, optimizer, schedule, log, checkpoint, resume.
+
+CPU toy scale: fp32, a few steps, small batches. GPU paper scale: ``dtype="bf16"``,
+``grad_accum`` for the effective batch, ``grad_checkpointing=True``. Output directory:
+the final adapter (peft files + soft tokens + ``alignir_train.json``), ``loss_log.jsonl`` (one
+line per optimizer step) and ``checkpoint/`` (latest state, for ``resume``).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from encoders.train.adapter import add_lora, load_trainable_adapter, save_adapter
+from encoders.train.data import batch_indices, load_pairs, load_texts
+
+__all__ = ["TrainConfig", "METHODS", "method_class", "train"]
+
+METHODS = {
+    "infonce": "encoders.train.infonce:InfoNCEMethod",
+    "autoregembed": "encoders.train.autoregembed:AutoRegEmbedMethod",
+    "llm2comp": "encoders.train.llm2comp:LLM2CompMethod",
+    "gircse": "encoders.train.gircse:GircseMethod",
+}
+
+#: learning rates of the papers (seed 000 App. A; seed 002 App. 2.1; seed 003 App. C)
+DEFAULT_LR = {
+    ("infonce", "contrastive"): 1e-4,
+    ("autoregembed", "ic"): 2e-5, ("autoregembed", "ic-text"): 2e-5, ("autoregembed", "cda"): 5e-6,
+    ("llm2comp", "rc"): 1e-4, ("llm2comp", "nll"): 1e-4, ("llm2comp", "ctkd"): 1e-4,
+    ("llm2comp", "ucl"): 3e-5, ("llm2comp", "scl"): 3e-5,
+    ("gircse", "icr"): 1e-5,
+}
+
+
+def method_class(name: str):
+    import importlib
+
+    if name not in METHODS:
+        raise ValueError(f"unknown training method {name!r}; use one of {sorted(METHODS)}")
+    mod, _, cls = METHODS[name].partition(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+@dataclass
+class TrainConfig:
+    method: str
+    data: str
+    out: str
+    stage: str | None = None  # default: the method's first stage
+    model: str = "smollm2-135m"
+    steps: int = 100
+    batch_size: int = 4
+    grad_accum: int = 1
+    lr: float | None = None  # default: the paper's (DEFAULT_LR)
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    max_length: int = 128
+    target_length: int = 128
+    split: str = "train"
+    n_negatives: int = 1
+    max_examples: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    dtype: str | None = None  # None: fp32 on CPU, bf16/fp16 on CUDA
+    grad_checkpointing: bool = False
+    init_adapter: str | None = None  # continue from a previous stage (IC -> CDA, CTKD -> UCL -> SCL)
+    save_every: int = 0  # steps between checkpoints (0: only at the end)
+    resume: bool = True
+    progress: bool = True
+    hp: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        cls = method_class(self.method)
+        if self.stage is None:
+            self.stage = next(iter(cls.STAGES))
+        if self.stage not in cls.STAGES:
+            raise ValueError(f"unknown stage {self.stage!r} for {self.method}; use one of {list(cls.STAGES)}")
+        for nm in ("steps", "batch_size", "grad_accum", "lora_r", "max_length", "target_length"):
+            if int(getattr(self, nm)) < 1:
+                raise ValueError(f"{nm} must be >= 1, got {getattr(self, nm)}")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if not Path(self.data).exists():
+            raise ValueError(f"training data {self.data!r} does not exist")
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _lr_lambda(total: int, warmup: int):
+    def f(step: int) -> float:  # linear warm-up, then linear decay to 0
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return f
+
+
+def _load_data(cfg: TrainConfig, kind: str) -> list:
+    if kind == "pairs":
+        return load_pairs(cfg.data, cfg.split, n_negatives=cfg.n_negatives, seed=cfg.seed, max_queries=cfg.max_examples)
+    return load_texts(cfg.data, max_texts=cfg.max_examples)
+
+
+def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict) -> None:
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_adapter(peft_model, tmp, method.extra_tensors(), meta)
+    torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "torch_rng": torch.get_rng_state()}, tmp / "trainer_state.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step}))
+    old = ckpt.with_name(ckpt.name + ".old")
+    if ckpt.exists():
+        os.replace(ckpt, old)
+    os.replace(tmp, ckpt)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def train(cfg: TrainConfig, loaded=None) -> dict[str, Any]:
+    """Run one training stage; returns a summary (steps, seconds, final loss, output dir).
+
+    ``loaded`` (an ``encoders.models.LoadedModel``) is used when given — its model is copied,
+    never modified — else ``cfg.model`` is loaded.
+    """
+    cfg.validate()
+    from encoders.models import load_model
+
+    _seed_all(cfg.seed)
+    if loaded is None:
+        loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    cls = method_class(cfg.method)
+    kind = cls.STAGES[cfg.stage]
+    data = _load_data(cfg, kind)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = out / "checkpoint"
+
+    model = copy.deepcopy(loaded.model)
+    model.train()
+    if cfg.grad_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    extra: dict[str, torch.Tensor] = {}
+    resume_from = ckpt if (cfg.resume and (ckpt / "trainer_state.json").is_file()) else None
+    if resume_from is not None:
+        peft_model, extra, _ = load_trainable_adapter(model, resume_from)
+    elif cfg.init_adapter:
+        peft_model, extra, _ = load_trainable_adapter(model, cfg.init_adapter)
+    else:
+        peft_model = add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout)
+    peft_model.train()
+
+    method = cls(peft_model, loaded, cfg.stage, dict(cfg.hp), extra, cfg.max_length, cfg.target_length)
+    if resume_from is not None and getattr(method, "ref", None) is not None:
+        # p_ref must be the model as the stage *started*, not the resumed state
+        from encoders.train.genbase import init_soft_tokens
+
+        base = copy.deepcopy(loaded.model)
+        if cfg.init_adapter:
+            ref, ref_extra, _ = load_trainable_adapter(base, cfg.init_adapter)
+        else:
+            ref, ref_extra = add_lora(base, cfg.lora_r, cfg.lora_alpha), {}  # fresh LoRA == base model
+        method.ref = ref.eval()
+        for p in method.ref.parameters():
+            p.requires_grad_(False)
+        soft = ref_extra.get(method.soft_key)
+        method.ref_soft = (soft if soft is not None else init_soft_tokens(base, int(method.hp["k"]))).float().to(method.device)
+    params = [p for p in peft_model.parameters() if p.requires_grad] + method.extra_parameters()
+    lr = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps, int(cfg.warmup_ratio * cfg.steps)))
+    start = 0
+    if resume_from is not None:
+        state = torch.load(resume_from / "trainer_state.pt", weights_only=True)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        start = int(json.loads((resume_from / "trainer_state.json").read_text())["step"])
+
+    meta = {
+        "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
+        "base_model": dict(loaded.identity), "embedder": method.embedder_family(),
+        "embedder_options": method.embedder_options(), "n_examples": len(data),
+    }
+    log_path = out / "loss_log.jsonl"
+    if start == 0 and log_path.exists():
+        log_path.unlink()
+    batches = batch_indices(len(data), cfg.batch_size, cfg.seed, start * cfg.grad_accum)
+    t0 = time.perf_counter()
+    last: dict[str, float] = {}
+    bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.method}/{cfg.stage}", disable=not cfg.progress,
+               initial=start, total=cfg.steps)
+    with open(log_path, "a") as log:
+        for step in bar:
+            opt.zero_grad(set_to_none=True)
+            agg: dict[str, float] = {}
+            for _ in range(cfg.grad_accum):
+                batch = [data[i] for i in next(batches)]
+                loss, logs = method.loss(batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}: {logs}")
+                (loss / cfg.grad_accum).backward()
+                for k, v in logs.items():
+                    agg[k] = agg.get(k, 0.0) + v / cfg.grad_accum
+            if cfg.max_grad_norm and cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            opt.step()
+            sched.step()
+            last = {"step": step + 1, **agg, "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
+            log.write(json.dumps(last) + "\n")
+            log.flush()
+            bar.set_postfix(loss=f"{agg.get('loss', float('nan')):.4f}")
+            if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta)
+    seconds = time.perf_counter() - t0
+    meta.update({"steps": cfg.steps, "train_seconds": seconds, "final": last})
+    peft_model.eval()
+    save_adapter(peft_model, out, method.extra_tensors(), meta)
+    _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta)
+    return {"out": str(out), "steps": cfg.steps, "train_seconds": seconds, "final": last,
+            "method": cfg.method, "stage": cfg.stage}
