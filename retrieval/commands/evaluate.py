@@ -1,8 +1,121 @@
-"""CLI commands: evaluate (owner fills this in; keep imports of heavy modules inside commands)."""
+"""`alignir eval` (score an index on a BEIR split) and `alignir beir` (build + eval in one go)."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from retrieval.commands.common import echo_json, setup_logging, user_errors
+
+MODES_HELP = "hybrid | sparse | dense | all (comma-separated list allowed)."
+
+
+def _modes(mode: str) -> list[str]:
+    from retrieval.searcher import MODES
+
+    modes = list(MODES) if mode == "all" else [m.strip() for m in mode.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"unknown mode(s) {bad or mode!r}; use {MODES_HELP}")
+    return modes
+
+
+def _evaluate(index: Path, dataset: str, split: str, modes: list[str], run: Optional[Path],
+              top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
+              bm25: bool, progress: bool = True) -> dict:
+    from retrieval.beir import load_beir
+    from retrieval.evaluation import evaluate_runs, timed_eval
+    from retrieval.runs import write_trec
+    from retrieval.searcher import Searcher
+
+    data = load_beir(dataset, split=split)
+    searcher = Searcher.open(index, instruction=instruction)
+    out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha)
+    if bm25:
+        from retrieval.bm25 import bm25_run
+
+        runs_bm25 = {"bm25": bm25_run(data.corpus, data.queries, k=top)}
+        out["metrics"].update(evaluate_runs(data.qrels, runs_bm25))
+        out["runs"].update(runs_bm25)
+    if run is not None:
+        for mode in out["runs"]:
+            path = run if len(out["runs"]) == 1 else run.with_name(f"{run.stem}.{mode}{run.suffix}")
+            write_trec(out["runs"][mode], path, tag=f"alignir-{mode}")
+            typer.secho(f"run written: {path}", err=True)
+    return {"dataset": data.name, "split": split, "index": str(index), "queries": len(data.queries),
+            "metrics": out["metrics"], "seconds": out["seconds"]}
+
+
+def _print_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from retrieval.metrics import DEFAULT_METRICS
+
+    table = Table(title=f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
+    table.add_column("method")
+    for m in DEFAULT_METRICS:
+        table.add_column(m, justify="right")
+    for mode, vals in result["metrics"].items():
+        table.add_row(mode, *(f"{vals[m]:.4f}" for m in DEFAULT_METRICS))
+    Console().print(table)
+
+
+def eval_cmd(
+    index: Path = typer.Option(..., "--index", "-i", help="Index folder (alignir build-index)."),
+    dataset: str = typer.Option(..., "--dataset", "-d", help="BEIR folder, or a name found under $ALIGNIR_DATA."),
+    split: str = typer.Option("test", help="qrels split."),
+    mode: str = typer.Option("all", help=MODES_HELP),
+    run: Optional[Path] = typer.Option(None, help="Write a TREC run here (one file per mode: NAME.MODE.trec)."),
+    top: int = typer.Option(100, help="Hits per query in the run (recall@100 needs 100)."),
+    instruction: Optional[str] = typer.Option(None, help="Query instruction (task name or text)."),
+    fusion: Optional[str] = typer.Option(None, help="minmax | rrf | zscore."),
+    alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in fusion."),
+    bm25: bool = typer.Option(False, help="Add a BM25 (bm25s) row from the same harness."),
+    as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """nDCG@10 (headline), recall@100, MRR@10 and MAP of an index on a BEIR split, via
+    pytrec_eval; hits whose doc id equals the query id are dropped, as BEIR does."""
+    setup_logging(verbose)
+    with user_errors():
+        result = _evaluate(index, dataset, split, _modes(mode), run, top, instruction, fusion,
+                           alpha, bm25, progress=not as_json)
+        echo_json(result) if as_json else _print_table(result)
+
+
+def beir_cmd(
+    dataset: str = typer.Argument(..., help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a name under $ALIGNIR_DATA."),
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder (default: indexes/NAME-MODEL)."),
+    model: str = typer.Option("smollm2-135m", help="Model spec (see build-index)."),
+    embedder: str = typer.Option("prompteol", help="Embedder family."),
+    split: str = typer.Option("test", help="qrels split."),
+    mode: str = typer.Option("all", help=MODES_HELP),
+    run: Optional[Path] = typer.Option(None, help="Write TREC runs here."),
+    max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
+    bm25: bool = typer.Option(True, help="Add the BM25 anchor row."),
+    as_json: bool = typer.Option(False, "--json"),
+    cache_dir: Optional[Path] = typer.Option(None, envvar="ALIGNIR_CACHE", help="Cache folder."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Build an index over a BEIR folder with the default model, then evaluate it: the
+    one-command benchmark. The index is kept (re-running reuses the cached encodings)."""
+    setup_logging(verbose)
+    with user_errors():
+        from retrieval.beir import resolve_dataset
+        from retrieval.indexer import build_index
+
+        folder = resolve_dataset(dataset)
+        target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{embedder}"
+        build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
+                    embedder_options={"max_length": max_length},
+                    on_stage=lambda s: typer.secho(f"• {s}", err=True))
+        result = _evaluate(target, str(folder), split, _modes(mode), run, 100, None, None, None,
+                           bm25, progress=not as_json)
+        echo_json(result) if as_json else _print_table(result)
+
 
 def register(app: typer.Typer) -> None:
-    """Attach this module's commands to the main app."""
+    app.command("eval")(eval_cmd)
+    app.command("beir")(beir_cmd)

@@ -1,8 +1,201 @@
-"""CLI commands: indexing (owner fills this in; keep imports of heavy modules inside commands)."""
+"""`alignir build-index | search | resparsify | info`."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from retrieval.commands.common import echo_json, setup_logging, user_errors
+
+INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
+
+
+def _sparse_config(k, m, lam, doc_weighting, query_weighting, fold, quantize, base=None):
+    from retrieval.config import SparseConfig
+
+    base = base or SparseConfig()
+    return base.with_changes(doc_k=k, query_m=m, pc1_lambda=lam, doc_weighting=doc_weighting,
+                             query_weighting=query_weighting, fold=fold,
+                             quantize=None if quantize == "none" else quantize)
+
+
+def build_index_cmd(
+    source: Path = typer.Argument(..., help="A BEIR folder (with corpus.jsonl) or a corpus .jsonl "
+                                  "file with `_id`, `title`, `text` per line."),
+    index: Path = INDEX_OPT,
+    model: str = typer.Option("smollm2-135m", help="Model: registered name (smollm2-135m, "
+                              "gemma3-270m), local HF folder, .gguf file, or hub id."),
+    embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
+                                 "weighted-mean, echo, autoregembed, llm2comp, gircse."),
+    adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
+    k: Optional[int] = typer.Option(None, "--k", help="K: aligned tokens kept per document (eq.15)."),
+    m: Optional[int] = typer.Option(None, "--m", help="M: aligned tokens added to each query (eq.16)."),
+    lam: Optional[float] = typer.Option(None, "--lambda", help="λ of the PC1 adjustment h + λ·u1 (eq.14); 0 = off."),
+    doc_weighting: Optional[str] = typer.Option(None, help="Document weights: raw | relu | log1p."),
+    query_weighting: Optional[str] = typer.Option(None, help="Query weights: binary (paper) | raw | relu | log1p."),
+    fold: Optional[bool] = typer.Option(None, "--fold/--no-fold", help="Fold case/space variants of a token into one term."),
+    quantize: Optional[str] = typer.Option(None, help="Posting weights: none | uint8 | uint16."),
+    dense: str = typer.Option("flat", help="FAISS index: flat | hnsw | ivfpq."),
+    center: bool = typer.Option(False, help="Center the dense vectors (fitted on the corpus)."),
+    whiten: Optional[str] = typer.Option(None, help="Whiten the dense vectors: zca | pca."),
+    max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
+    batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
+    instruction: Optional[str] = typer.Option(None, help="Default query instruction (task name or text); "
+                                              "can be overridden at search time."),
+    skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines (reported) instead of stopping."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse dense vectors cached by an "
+                                "earlier (or killed) encode of the same texts with the same encoder."),
+    cache_dir: Optional[Path] = typer.Option(None, envvar="ALIGNIR_CACHE", help="Cache folder "
+                                             "(default ~/.cache/alignir)."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Encode a corpus once and build its sparse (aligned-token) + dense index.
+
+    Nothing appears at --index until the index is complete: a failed or killed build leaves
+    an older index there intact. Re-running after a kill resumes from the encoded shards.
+    """
+    setup_logging(verbose)
+    with user_errors():
+        from retrieval.indexer import build_index
+
+        cfg = _sparse_config(k, m, lam, doc_weighting, query_weighting, fold, quantize)
+        opts = {"max_length": max_length, "batch_tokens": batch_tokens}
+        if adapter is not None:
+            opts["adapter"] = str(adapter)
+        if instruction is not None:
+            opts["instruction"] = instruction
+        dense_opts = {"center": center or whiten is not None, "whiten": whiten}
+        manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
+                               dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
+                               skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
+                               device=device, on_stage=lambda s: typer.secho(f"• {s}", err=True))
+        skipped = manifest.get("build", {}).get("skipped_lines", [])
+        for line, reason in skipped[:20]:
+            typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
+        c = manifest["counts"]
+        typer.echo(f"indexed {c['docs']} documents into {index} "
+                   f"({c.get('sparse_postings', 0)} postings, {len(skipped)} lines skipped)")
+
+
+def search_cmd(
+    query: str = typer.Argument(..., help="The query text."),
+    index: Path = INDEX_OPT,
+    mode: str = typer.Option("hybrid", help="hybrid | sparse | dense."),
+    top: int = typer.Option(10, "--top", "-k", help="Number of hits."),
+    explain: bool = typer.Option(False, help="Show the matched tokens and their contributions."),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"query\", \"hits\": [...]} as JSON."),
+    instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
+    fusion: Optional[str] = typer.Option(None, help="Hybrid fusion: minmax | rrf | zscore."),
+    alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in minmax/zscore fusion."),
+    model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Search an index from the shell."""
+    setup_logging(verbose)
+    with user_errors():
+        from retrieval.searcher import Searcher
+
+        if not query.strip():
+            raise ValueError("the query is empty")
+        searcher = Searcher.open(index, model=model, instruction=instruction)
+        hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha)
+        if as_json:
+            echo_json({"query": query, "mode": mode, "hits": [_hit_json(h) for h in hits]})
+            return
+        _print_hits(query, hits, explain)
+
+
+def _hit_json(hit) -> dict:
+    d = {"id": hit.id, "score": hit.score, "rank": hit.rank,
+         "sparse_score": hit.sparse_score, "dense_score": hit.dense_score}
+    if hit.explanation is not None:
+        d["matched"] = [{"term": c.string, "query_weight": c.query_weight,
+                         "doc_weight": c.doc_weight, "contribution": c.contribution}
+                        for c in hit.explanation]
+    return d
+
+
+def _print_hits(query: str, hits, explain: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{query!r}", show_lines=explain)
+    for col in ("rank", "id", "score", "sparse", "dense"):
+        table.add_column(col, justify="right" if col != "id" else "left")
+    if explain:
+        table.add_column("why (top matched tokens: contribution)")
+    fmt = lambda v: "" if v is None else f"{v:.4g}"  # noqa: E731
+    for h in hits:
+        row = [str(h.rank), h.id, fmt(h.score), fmt(h.sparse_score), fmt(h.dense_score)]
+        if explain:
+            row.append(", ".join(f"{c.string}: {c.contribution:.3g}" for c in (h.explanation or [])[:8]))
+        table.add_row(*row)
+    Console().print(table)
+    if not hits:
+        typer.echo("no hits")
+
+
+def resparsify_cmd(
+    index: Path = INDEX_OPT,
+    k: Optional[int] = typer.Option(None, "--k", help="New K (eq.15)."),
+    m: Optional[int] = typer.Option(None, "--m", help="New M (eq.16)."),
+    lam: Optional[float] = typer.Option(None, "--lambda", help="New λ (eq.14)."),
+    doc_weighting: Optional[str] = typer.Option(None, help="raw | relu | log1p."),
+    query_weighting: Optional[str] = typer.Option(None, help="binary | raw | relu | log1p."),
+    fold: Optional[bool] = typer.Option(None, "--fold/--no-fold"),
+    quantize: Optional[str] = typer.Option(None, help="none | uint8 | uint16."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Rebuild the sparse side with new K / M / λ / weighting from the stored dense vectors
+    (seconds; no re-encode). Unset options keep their current values."""
+    setup_logging(verbose)
+    with user_errors():
+        from retrieval.indexer import resparsify
+
+        changes = {name: v for name, v in dict(
+            doc_k=k, query_m=m, pc1_lambda=lam, doc_weighting=doc_weighting,
+            query_weighting=query_weighting, fold=fold).items() if v is not None}
+        if quantize is not None:
+            changes["quantize"] = None if quantize == "none" else quantize
+        manifest = resparsify(index, **changes)
+        typer.echo(f"re-sparsified {index}: {manifest['params']['sparse']}")
+
+
+def info_cmd(
+    index: Path = INDEX_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """What is inside an index: counts, sizes, parameters, encoder fingerprint."""
+    with user_errors():
+        from index.store import read_manifest
+
+        manifest = read_manifest(index)
+        size = sum(f.stat().st_size for f in Path(index).rglob("*") if f.is_file())
+        if as_json:
+            echo_json({**manifest, "bytes": size})
+            return
+        enc, emb = manifest["encoder"], manifest.get("embedder", {})
+        lines = [
+            f"index      {Path(index).absolute()}",
+            f"format     {manifest['format']} v{manifest['format_version']} (created {manifest.get('created')})",
+            f"documents  {manifest['counts']['docs']}",
+            f"postings   {manifest['counts'].get('sparse_postings', '-')} over "
+            f"{manifest['dims'].get('sparse_terms', '-')} terms",
+            f"dense      {manifest['dims']['dense']} dims, {manifest.get('dense_index', {}).get('kind', '-')}"
+            f", stored {manifest.get('dense_dtype')}",
+            f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
+            f"embedder   {emb.get('family')} {emb.get('options', {})}",
+            f"sparse     {manifest.get('params', {}).get('sparse')}",
+            f"encoder    hash {manifest['encoder_hash'][:16]}",
+            f"size       {size / 1e6:.1f} MB",
+        ]
+        typer.echo("\n".join(lines))
+
 
 def register(app: typer.Typer) -> None:
-    """Attach this module's commands to the main app."""
+    app.command("build-index")(build_index_cmd)
+    app.command("search")(search_cmd)
+    app.command("resparsify")(resparsify_cmd)
+    app.command("info")(info_cmd)

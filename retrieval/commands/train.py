@@ -1,8 +1,88 @@
-"""CLI commands: train (owner fills this in; keep imports of heavy modules inside commands)."""
+"""CLI: ``alignir train METHOD`` — LoRA training of the trained embedders (encoders/train/).
+
+Examples (CPU toy scale)::
+
+    alignir train infonce --data datasets/scifact --out runs/infonce --steps 50
+    alignir train autoregembed --stage ic  --data datasets/scifact --out runs/are-ic
+    alignir train autoregembed --stage cda --data datasets/scifact --out runs/are-cda --init-adapter runs/are-ic
+    alignir train llm2comp --stage ctkd --data datasets/scifact --out runs/l2c-ctkd   # corpus text
+    alignir train gircse --data datasets/scifact --out runs/gircse --set K=5 --set lam=1
+
+GPU paper scale: ``--dtype bf16 --grad-accum 8 --grad-checkpointing --max-length 512``.
+"""
 from __future__ import annotations
+
+import json
+from typing import Optional
 
 import typer
 
+METHOD_HELP = "infonce | autoregembed (stages ic, ic-text, cda) | llm2comp (rc, nll, ctkd, ucl, scl) | gircse (icr)"
+
+
+def _parse_set(items: list[str]) -> dict:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise typer.BadParameter(f"--set expects KEY=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v  # plain string
+    return out
+
 
 def register(app: typer.Typer) -> None:
-    """Attach this module's commands to the main app."""
+    """Attach ``alignir train`` to the main app."""
+
+    @app.command("train", help=f"Train a LoRA adapter. METHOD: {METHOD_HELP}.")
+    def train_cmd(
+        method: str = typer.Argument(..., help=METHOD_HELP),
+        data: str = typer.Option(..., help="BEIR folder, triples .jsonl, or raw text (.txt/.jsonl/BEIR corpus)"),
+        out: str = typer.Option(..., help="output adapter directory (also holds loss_log.jsonl, checkpoint/)"),
+        stage: Optional[str] = typer.Option(None, help="training stage (default: the method's first)"),
+        model: str = typer.Option("smollm2-135m", help="model spec for encoders.models.load_model"),
+        steps: int = typer.Option(100, min=1),
+        batch_size: int = typer.Option(4, min=1),
+        grad_accum: int = typer.Option(1, min=1),
+        lr: Optional[float] = typer.Option(None, help="default: the paper's learning rate for the stage"),
+        weight_decay: float = typer.Option(0.0),
+        warmup_ratio: float = typer.Option(0.1),
+        lora_r: int = typer.Option(16, min=1),
+        lora_alpha: int = typer.Option(32, min=1),
+        lora_dropout: float = typer.Option(0.0),
+        max_length: int = typer.Option(128, min=1, help="max input tokens per text"),
+        target_length: int = typer.Option(128, min=1, help="max decoder target tokens"),
+        split: str = typer.Option("train", help="qrels split of a BEIR folder"),
+        negatives: int = typer.Option(1, min=0, help="BM25 hard negatives per pair (BEIR data)"),
+        max_examples: Optional[int] = typer.Option(None, help="use only the first N queries / texts"),
+        seed: int = typer.Option(0),
+        device: str = typer.Option("auto"),
+        dtype: Optional[str] = typer.Option(None, help="fp32 | bf16 | fp16 (default fp32 on CPU)"),
+        grad_checkpointing: bool = typer.Option(False, "--grad-checkpointing"),
+        init_adapter: Optional[str] = typer.Option(None, help="continue from a previous stage's adapter"),
+        save_every: int = typer.Option(0, min=0, help="checkpoint every N steps (0: only at the end)"),
+        resume: bool = typer.Option(True, "--resume/--no-resume", help="resume from OUT/checkpoint if present"),
+        threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
+        set_: list[str] = typer.Option([], "--set", help="method hyper-parameter KEY=VALUE (tau, beta, lam, K, k, ...)"),
+    ) -> None:
+        import torch
+
+        from encoders.train.trainer import TrainConfig, train
+
+        if threads:
+            torch.set_num_threads(threads)
+        cfg = TrainConfig(
+            method=method, data=data, out=out, stage=stage, model=model, steps=steps, batch_size=batch_size,
+            grad_accum=grad_accum, lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, lora_r=lora_r,
+            lora_alpha=lora_alpha, lora_dropout=lora_dropout, max_length=max_length, target_length=target_length,
+            split=split, n_negatives=negatives, max_examples=max_examples, seed=seed, device=device, dtype=dtype,
+            grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
+            hp=_parse_set(set_),
+        )
+        try:
+            summary = train(cfg)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+        typer.echo(json.dumps(summary, indent=1, default=str))

@@ -1,0 +1,53 @@
+"""Shared CLI plumbing: error reporting with a non-zero exit, JSON output, logging."""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from typing import Any, Iterator
+
+import typer
+
+#: exit code for bad input / a failed operation (typer uses 2 for usage errors)
+EXIT_FAILURE = 1
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the errors a user can cause (bad files, bad options, a corrupt or foreign index,
+    disk full, no permission) into one clear line on stderr and exit code 1 — never a
+    traceback from deep inside a library."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+            PermissionError) as e:
+        fail(str(e))
+    except OSError as e:  # disk full and friends
+        fail(f"{e.strerror or e} ({getattr(e, 'filename', '') or ''})".strip())
+
+
+def echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, ensure_ascii=False, indent=1, default=_jsonable))
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if hasattr(o, "__dict__"):
+        return vars(o)
+    return str(o)

@@ -1,0 +1,185 @@
+"""Build an index folder from a corpus, and re-sparsify one without re-encoding.
+
+corpus (BEIR folder or corpus .jsonl) -> encoder (dense h, cached) -> u1 (eq.14) ->
+sparse aligned-token vectors (eq.15) + FAISS index -> index folder (index.store, atomic).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from encoders.aligned import TermMap
+from index.dense import DenseIndex
+from index.sparse import SparseIndex
+from index.store import NotAnIndexError, open_index, read_manifest, replace_sparse, write_index
+from retrieval.beir import Corpus, read_corpus_jsonl
+from retrieval.config import SparseConfig
+from retrieval.sparsify import Sparsifier, fit_corpus_pc1
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_EMBEDDER = "prompteol"
+#: keys of the manifest's "embedder" entry: enough to rebuild the query encoder
+EMBEDDER_KEYS = ("family", "model", "options")
+
+
+def read_source(source: str | Path, skip_bad: bool = False) -> Corpus:
+    """A BEIR folder (its corpus.jsonl) or a corpus .jsonl file (``_id``, ``title``, ``text``)."""
+    p = Path(source)
+    if not p.exists():
+        raise FileNotFoundError(f"source {p} does not exist (give a BEIR folder or a corpus .jsonl)")
+    if p.is_dir():
+        corpus_file = p / "corpus.jsonl"
+        if not corpus_file.is_file():
+            raise ValueError(f"{p} is a folder without corpus.jsonl: not a BEIR folder")
+        p = corpus_file
+    # Documents with empty title and text carry nothing to retrieve by (Cranfield has two):
+    # they are skipped and reported rather than indexed as zero vectors.
+    return read_corpus_jsonl(p, skip_bad=skip_bad, empty="skip")
+
+
+def check_target(index_dir: str | Path) -> None:
+    """Refuse to write over a folder that holds something other than an alignir index."""
+    p = Path(index_dir)
+    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        try:
+            read_manifest(p)
+        except NotAnIndexError:
+            raise ValueError(f"{p} exists and is not an alignir index: refusing to overwrite it "
+                             "(choose an empty or new folder)") from None
+
+
+def encode_corpus(embedder: Any, texts: list[str], cache_dir: str | Path | None,
+                  use_cache: bool = True, progress: bool = True) -> np.ndarray:
+    """Dense document vectors, through the embedding cache (resumes a killed encode)."""
+    if not use_cache:
+        return embedder.encode_documents(texts)
+    from encoders.cache import EmbeddingCache
+
+    cache = EmbeddingCache(cache_dir)
+    return cache.encode(embedder, texts, role="document", progress=progress)
+
+
+def term_map_arrays(term_map: TermMap) -> dict[str, np.ndarray]:
+    """The term map as plain arrays for the index folder (no pickle: a unicode array)."""
+    return {"token_to_term": term_map.token_to_term,
+            "term_strings": np.asarray(term_map.term_strings, dtype=np.str_)}
+
+
+def term_map_from_arrays(extra: dict[str, np.ndarray], kind: str) -> TermMap:
+    return TermMap(np.asarray(extra["token_to_term"]), tuple(str(s) for s in extra["term_strings"]),
+                   kind)
+
+
+def build_index(
+    source: str | Path,
+    index_dir: str | Path,
+    *,
+    model: str = DEFAULT_MODEL,
+    embedder: str = DEFAULT_EMBEDDER,
+    sparse: SparseConfig = SparseConfig(),
+    dense_kind: str = "flat",
+    dense_options: dict[str, Any] | None = None,
+    embedder_options: dict[str, Any] | None = None,
+    skip_bad: bool = False,
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    device: str = "auto",
+    progress: bool = True,
+    loaded: Any = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Index ``source`` into ``index_dir`` and return the manifest.
+
+    Nothing is written at ``index_dir`` until the whole index is complete (index.store swaps
+    it in atomically); a previous index there stays usable if the build fails or is killed.
+    The dense vectors are cached by encoder fingerprint + text hash, so a rebuild (or a
+    resumed build after a kill) re-encodes only what is new.
+    """
+    from encoders.embedders import get_embedder
+    from encoders.models import load_model
+
+    stage = on_stage or (lambda s: log.info(s))
+    check_target(index_dir)
+    stage(f"reading {source}")
+    corpus = read_source(source, skip_bad=skip_bad)
+    doc_ids, texts = corpus.ids(), corpus.texts()
+    t0 = time.perf_counter()
+    stage(f"loading model {model}")
+    loaded = loaded if loaded is not None else load_model(model, device=device)
+    opts = dict(embedder_options or {})
+    enc = get_embedder(embedder, loaded, progress=progress, **opts)
+    stage(f"encoding {len(texts)} documents")
+    H = encode_corpus(enc, texts, cache_dir, use_cache=use_cache, progress=progress)
+    t_enc = time.perf_counter() - t0
+    stage("projecting onto the vocabulary (aligned tokens)")
+    pc1 = fit_corpus_pc1(H)
+    sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1)
+    sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=sparse.quantize)
+    stage(f"building the dense index ({dense_kind})")
+    dense_index = DenseIndex.build(H, kind=dense_kind, **(dense_options or {}))
+    manifest = {
+        "encoder": doc_encoder_fingerprint(enc),
+        "embedder": {"family": embedder, "model": model, "options": opts},
+        "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind},
+        "build": {"source": str(Path(source).absolute()), "encode_seconds": round(t_enc, 3),
+                  "skipped_lines": [[s.line, s.reason] for s in corpus.skipped]},
+    }
+    stage(f"writing {index_dir}")
+    write_index(index_dir, manifest, doc_ids, H, sparse_index=sparse_index,
+                dense_index=dense_index, pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map))
+    return read_manifest(index_dir)
+
+
+def doc_encoder_fingerprint(embedder: Any) -> dict[str, Any]:
+    """The embedder's fingerprint without query-side options (a query instruction may change
+    per task without invalidating the document vectors)."""
+    fp = dict(embedder.fingerprint())
+    fp.pop("query_instruction", None)
+    return fp
+
+
+def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto",
+               **changes: Any) -> dict[str, Any]:
+    """Rebuild the sparse part with new K / M / λ / weighting / folding / quantisation from
+    the stored dense vectors (no re-encode). ``changes``: SparseConfig fields."""
+    from encoders.embedders import get_embedder
+    from encoders.models import load_model
+
+    stored = open_index(index_dir, load_sparse=False, load_dense=False)
+    old = SparseConfig.from_dict(stored.params.get("sparse", {}))
+    quantize = changes.pop("quantize", old.quantize)  # None is a value here ("float32")
+    new = replace(old.with_changes(**changes), quantize=quantize)
+    spec = stored.manifest["embedder"]
+    loaded = loaded if loaded is not None else load_model(spec["model"], device=device)
+    enc = get_embedder(spec["family"], loaded, progress=False, **spec.get("options", {}))
+    stored.check_fingerprint(doc_encoder_fingerprint(enc))
+    term_map = None
+    if new.fold == old.fold and "token_to_term" in stored.extra:
+        term_map = term_map_from_arrays(stored.extra, stored.params.get("term_map", "identity"))
+    sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
+    H = np.asarray(stored.dense_vectors, dtype=np.float32)
+    sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
+    params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind}
+    if term_map is None:  # folding changed: the term map arrays change with it
+        return _rewrite_with_term_map(stored, sparse_index, params, sparsifier.term_map)
+    replace_sparse(index_dir, sparse_index, params)
+    return read_manifest(index_dir)
+
+
+def _rewrite_with_term_map(stored: Any, sparse_index: SparseIndex, params: dict[str, Any],
+                           term_map: TermMap) -> dict[str, Any]:
+    manifest = {k: stored.manifest[k] for k in ("encoder", "embedder", "build") if k in stored.manifest}
+    manifest["params"] = {**stored.params, **params}
+    full = open_index(stored.path, load_sparse=False, load_dense=True)
+    write_index(stored.path, manifest, stored.doc_ids, np.asarray(stored.dense_vectors),
+                sparse_index=sparse_index, dense_index=full.dense, pc1=stored.pc1,
+                extra_arrays={**{k: v for k, v in stored.extra.items()}, **term_map_arrays(term_map)},
+                dense_dtype=stored.manifest.get("dense_dtype", "float32"))
+    return read_manifest(stored.path)

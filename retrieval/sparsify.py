@@ -1,0 +1,70 @@
+"""Dense vectors -> aligned-token sparse vectors for an index (seed 004 §5, eq.14-16).
+
+The one place where an index's :class:`~retrieval.config.SparseConfig` is turned into calls of
+``encoders.aligned``: building, re-sparsifying and querying all go through here, so the three
+can never disagree about K, M, λ, weighting or folding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from encoders.aligned import TermMap, adjust, doc_vectors, fit_pc1, query_vectors
+from retrieval.config import SparseConfig
+
+#: documents sampled to fit the first principal component u1 (eq.14)
+PC1_SAMPLE = 4096
+
+
+@dataclass
+class Sparsifier:
+    """Projects dense vectors through one model's LM head with one SparseConfig."""
+
+    lm_head: Any  # torch.Tensor [V, d]
+    special_ids: np.ndarray
+    term_map: TermMap
+    config: SparseConfig
+    pc1: np.ndarray | None = None
+
+    @classmethod
+    def for_model(cls, loaded: Any, config: SparseConfig, pc1: np.ndarray | None = None,
+                  term_map: TermMap | None = None) -> "Sparsifier":
+        """Build from an ``encoders.models.LoadedModel`` (term map from its tokenizer)."""
+        if term_map is None:
+            term_map = TermMap.from_tokenizer(loaded.tokenizer, vocab_size=loaded.vocab_size,
+                                              fold=config.fold)
+        return cls(loaded.lm_head, np.asarray(loaded.special_ids), term_map, config, pc1)
+
+    def _adjusted(self, H: np.ndarray) -> np.ndarray:
+        """h + λ·u1 (eq.14) when λ ≠ 0; the vectors untouched otherwise."""
+        lam = self.config.pc1_lambda
+        if lam == 0.0:
+            return np.asarray(H, dtype=np.float32)
+        if self.pc1 is None:
+            raise ValueError("pc1_lambda is set but no first principal component u1 was fitted")
+        return adjust(H, self.pc1, lam)
+
+    def documents(self, H: np.ndarray) -> sp.csr_matrix:
+        """Top-K aligned terms per document with the configured weighting (eq.15)."""
+        c = self.config
+        return doc_vectors(self._adjusted(H), self.lm_head, c.doc_k, weighting=c.doc_weighting,
+                           term_map=self.term_map, mask_ids=self.special_ids)
+
+    def queries(self, H: np.ndarray, surface_ids: Sequence[np.ndarray]) -> sp.csr_matrix:
+        """Surface tokens ∪ top-M aligned tokens per query (eq.16 token set)."""
+        c = self.config
+        return query_vectors(self._adjusted(H), surface_ids, self.lm_head, c.query_m,
+                             weighting=c.query_weighting, term_map=self.term_map,
+                             mask_ids=self.special_ids)
+
+
+def fit_corpus_pc1(H: np.ndarray, sample: int = PC1_SAMPLE, seed: int = 0) -> np.ndarray:
+    """u1 of eq.14 fitted on (a fixed random sample of) the corpus embeddings."""
+    H = np.asarray(H, dtype=np.float32)
+    if H.shape[0] > sample:
+        rows = np.sort(np.random.default_rng(seed).choice(H.shape[0], sample, replace=False))
+        H = H[rows]
+    return fit_pc1(H)
