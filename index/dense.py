@@ -33,6 +33,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from index.store import save_npy
+
 FORMAT_VERSION = 1
 KINDS = ("flat", "hnsw", "ivfpq")
 WHITENINGS = (None, "zca", "pca")
@@ -449,11 +451,11 @@ class DenseIndex:
         blob = faiss.serialize_index(self._index)  # uint8 array; written by Python for errno-rich errors
         with open(out / "index.faiss", "wb") as f:
             f.write(memoryview(blob))
-        np.save(out / "deleted.npy", self._deleted, allow_pickle=False)
+        save_npy(out / "deleted.npy", self._deleted)
         if self.transform.mean is not None:
-            np.save(out / "mean.npy", self.transform.mean, allow_pickle=False)
+            save_npy(out / "mean.npy", self.transform.mean)
         if self.transform.matrix is not None:
-            np.save(out / "whiten.npy", self.transform.matrix, allow_pickle=False)
+            save_npy(out / "whiten.npy", self.transform.matrix)
         (out / "dense.json").write_text(json.dumps(meta, indent=2))
 
     @classmethod

@@ -153,6 +153,23 @@ def _sha256(path: Path, chunk: int = 1 << 22) -> str:
             h.update(b)
 
 
+class _Sink:
+    """A plain writer object, so numpy streams .npy data through Python's ``write``
+    (which raises OSError with errno ENOSPC / EFBIG) instead of ``tofile``."""
+
+    def __init__(self, f: Any) -> None:
+        self.write = f.write
+
+
+def save_npy(path: str | Path, array: np.ndarray) -> None:
+    """``np.save`` without pickle whose I/O errors carry their errno (disk full...)."""
+    arr = np.asarray(array)
+    if arr.dtype == object:
+        raise ValueError(f"{path}: object arrays cannot be stored (they would need pickle)")
+    with open(path, "wb") as f:
+        np.lib.format.write_array(_Sink(f), arr, allow_pickle=False)
+
+
 def _fsync_path(path: Path, directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
     try:
@@ -195,6 +212,12 @@ def _exchange(a: Path, b: Path) -> bool:
 
 #: set to False to force the two-rename swap (tests use it to cover that path)
 USE_RENAME_EXCHANGE = True
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _pid_alive(pid: int) -> bool:
@@ -241,6 +264,8 @@ def recover(path: str | Path) -> None:
 
 
 def _describe_oserror(e: OSError) -> str:
+    if e.errno is None and "requested and" in str(e):  # numpy's short-write message
+        return f"short write ({e}): disk full or file size limit"
     return _ERRNO_HINTS.get(e.errno or -1, e.strerror or str(e))
 
 
@@ -260,6 +285,7 @@ class IndexWriter:
         self._existed = False
         self.tmp: Path | None = None
         with self._guard("preparing"):
+            self._existed = self.path.exists()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             recover(self.path)
             if self.path.exists():
@@ -271,6 +297,7 @@ class IndexWriter:
                 self._existed = True
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-",
                                              dir=self.path.parent))
+            os.chmod(self.tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; an index is shared
 
     # ---- content -----------------------------------------------------------------
 
@@ -288,11 +315,8 @@ class IndexWriter:
         return p
 
     def save_array(self, rel: str, array: np.ndarray) -> None:
-        arr = np.asarray(array)
-        if arr.dtype == object:
-            raise ValueError(f"{rel}: object arrays cannot be stored (they would need pickle)")
         with self._guard(f"writing {rel}"):
-            np.save(self.file(rel), arr, allow_pickle=False)
+            save_npy(self.file(rel), array)
 
     def save_doc_ids(self, doc_ids: Sequence[str]) -> None:
         ids = [str(x) if not isinstance(x, str) else x for x in doc_ids]

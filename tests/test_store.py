@@ -1,0 +1,344 @@
+"""Index directory: round trips, checksums, refusals, atomic replacement under SIGKILL,
+permission and file-size errors leaving the previous index intact."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import index.store as store
+from index.dense import DenseIndex
+from index.sparse import SparseIndex
+from index.store import (CorruptIndexError, FingerprintMismatch, IndexWriteError, NotAnIndexError,
+                         UnsupportedFormatError, check_fingerprint, open_index, replace_sparse,
+                         write_index)
+
+ROOT = Path(__file__).resolve().parents[1]
+RNG = np.random.default_rng(3)
+N, D, V = 120, 16, 300
+VECS = RNG.standard_normal((N, D)).astype(np.float32)
+CSR = sp.random(N, V, density=0.05, format="csr", dtype=np.float32, random_state=3)
+IDS = [f"doc-{i}" for i in range(N)]
+FP = {"model": "smollm2-135m", "revision": "abc123", "embedder": "prompteol",
+      "pooling": {"kind": "last", "layer": -1}, "template": 'This sentence: "{text}"'}
+MANIFEST = {"encoder": FP, "params": {"K": 32, "M": 8, "lambda": 0.0, "weighting": "raw"}}
+QCSR = sp.random(4, V, density=0.05, format="csr", dtype=np.float32, random_state=4)
+
+
+def build(path: Path, ids=IDS, vecs=VECS, **kw) -> Path:
+    kw.setdefault("sparse_index", SparseIndex.from_csr(CSR))
+    kw.setdefault("dense_index", DenseIndex.build(vecs, center=True))
+    return write_index(path, MANIFEST, ids, vecs, **kw)
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def leftovers(parent: Path, name: str) -> list[str]:
+    return [p.name for p in parent.iterdir() if p.name.startswith(f".{name}.")]
+
+
+# ---------------------------------------------------------------------------------
+# round trips
+
+
+def test_round_trip_of_every_part(tmp_path):
+    pc1 = RNG.standard_normal(D).astype(np.float32)
+    extra = {"doc_len": np.arange(N, dtype=np.int32)}
+    path = build(tmp_path / "idx", pc1=pc1, extra_arrays=extra)
+    st = open_index(path)
+    assert st.doc_ids == IDS and st.n_docs == N
+    np.testing.assert_array_equal(st.dense_vectors, VECS)
+    assert isinstance(st.dense_vectors, np.memmap)
+    np.testing.assert_array_equal(st.pc1, pc1)
+    np.testing.assert_array_equal(st.extra["doc_len"], extra["doc_len"])
+    ref = SparseIndex.from_csr(CSR).search(QCSR, 10)
+    got = st.sparse.search(QCSR, 10)
+    np.testing.assert_array_equal(ref[0], got[0])
+    np.testing.assert_array_equal(ref[1], got[1])
+    dref = DenseIndex.build(VECS, center=True).search(VECS[:5], 10)
+    dgot = st.dense.search(VECS[:5], 10)
+    np.testing.assert_array_equal(dref[0], dgot[0])
+    m = st.manifest
+    assert m["format"] == "alignir-index" and m["format_version"] == store.FORMAT_VERSION
+    assert m["encoder"] == FP and m["params"] == MANIFEST["params"]
+    assert m["encoder_hash"] == store.fingerprint_hash(FP)
+    assert m["counts"]["docs"] == N and m["dims"] == {"dense": D, "sparse_terms": V, "faiss": D}
+    assert m["dense_dtype"] == "float32"
+    on_disk = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+    assert sorted(m["files"]) == [f for f in on_disk if f != "manifest.json"]
+    for rel, info in m["files"].items():
+        assert info["sha256"] == sha(path / rel) and info["bytes"] == (path / rel).stat().st_size
+    assert leftovers(tmp_path, "idx") == []
+
+
+def test_float16_vectors_and_dense_only_index(tmp_path):
+    path = write_index(tmp_path / "idx", MANIFEST, IDS, VECS, dense_dtype="float16")
+    st = open_index(path)
+    assert st.dense_vectors.dtype == np.float16 and st.sparse is None and st.dense is None
+    np.testing.assert_allclose(st.dense_vectors.astype(np.float32), VECS, rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="float16 range"):
+        write_index(tmp_path / "j", MANIFEST, IDS, VECS * 1e5, dense_dtype="float16")
+
+
+def test_rewrite_replaces_the_old_index(tmp_path):
+    build(tmp_path / "idx")
+    new_ids = [f"new-{i}" for i in range(N)]
+    build(tmp_path / "idx", ids=new_ids)
+    assert open_index(tmp_path / "idx").doc_ids == new_ids
+    assert leftovers(tmp_path, "idx") == []
+
+
+def test_two_rename_swap_and_recovery_of_an_interrupted_swap(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "USE_RENAME_EXCHANGE", False)
+    build(tmp_path / "idx")
+    build(tmp_path / "idx", ids=[f"n{i}" for i in range(N)])
+    assert open_index(tmp_path / "idx").doc_ids[0] == "n0"
+    assert leftovers(tmp_path, "idx") == []
+    # the state a crash between the two renames leaves: only the backup of a dead writer
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    os.rename(tmp_path / "idx", tmp_path / f".idx.old-{dead}-x1")
+    (tmp_path / f".idx.tmp-{dead}-x2").mkdir()  # and a half-written new one
+    st = open_index(tmp_path / "idx")
+    assert st.doc_ids[0] == "n0"
+    assert leftovers(tmp_path, "idx") == []
+
+
+# ---------------------------------------------------------------------------------
+# refusals
+
+
+def test_not_an_index_is_refused(tmp_path):
+    with pytest.raises(NotAnIndexError, match="does not exist"):
+        open_index(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotAnIndexError, match="not an index folder"):
+        open_index(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotAnIndexError, match="no manifest.json"):
+        open_index(tmp_path / "empty")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text(json.dumps({"name": "some other tool"}))
+    with pytest.raises(NotAnIndexError, match="not an alignir index manifest"):
+        open_index(other)
+
+
+def test_writer_refuses_to_replace_a_folder_that_is_not_an_index(tmp_path):
+    precious = tmp_path / "data"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("do not delete")
+    with pytest.raises(NotAnIndexError, match="refusing to replace"):
+        build(precious)
+    assert (precious / "thesis.tex").read_text() == "do not delete"
+    assert leftovers(tmp_path, "data") == []
+    (tmp_path / "empty").mkdir()
+    build(tmp_path / "empty")  # an empty folder is fine
+    assert open_index(tmp_path / "empty").n_docs == N
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "add", "manifest"])
+def test_corruption_is_detected(tmp_path, damage):
+    path = build(tmp_path / "idx")
+    target = path / "dense.npy"
+    if damage == "flip":
+        b = bytearray(target.read_bytes())
+        b[-7] ^= 0x01
+        target.write_bytes(bytes(b))
+        msg = "checksum mismatch for dense.npy"
+    elif damage == "truncate":
+        target.write_bytes(target.read_bytes()[:-4])
+        msg = "dense.npy has"
+    elif damage == "delete":
+        next((path / "sparse").iterdir()).unlink()
+        msg = "is missing"
+    elif damage == "add":
+        (path / "faiss" / "rogue.npy").write_bytes(b"x")
+        msg = "not listed"
+    else:
+        (path / "manifest.json").write_text((path / "manifest.json").read_text()[:50])
+        msg = "not valid JSON"
+    with pytest.raises(CorruptIndexError, match=msg):
+        open_index(path)
+
+
+def test_newer_format_is_refused(tmp_path):
+    path = build(tmp_path / "idx")
+    m = json.loads((path / "manifest.json").read_text())
+    m["format_version"] = store.FORMAT_VERSION + 1
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UnsupportedFormatError, match="newer than this alignir supports"):
+        open_index(path)
+
+
+def test_inconsistent_inputs_are_refused_before_writing(tmp_path):
+    target = tmp_path / "idx"
+    with pytest.raises(ValueError, match="duplicate document id 'doc-1'"):
+        build(target, ids=IDS[:-1] + ["doc-1"])
+    with pytest.raises(ValueError, match="dense_vectors must be"):
+        write_index(target, MANIFEST, IDS, VECS[:-1])
+    with pytest.raises(ValueError, match="sparse_index holds 119"):
+        build(target, sparse_index=SparseIndex.from_csr(CSR[:-1]))
+    with pytest.raises(ValueError, match="computed by the store"):
+        write_index(target, {**MANIFEST, "files": {}}, IDS, VECS)
+    with pytest.raises(ValueError, match="encoder fingerprint"):
+        write_index(target, {"params": {}}, IDS, VECS)
+    with pytest.raises(ValueError, match="invalid array name"):
+        write_index(target, MANIFEST, IDS, VECS, extra_arrays={"../x": VECS})
+    with pytest.raises(ValueError, match="0 documents"):
+        write_index(target, MANIFEST, [], VECS[:0])
+    assert not target.exists() and leftovers(tmp_path, "idx") == []
+
+
+# ---------------------------------------------------------------------------------
+# fingerprints
+
+
+def test_fingerprint_check_names_the_differing_fields(tmp_path):
+    st = open_index(build(tmp_path / "idx"))
+    st.check_fingerprint(json.loads(json.dumps(FP)))  # identical: accepted
+    other = {**FP, "revision": "def456", "pooling": {"kind": "mean", "layer": -1}}
+    other.pop("template")
+    with pytest.raises(FingerprintMismatch) as err:
+        check_fingerprint(st.manifest, other)
+    assert set(err.value.differences) == {"revision", "pooling.kind", "template"}
+    text = str(err.value)
+    assert "revision: index='abc123', query encoder='def456'" in text
+    assert "pooling.kind" in text and "template: index=" in text
+
+
+# ---------------------------------------------------------------------------------
+# re-sparsify
+
+
+def test_replace_sparse_swaps_only_the_sparse_part(tmp_path):
+    path = build(tmp_path / "idx", pc1=np.ones(D, dtype=np.float32))
+    before = json.loads((path / "manifest.json").read_text())
+    new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
+    new_pc1 = np.full(D, 2.0, dtype=np.float32)
+    replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 8, "lambda": 0.5}, pc1=new_pc1)
+    st = open_index(path)
+    assert st.params == {"K": 8, "M": 8, "lambda": 0.5, "weighting": "raw"}
+    assert st.sparse.n_terms == 50 and st.manifest["dims"]["sparse_terms"] == 50
+    np.testing.assert_array_equal(st.pc1, new_pc1)
+    q = sp.random(3, 50, density=0.2, format="csr", dtype=np.float32, random_state=1)
+    np.testing.assert_array_equal(st.sparse.search(q, 5)[0], SparseIndex.from_csr(new_csr).search(q, 5)[0])
+    after = st.manifest["files"]
+    for rel in ("dense.npy", "doc_ids.parquet", "faiss/index.faiss"):
+        assert after[rel] == before["files"][rel]
+    assert not any(r.startswith("sparse/") and r in before["files"] and after[r] == before["files"][r]
+                   for r in after if r.endswith("weights.npy"))
+    assert leftovers(tmp_path, "idx") == []
+    with pytest.raises(ValueError, match="holds 10 documents"):
+        replace_sparse(path, SparseIndex.from_csr(new_csr[:10]), {})
+
+
+# ---------------------------------------------------------------------------------
+# crashes and I/O errors (real subprocesses, real kernel errors)
+
+WRITER = """
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+from index.store import IndexWriteError, write_index
+from index.dense import DenseIndex
+n, d = {n}, {d}
+vecs = np.random.default_rng(0).standard_normal((n, d), dtype=np.float32)
+ids = ["big-%d" % i for i in range(n)]
+dense = DenseIndex.build(vecs)
+{pre}
+try:
+    write_index({path!r}, {{"encoder": {{"model": "big"}}}}, ids, vecs, dense_index=dense)
+except IndexWriteError as e:
+    print("ERR", e.errno, e)
+    sys.exit(3)
+print("DONE")
+"""
+
+
+def _writer(path: Path, n: int, d: int, pre: str = "") -> list[str]:
+    return [sys.executable, "-c", WRITER.format(root=str(ROOT), n=n, d=d, path=str(path), pre=pre)]
+
+
+def test_sigkill_mid_write_leaves_the_previous_index_intact(tmp_path):
+    path = build(tmp_path / "idx")
+    old_manifest = (path / "manifest.json").read_text()
+    killed_mid_write = 0
+    for delay in (0.0, 0.1, 0.4, 5.0):
+        # ~30 MB of vectors + ~30 MB of faiss index
+        proc = subprocess.Popen(_writer(path, 30_000, 256), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        mine = f".idx.tmp-{proc.pid}-"
+        t_end = time.time() + 120
+        while (not any(n.startswith(mine) for n in leftovers(tmp_path, "idx"))
+               and proc.poll() is None and time.time() < t_end):
+            time.sleep(0.001)  # until this writer has started its temp folder
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            pass
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate()
+        st = open_index(path)  # whatever happened, path holds one complete, verified index
+        if "DONE" in out or st.doc_ids[0] == "big-0":
+            assert st.doc_ids[0] == "big-0" and st.n_docs == 30_000
+            break  # the new index landed whole; later kills would only test that again
+        assert (path / "manifest.json").read_text() == old_manifest
+        assert st.doc_ids == IDS
+        assert any(n.startswith(mine) for n in leftovers(tmp_path, "idx"))  # killed mid-write
+        killed_mid_write += 1
+    assert killed_mid_write >= 1
+    build(path)  # the next writer clears the dead writers' temp folders
+    assert leftovers(tmp_path, "idx") == []
+
+
+def test_permission_error_is_clear_and_changes_nothing():
+    base = Path(tempfile.mkdtemp(prefix="alignir-perm-"))
+    try:
+        os.chmod(base, 0o755)
+        path = build(base / "idx")
+        old = (path / "manifest.json").read_text()
+        if os.geteuid() == 0:  # root ignores modes: write as "nobody" after the imports
+            pre = "import os; os.setgid(65534); os.setuid(65534)"
+        else:
+            os.chmod(base, 0o555)
+            pre = ""
+        res = subprocess.run(_writer(path, 50, 8, pre), capture_output=True, text=True)
+        assert res.returncode == 3, res.stderr
+        assert "ERR" in res.stdout, res.stderr
+        assert "permission denied" in res.stdout and "previous index is intact" in res.stdout
+        os.chmod(base, 0o755)
+        assert (path / "manifest.json").read_text() == old
+        assert open_index(path).doc_ids == IDS
+        assert leftovers(base, "idx") == []
+    finally:
+        os.chmod(base, 0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_file_size_limit_mid_write_is_clear_and_leaves_no_partial_index(tmp_path):
+    """RLIMIT_FSIZE makes the kernel fail a write part-way (EFBIG), as a full disk would."""
+    path = build(tmp_path / "idx")
+    old = (path / "manifest.json").read_text()
+    pre = ("import resource, signal\n"
+           "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+           "resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))")
+    res = subprocess.run(_writer(path, 2000, 256, pre), capture_output=True, text=True)
+    assert res.returncode == 3, res.stderr
+    assert "file too large" in res.stdout and "previous index is intact" in res.stdout
+    assert (path / "manifest.json").read_text() == old
+    assert open_index(path).doc_ids == IDS
+    assert leftovers(tmp_path, "idx") == []
