@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_EMBEDDER = "prompteol"
+#: texts encoded between two cache checkpoints (a kill loses at most this many)
+CHECKPOINT_EVERY = 128
 #: keys of the manifest's "embedder" entry: enough to rebuild the query encoder
 EMBEDDER_KEYS = ("family", "model", "options")
 
@@ -62,8 +64,8 @@ def encode_corpus(embedder: Any, texts: list[str], cache_dir: str | Path | None,
         return embedder.encode_documents(texts)
     from encoders.cache import EmbeddingCache
 
-    cache = EmbeddingCache(cache_dir)
-    return cache.encode(embedder, texts, role="document", progress=progress)
+    return EmbeddingCache(cache_dir).encode_cached(embedder, texts, "document",
+                                                   shard_size=CHECKPOINT_EVERY, progress=progress)
 
 
 def term_map_arrays(term_map: TermMap) -> dict[str, np.ndarray]:

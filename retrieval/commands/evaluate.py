@@ -96,7 +96,7 @@ def beir_cmd(
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
     bm25: bool = typer.Option(True, help="Add the BM25 anchor row."),
     as_json: bool = typer.Option(False, "--json"),
-    cache_dir: Optional[Path] = typer.Option(None, envvar="ALIGNIR_CACHE", help="Cache folder."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder (default $ALIGNIR_CACHE/embeddings)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Build an index over a BEIR folder with the default model, then evaluate it: the

@@ -46,8 +46,8 @@ def build_index_cmd(
     skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines (reported) instead of stopping."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse dense vectors cached by an "
                                 "earlier (or killed) encode of the same texts with the same encoder."),
-    cache_dir: Optional[Path] = typer.Option(None, envvar="ALIGNIR_CACHE", help="Cache folder "
-                                             "(default ~/.cache/alignir)."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
+                                             "(default $ALIGNIR_CACHE/embeddings, ~/.cache/alignir)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
