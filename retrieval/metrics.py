@@ -16,7 +16,8 @@ from typing import Iterable, Mapping
 
 import pytrec_eval
 
-__all__ = ["DEFAULT_METRICS", "HEADLINE", "drop_self_hits", "evaluate", "trec_order"]
+__all__ = ["DEFAULT_METRICS", "HEADLINE", "SELF_HIT_DATASETS", "drop_self_hits", "evaluate",
+           "self_hits_apply", "trec_order"]
 
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
@@ -114,6 +115,18 @@ def evaluate(
     return out
 
 
+#: Collections whose queries are themselves corpus documents (same id space), so a query
+#: finding itself is trivial: Pyserini's BEIR regressions pass ``--remove-query`` for these.
+SELF_HIT_DATASETS = frozenset({"arguana", "quora"})
+
+
+def self_hits_apply(dataset_name: str) -> bool:
+    """Whether to drop self-hits for a collection. Only where query ids are document ids:
+    the classic collections (ADI, MED, CRAN, CISI) number queries and documents both from 1,
+    so query 5 and document 5 are unrelated and dropping would delete real hits."""
+    return dataset_name.lower().strip("/").split("/")[-1] in SELF_HIT_DATASETS
+
+
 def drop_self_hits(run: Run) -> dict[str, dict[str, float]]:
-    """Remove hits whose doc id equals the query id (ArguAna/Quora; BEIR and Pyserini do it)."""
+    """Remove hits whose doc id equals the query id (ArguAna/Quora, see :func:`self_hits_apply`)."""
     return {q: {d: s for d, s in hits.items() if d != q} for q, hits in run.items()}

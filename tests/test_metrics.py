@@ -94,3 +94,10 @@ def test_bm25_scores_match_lucene_formula():
     assert run["q"] == pytest.approx(expect, rel=1e-5)
     assert run["none"] == {}
     assert evaluate({"q": {"d1": 1}}, run, metrics=["mrr@10"])["mrr@10"] == 1.0
+
+
+def test_self_hit_policy_only_for_shared_id_collections():
+    from retrieval.metrics import self_hits_apply
+
+    assert self_hits_apply("arguana") and self_hits_apply("/data/beir/quora/")
+    assert not self_hits_apply("adi") and not self_hits_apply("scifact")
