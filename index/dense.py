@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,8 @@ class DenseIndex:
     """FAISS index over (transformed) dense vectors, numbered like the collection rows.
 
     Build with :meth:`build`; search with :meth:`search`; persist with :meth:`save` /
-    :meth:`load`.
+    :meth:`load`. Concurrent :meth:`search` calls from several threads are safe;
+    ``add`` / ``remove`` must not run concurrently with searches.
     """
 
     def __init__(self, params: DenseParams, dim_in: int, transform: Transform, index: Any,
@@ -189,6 +191,7 @@ class DenseIndex:
         self._use_gpu = use_gpu
         self._gpu_index: Any = None
         self._direct_map_ready = False
+        self._lock = threading.Lock()  # guards the lazy direct map / GPU copy: searches may run in threads
 
     # ---- construction ------------------------------------------------------------
 
@@ -411,8 +414,10 @@ class DenseIndex:
 
     def _reconstruct(self, ids: np.ndarray) -> np.ndarray:
         if self.params.kind == "ivfpq" and not self._direct_map_ready:
-            self._index.make_direct_map()
-            self._direct_map_ready = True
+            with self._lock:
+                if not self._direct_map_ready:
+                    self._index.make_direct_map()
+                    self._direct_map_ready = True
         return self._index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
 
     def _selector_supported(self) -> bool:
@@ -422,9 +427,10 @@ class DenseIndex:
         """The GPU copy when a GPU is present (flat / IVF-PQ), else the CPU index."""
         if not self._use_gpu or self.params.kind == "hnsw" or faiss.get_num_gpus() == 0:
             return self._index
-        if self._gpu_index is None:
-            self._gpu_index = faiss.index_cpu_to_all_gpus(self._index)
-        return self._gpu_index
+        with self._lock:
+            if self._gpu_index is None:
+                self._gpu_index = faiss.index_cpu_to_all_gpus(self._index)
+            return self._gpu_index
 
     def _prepare(self, x: np.ndarray) -> np.ndarray:
         y = self.transform.apply(x)

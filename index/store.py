@@ -91,6 +91,10 @@ class IndexWriteError(IndexStoreError, OSError):
     """Writing the index failed (disk full, permissions...); nothing was changed."""
 
 
+class IndexReadError(IndexStoreError, OSError):
+    """An index file could not be read (permissions, I/O error)."""
+
+
 _ERRNO_HINTS = {
     errno.ENOSPC: "no space left on device (disk full)",
     errno.EDQUOT: "disk quota exceeded",
@@ -560,9 +564,20 @@ class StoredIndex:
     pc1: np.ndarray | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
+    _numbers: dict[str, int] | None = field(default=None, repr=False)
+
     @property
     def n_docs(self) -> int:
         return len(self.doc_ids)
+
+    def doc_numbers(self, ids: Sequence[str]) -> np.ndarray:
+        """Doc numbers (row indices, int64) of document ids; unknown ids raise ValueError."""
+        if self._numbers is None:
+            self._numbers = {d: i for i, d in enumerate(self.doc_ids)}
+        missing = [d for d in ids if d not in self._numbers]
+        if missing:
+            raise ValueError(f"unknown document id(s): {missing[:5]}")
+        return np.fromiter((self._numbers[d] for d in ids), dtype=np.int64, count=len(ids))
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -590,6 +605,8 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise NotAnIndexError(f"{path} is not an alignir index (no {MANIFEST})")
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise IndexReadError(e.errno, f"cannot read {mpath}: {_describe_oserror(e)}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CorruptIndexError(f"{mpath} is not valid JSON ({e}); the index is corrupt") from e
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
@@ -613,6 +630,14 @@ def verify_index(path: str | Path, manifest: Mapping[str, Any] | None = None) ->
     path = Path(path)
     manifest = manifest if manifest is not None else read_manifest(path)
     listed = manifest["files"]
+    try:
+        _verify_files(path, listed)
+    except PermissionError as e:
+        raise IndexReadError(e.errno, f"cannot read index {path}: {_describe_oserror(e)} "
+                                      f"[{e.filename}]") from e
+
+
+def _verify_files(path: Path, listed: Mapping[str, Any]) -> None:
     for rel, info in listed.items():
         p = path / rel
         if not p.is_file():

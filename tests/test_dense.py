@@ -216,3 +216,18 @@ def test_bad_inputs_raise_clear_errors():
         DenseIndex.build(np.zeros((0, D), dtype=np.float32))
     with pytest.raises(ValueError, match="at least 256"):
         DenseIndex.build(X[:100], kind="ivfpq", nlist=2)
+
+
+def test_concurrent_searches_return_what_serial_ones_do():
+    from concurrent.futures import ThreadPoolExecutor
+
+    idx = DenseIndex.build(X, kind="ivfpq", nlist=8, pq_m=4, pq_nbits=6, exact_below=100)
+    allowed = [np.sort(RNG.choice(N, n, replace=False)) for n in (20, 50, 300, 500)] * 4
+    serial = [idx.search(Q, 30, allowed=a) for a in allowed]
+    # a second, identical index whose lazy direct map is first built by concurrent threads
+    idx2 = DenseIndex.build(X, kind="ivfpq", nlist=8, pq_m=4, pq_nbits=6, exact_below=100)
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(lambda a: idx2.search(Q, 30, allowed=a), allowed))
+    for (d1, s1), (d2, s2) in zip(serial, parallel):
+        np.testing.assert_array_equal(d1, d2)
+        np.testing.assert_array_equal(s1, s2)

@@ -82,6 +82,9 @@ def test_round_trip_of_every_part(tmp_path):
     for rel, info in m["files"].items():
         assert info["sha256"] == sha(path / rel) and info["bytes"] == (path / rel).stat().st_size
     assert leftovers(tmp_path, "idx") == []
+    np.testing.assert_array_equal(st.doc_numbers(["doc-7", "doc-0"]), [7, 0])
+    with pytest.raises(ValueError, match="unknown document id"):
+        st.doc_numbers(["nope"])
 
 
 def test_float16_vectors_and_dense_only_index(tmp_path):
