@@ -141,9 +141,13 @@ def build_index(
 
 def doc_encoder_fingerprint(embedder: Any) -> dict[str, Any]:
     """The embedder's fingerprint without query-side options (a query instruction may change
-    per task without invalidating the document vectors)."""
+    per task without invalidating the document vectors) and without the model's location
+    when its content hash identifies it (a moved copy of the same weights is the same model)."""
     fp = dict(embedder.fingerprint())
     fp.pop("query_instruction", None)
+    model = fp.get("model")
+    if isinstance(model, dict) and model.get("sha256"):
+        fp["model"] = {k: v for k, v in model.items() if k != "source"}
     return fp
 
 

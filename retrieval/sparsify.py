@@ -41,8 +41,11 @@ class Sparsifier:
     def _adjusted(self, H: np.ndarray) -> np.ndarray:
         """h + λ·u1 (eq.14) when λ ≠ 0; the vectors untouched otherwise."""
         lam = self.config.pc1_lambda
+        H = np.asarray(H, dtype=np.float32)
+        if not H.flags.writeable:  # a memory-mapped index: torch wants writable memory
+            H = H.copy()
         if lam == 0.0:
-            return np.asarray(H, dtype=np.float32)
+            return H
         if self.pc1 is None:
             raise ValueError("pc1_lambda is set but no first principal component u1 was fitted")
         return adjust(H, self.pc1, lam)

@@ -1,0 +1,178 @@
+"""Index pipeline + Searcher on a tiny random Llama: exact scores, explain, resparsify,
+fingerprints, filters, thread safety. (The real-model end-to-end run is in test_cli_e2e.py.)"""
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from index.store import FingerprintMismatch, open_index
+from retrieval.config import SparseConfig
+from retrieval.indexer import build_index, resparsify
+from retrieval.searcher import Searcher
+from retrieval.sparsify import Sparsifier
+
+from conftest import TINY_CORPUS
+
+QUERIES = ["light and carbon in plants", "interest rates and the stock market", "supersonic wind tunnel"]
+
+
+def _write_corpus(path, texts):
+    with open(path, "w", encoding="utf-8") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n")
+    return path
+
+
+@pytest.fixture()
+def corpus_file(tmp_path):
+    texts = TINY_CORPUS + [t.upper() for t in TINY_CORPUS] + [t[::-1] for t in TINY_CORPUS]
+    return _write_corpus(tmp_path / "corpus.jsonl", texts)
+
+
+@pytest.fixture()
+def built(tmp_path, corpus_file, tiny_model):
+    cfg = SparseConfig(doc_k=24, query_m=5, pc1_lambda=0.0)
+    build_index(corpus_file, tmp_path / "idx", model="tiny", sparse=cfg, loaded=tiny_model,
+                cache_dir=tmp_path / "cache", progress=False)
+    return tmp_path / "idx"
+
+
+def _brute_force(searcher, queries):
+    """Q @ D.T with D rebuilt from the stored dense vectors by the same Sparsifier."""
+    H = np.asarray(searcher.index.dense_vectors, dtype=np.float32)
+    D = searcher.sparsifier.documents(H)
+    Q = searcher.encode(queries).sparse
+    return (Q @ D.T).toarray()
+
+
+def test_sparse_scores_equal_brute_force(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model)
+    S = _brute_force(s, QUERIES)
+    hits = s.batch_search(QUERIES, k=5, mode="sparse")
+    for i, hs in enumerate(hits):
+        order = sorted(range(S.shape[1]), key=lambda j: (-S[i, j], j))
+        expected = [j for j in order if S[i, j] != 0][:5]
+        assert [h.doc_number for h in hs] == expected
+        for h in hs:
+            assert h.score == pytest.approx(S[i, h.doc_number], rel=1e-5, abs=1e-4)
+
+
+def test_explain_contributions_sum_to_sparse_score(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model)
+    for h in s.search(QUERIES[0], k=4, mode="sparse", explain=True):
+        assert h.explanation, "a sparse hit shares at least one term"
+        assert sum(c.contribution for c in h.explanation) == pytest.approx(h.score, rel=1e-4, abs=1e-3)
+        assert all(" " not in c.string for c in h.explanation)
+
+
+def test_dense_mode_equals_inner_products(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model)
+    H = np.asarray(s.index.dense_vectors, dtype=np.float32)
+    q = s.encode([QUERIES[1]]).dense[0]
+    scores = H @ q
+    hits = s.search(QUERIES[1], k=3, mode="dense")
+    assert [h.doc_number for h in hits] == list(np.argsort(-scores, kind="stable")[:3])
+    assert hits[0].score == pytest.approx(float(scores.max()), rel=1e-4)
+
+
+def test_hybrid_fuses_both_sides(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model)
+    hy = s.search(QUERIES[0], k=5, mode="hybrid", fusion="minmax", alpha=0.5)
+    assert [h.rank for h in hy] == [1, 2, 3, 4, 5]
+    assert all(h.dense_score is not None for h in hy)
+    # alpha = 1 is the dense ranking, alpha = 0 the sparse one (within the fused depth)
+    only_dense = s.search(QUERIES[0], k=5, mode="hybrid", alpha=1.0)
+    dense = s.search(QUERIES[0], k=5, mode="dense")
+    assert [h.id for h in only_dense] == [h.id for h in dense]
+
+
+def test_allowed_ids_never_leak(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model)
+    allowed = {"d1", "d4"}
+    for mode in ("sparse", "dense", "hybrid"):
+        hits = s.search(QUERIES[0], k=10, mode=mode, allowed_ids=allowed)
+        assert {h.id for h in hits} <= allowed
+    with pytest.raises(ValueError, match="not in the index"):
+        s.search(QUERIES[0], allowed_ids=["nope"])
+
+
+def test_concurrent_searches_equal_serial(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model)
+    queries = QUERIES * 4
+    serial = [[(h.id, h.score) for h in s.search(q, k=5)] for q in queries]
+    out: list = [None] * len(queries)
+
+    def work(i):
+        out[i] = [(h.id, h.score) for h in s.search(queries[i], k=5)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(queries))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == serial
+
+
+def test_resparsify_equals_fresh_build(tmp_path, built, corpus_file, tiny_model):
+    resparsify(built, loaded=tiny_model, doc_k=8, doc_weighting="log1p", pc1_lambda=0.5)
+    fresh = tmp_path / "fresh"
+    build_index(corpus_file, fresh, model="tiny", loaded=tiny_model, cache_dir=tmp_path / "cache",
+                sparse=SparseConfig(doc_k=8, query_m=5, doc_weighting="log1p", pc1_lambda=0.5),
+                progress=False)
+    a, b = Searcher.open(built, loaded=tiny_model), Searcher.open(fresh, loaded=tiny_model)
+    assert a.sparsifier.config == b.sparsifier.config
+    for q in QUERIES:
+        ha, hb = a.search(q, k=6, mode="sparse"), b.search(q, k=6, mode="sparse")
+        assert [(h.id, round(h.score, 4)) for h in ha] == [(h.id, round(h.score, 4)) for h in hb]
+    stored = open_index(built)
+    assert stored.manifest["counts"]["sparse_postings"] <= 8 * stored.n_docs
+
+
+def test_resparsify_with_folding_rewrites_term_map(built, tiny_model):
+    resparsify(built, loaded=tiny_model, fold=True)
+    s = Searcher.open(built, loaded=tiny_model)
+    assert s.sparsifier.term_map.kind == "fold"
+    assert s.sparsifier.term_map.n_terms < tiny_model.vocab_size
+    assert s.search(QUERIES[0], k=3, mode="sparse")
+
+
+def test_fingerprint_mismatch_refused(built, tiny_model_bos):
+    with pytest.raises(FingerprintMismatch):
+        Searcher.open(built, loaded=tiny_model_bos)
+
+
+def test_query_instruction_does_not_break_fingerprint(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model, instruction="scifact")
+    assert s.search(QUERIES[0], k=2)
+
+
+def test_bad_queries(built, tiny_model):
+    s = Searcher.open(built, loaded=tiny_model)
+    for bad in ("", "   "):
+        with pytest.raises(ValueError, match="empty"):
+            s.search(bad)
+    with pytest.raises(ValueError, match="mode"):
+        s.search("x", mode="bm25")
+    with pytest.raises(ValueError, match="k must"):
+        s.search("x", k=0)
+    assert len(s.search("plants", k=1000, mode="dense")) == s.index.n_docs
+
+
+def test_sparsifier_query_tokens_are_surface_union_topm(tiny_model):
+    cfg = SparseConfig(doc_k=10, query_m=3)
+    sp_ = Sparsifier.for_model(tiny_model, cfg)
+    H = np.random.default_rng(0).standard_normal((2, tiny_model.hidden_size)).astype(np.float32)
+    surface = [np.array([5, 7], dtype=np.int32), np.array([], dtype=np.int32)]
+    Q = sp_.queries(H, surface)
+    logits = H @ tiny_model.lm_head.detach().numpy().T
+    logits[:, tiny_model.special_ids] = -np.inf
+    for i in range(2):
+        top = set(np.argsort(-logits[i])[:3].tolist())
+        expected = (set(surface[i].tolist()) - set(tiny_model.special_ids.tolist())) | top
+        assert set(Q[i].indices.tolist()) == expected
+        assert np.all(Q[i].data == 1.0)
+    assert isinstance(Q, sp.csr_matrix)
