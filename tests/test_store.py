@@ -20,7 +20,7 @@ import scipy.sparse as sp
 import index.store as store
 from index.dense import DenseIndex
 from index.sparse import SparseIndex
-from index.store import (CorruptIndexError, FingerprintMismatch, IndexWriteError, NotAnIndexError,
+from index.store import (CorruptIndexError, FingerprintMismatch, NotAnIndexError,
                          UnsupportedFormatError, check_fingerprint, open_index, replace_sparse,
                          write_index)
 
@@ -345,3 +345,28 @@ def test_file_size_limit_mid_write_is_clear_and_leaves_no_partial_index(tmp_path
     assert (path / "manifest.json").read_text() == old
     assert open_index(path).doc_ids == IDS
     assert leftovers(tmp_path, "idx") == []
+
+
+class _Payload:
+    """Unpickling this would create a marker file: the store must never unpickle."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_pickled_array_planted_in_an_index_is_never_loaded(tmp_path, mmap):
+    path = build(tmp_path / "idx")
+    marker = tmp_path / "pwned"
+    evil = np.empty(N, dtype=object)
+    evil[:] = [_Payload(str(marker))] * N
+    np.save(path / "dense.npy", evil, allow_pickle=True)
+    m = json.loads((path / "manifest.json").read_text())  # a consistent manifest, as an attacker would
+    m["files"]["dense.npy"] = {"sha256": sha(path / "dense.npy"), "bytes": (path / "dense.npy").stat().st_size}
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(CorruptIndexError, match="cannot read"):
+        open_index(path, mmap=mmap)
+    assert not marker.exists()
