@@ -11,8 +11,9 @@ Scoring is the sparse dot product of seed 004 eq.16 (binary query weights) or it
 variant: score(q, d) = sum_t q_t * w_{t,d}, accumulated term-at-a-time in float32 in
 ascending term order -- the same additions in the same order as scipy's ``Q @ D.T``, so the
 scores are bitwise equal to it. A document is a candidate when it shares at least one term
-with the query (structural overlap). Top-k keeps a bounded heap ordered by
-(score descending, document ascending), so ties break by document number.
+with the query (structural overlap). Top-k is a linear-time partial selection on 64-bit keys
+ordered by (score descending, document ascending), so ties break by document number; the
+cross-segment merge uses a small bounded heap with the same order.
 """
 from __future__ import annotations
 
@@ -247,6 +248,68 @@ def _weight(weights, j, quantized, lt, st):
     return np.float32(weights[j])
 
 
+# ---------------------------------------------------------------- top-k by sort keys
+# (score, doc) -> uint64 key whose ascending order is (score desc, doc asc): the high 32
+# bits are the float's bits mapped to an order-preserving unsigned int, then inverted.
+# Candidates go to a buffer of 2k keys; when it fills, np.partition keeps the k smallest
+# and the k-th key becomes the admission threshold (linear-time partial selection).
+_SIGN = np.uint32(0x80000000)
+_ALL = np.uint32(0xFFFFFFFF)
+_LOW = np.uint64(0xFFFFFFFF)
+_NEG_INF_BITS = np.uint32(0xFF800000)
+
+
+@njit(inline="always")
+def _key(bits, doc):
+    if bits == _SIGN:  # -0.0 ranks as +0.0
+        bits = np.uint32(0)
+    if bits & _SIGN:
+        asc = bits ^ _ALL
+    else:
+        asc = bits ^ _SIGN
+    return (np.uint64(asc ^ _ALL) << np.uint64(32)) | np.uint64(doc)
+
+
+@njit(inline="always")
+def _unkey(key):
+    asc = np.uint32((key >> np.uint64(32)) ^ _LOW)
+    if asc & _SIGN:
+        bits = asc ^ _SIGN
+    else:
+        bits = asc ^ _ALL
+    return bits, np.int64(key & _LOW)
+
+
+@njit(inline="always")
+def _push(buf, m, k, key, tmp_u, tmp_f, thr, thr_s):
+    """Append key (already < thr); on a full buffer keep the k best. Returns (m, thr, thr_s)."""
+    buf[m] = key
+    m += 1
+    if m == buf.shape[0]:
+        part = np.partition(buf, k - 1)
+        buf[:k] = part[:k]
+        m = k
+        thr = part[k - 1]
+        tmp_u[0], _ = _unkey(thr)
+        thr_s = tmp_f[0]
+    return m, thr, thr_s
+
+
+@njit(inline="always")
+def _emit(buf, m, k, out_d, out_bits):
+    """Best-first (doc, score bits) of the buffer into the output row; pad -1 / -inf."""
+    top = np.sort(buf[:m])
+    n = min(m, k)
+    for i in range(n):
+        b, d = _unkey(top[i])
+        out_bits[i] = b
+        out_d[i] = d
+    for i in range(n, out_d.shape[0]):
+        out_d[i] = -1
+        out_bits[i] = _NEG_INF_BITS
+
+
+
 @njit(parallel=True, cache=True)
 def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                    n_local, seg_terms, excluded, has_excluded, nonneg, k, n_threads,
@@ -264,18 +327,23 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
     """
     nq = q_ptr.shape[0] - 1
     nb = n_blocks(n_local)
-    width = min(n_local, BLOCK)
+    width = max(min(n_local, BLOCK), 1)
     nchunks = max(1, min(n_threads, nq))
+    out_bits = out_scores.view(np.uint32)
     for c in prange(nchunks):
-        acc = np.zeros(max(width, 1), dtype=np.float32)
-        seen = np.zeros(max(width, 1), dtype=np.uint8)
-        touched = np.empty(max(width, 1), dtype=np.int32)
-        hs = np.empty(k, dtype=np.float32)
-        hd = np.empty(k, dtype=np.int64)
+        acc = np.zeros(width, dtype=np.float32)
+        acc_bits = acc.view(np.uint32)
+        seen = np.zeros(width, dtype=np.uint8)
+        touched = np.empty(width, dtype=np.int32)
+        buf = np.empty(k + max(k, 64), dtype=np.uint64)
+        tmp_u = np.zeros(1, dtype=np.uint32)
+        tmp_f = tmp_u.view(np.float32)
         for qi in range(c, nq, nchunks):
             qs = q_ptr[qi]
             qe = q_ptr[qi + 1]
             m = 0
+            thr = np.uint64(0xFFFFFFFFFFFFFFFF)
+            thr_s = np.float32(-np.inf)
             for b in range(nb):
                 base = b << BLOCK_BITS
                 blen = min(BLOCK, n_local - base)
@@ -306,29 +374,15 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                     for i in range(nt):
                         d = touched[i]
                         s = acc[d]
+                        bits = acc_bits[d]
                         acc[d] = 0
                         seen[d] = 0
                         if has_excluded and excluded[base + d]:
                             continue
-                        m = _offer(hs, hd, m, k, s, base + d)
-                elif nonneg:
-                    for i in range(qs, qe):
-                        t = q_terms[i]
-                        if t >= seg_terms:
-                            continue
-                        qw = q_w[i]
-                        lt = lo[t] if quantized else np.float32(0)
-                        st = scale[t] if quantized else np.float32(0)
-                        for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
-                            acc[docs[j]] += qw * _weight(weights, j, quantized, lt, st)
-                    for d in range(blen):
-                        s = acc[d]
-                        if s > 0:
-                            acc[d] = 0
-                            if has_excluded and excluded[base + d]:
-                                continue
-                            if m < k or s > hs[0]:
-                                m = _offer(hs, hd, m, k, s, base + d)
+                        if s >= thr_s:
+                            key = _key(bits, base + d)
+                            if key < thr:
+                                m, thr, thr_s = _push(buf, m, k, key, tmp_u, tmp_f, thr, thr_s)
                 else:
                     for i in range(qs, qe):
                         t = q_terms[i]
@@ -337,19 +391,32 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                         qw = q_w[i]
                         lt = lo[t] if quantized else np.float32(0)
                         st = scale[t] if quantized else np.float32(0)
-                        for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
-                            d = docs[j]
-                            seen[d] = 1
-                            acc[d] += qw * _weight(weights, j, quantized, lt, st)
+                        if nonneg:
+                            for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
+                                acc[docs[j]] += qw * _weight(weights, j, quantized, lt, st)
+                        else:
+                            for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
+                                d = docs[j]
+                                seen[d] = 1
+                                acc[d] += qw * _weight(weights, j, quantized, lt, st)
                     for d in range(blen):
-                        if seen[d]:
-                            s = acc[d]
-                            acc[d] = 0
-                            seen[d] = 0
-                            if has_excluded and excluded[base + d]:
+                        s = acc[d]
+                        if nonneg:
+                            if s == 0:  # positive products: untouched <=> zero
                                 continue
-                            m = _offer(hs, hd, m, k, s, base + d)
-            _drain(hs, hd, m, out_docs[qi], out_scores[qi], 0)
+                        else:
+                            if seen[d] == 0:
+                                continue
+                            seen[d] = 0
+                        bits = acc_bits[d]
+                        acc[d] = 0
+                        if has_excluded and excluded[base + d]:
+                            continue
+                        if s >= thr_s:
+                            key = _key(bits, base + d)
+                            if key < thr:
+                                m, thr, thr_s = _push(buf, m, k, key, tmp_u, tmp_f, thr, thr_s)
+            _emit(buf, m, k, out_docs[qi], out_bits[qi])
 
 
 @njit(parallel=True, cache=True)
