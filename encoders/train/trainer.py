@@ -83,6 +83,7 @@ class TrainConfig:
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     resume: bool = True
     progress: bool = True
+    stop_after: int | None = None  # stop (as if interrupted) after this many steps of this run, no final save
     hp: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -136,11 +137,12 @@ def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta
     shutil.rmtree(old, ignore_errors=True)
 
 
-def train(cfg: TrainConfig, loaded=None) -> dict[str, Any]:
+def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[str, Any]:
     """Run one training stage; returns a summary (steps, seconds, final loss, output dir).
 
     ``loaded`` (an ``encoders.models.LoadedModel``) is used when given — its model is copied,
-    never modified — else ``cfg.model`` is loaded.
+    never modified — else ``cfg.model`` is loaded. ``return_method`` adds the live Method object
+    (its ``model`` is the trained peft model) to the summary under ``"method_obj"``.
     """
     cfg.validate()
     from encoders.models import load_model
@@ -231,10 +233,15 @@ def train(cfg: TrainConfig, loaded=None) -> dict[str, Any]:
             bar.set_postfix(loss=f"{agg.get('loss', float('nan')):.4f}")
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                 _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta)
+            if cfg.stop_after and step + 1 - start >= cfg.stop_after and step + 1 < cfg.steps:
+                return {"out": str(out), "steps": step + 1, "interrupted": True}
     seconds = time.perf_counter() - t0
     meta.update({"steps": cfg.steps, "train_seconds": seconds, "final": last})
     peft_model.eval()
     save_adapter(peft_model, out, method.extra_tensors(), meta)
     _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta)
-    return {"out": str(out), "steps": cfg.steps, "train_seconds": seconds, "final": last,
-            "method": cfg.method, "stage": cfg.stage}
+    summary = {"out": str(out), "steps": cfg.steps, "train_seconds": seconds, "final": last,
+               "method": cfg.method, "stage": cfg.stage}
+    if return_method:
+        summary["method_obj"] = method
+    return summary

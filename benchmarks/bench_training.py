@@ -1,0 +1,172 @@
+"""CPU-size benchmark of the trained embedders (issue 6): train each method briefly with LoRA on
+SmolLM2-135M (SciFact train pairs / SciFact corpus text), then nDCG@10 on a small test collection,
+dense (cosine) and aligned-token sparse (seed 004 eq.15/16 via encoders.aligned), against the
+untrained PromptEOL embedder in the same run.
+
+    nice -n 10 .venv/bin/python benchmarks/bench_training.py --eval /work/shared/datasets/adi \
+        --train /work/shared/datasets/scifact --out benchmarks/results/training.json
+
+Each finished method is written to the JSON at once, so a partial run still leaves results.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def ndcg10(qrels: dict, scores: np.ndarray, qids: list[str], dids: list[str]) -> float:
+    import pytrec_eval
+
+    run = {}
+    for i, q in enumerate(qids):
+        top = np.argsort(-scores[i])[:100]
+        run[q] = {dids[j]: float(scores[i, j]) for j in top}
+    ev = pytrec_eval.RelevanceEvaluator({q: qrels[q] for q in qids}, {"ndcg_cut.10"})
+    res = ev.evaluate(run)
+    return float(np.mean([res[q]["ndcg_cut_10"] for q in qids]))
+
+
+def evaluate(emb, loaded, coll, K: int, M: int) -> dict:
+    from encoders.aligned import doc_vectors, query_vectors
+
+    corpus, queries, qrels = coll
+    qids = [q for q in qrels if q in queries]
+    dids = list(corpus)
+    t0 = time.perf_counter()
+    D = emb.encode_documents([corpus[d] for d in dids])
+    Q = emb.encode_queries([queries[q] for q in qids])
+    enc_s = time.perf_counter() - t0
+    Dn = D / np.linalg.norm(D, axis=1, keepdims=True).clip(1e-12)
+    Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True).clip(1e-12)
+    dense = ndcg10(qrels, Qn @ Dn.T, qids, dids)
+    W = emb.lm_head
+    dv = doc_vectors(D, W, K, mask_ids=loaded.special_ids)
+    qv = query_vectors(Q, emb.surface_token_ids([queries[q] for q in qids]), W, M, mask_ids=loaded.special_ids)
+    sparse = ndcg10(qrels, (qv @ dv.T).toarray(), qids, dids)
+    return {"ndcg@10_dense": round(dense, 4), "ndcg@10_sparse": round(sparse, 4), "encode_seconds": round(enc_s, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--train", default="/work/shared/datasets/scifact")
+    ap.add_argument("--eval", default="/work/shared/datasets/adi")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/training.json"))
+    ap.add_argument("--workdir", default="/tmp/alignir_bench_training")
+    ap.add_argument("--steps", type=int, default=20, help="optimizer steps per stage")
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--max-length", type=int, default=96)
+    ap.add_argument("--target-length", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--K", type=int, default=256, help="aligned tokens per document (eq.15)")
+    ap.add_argument("--M", type=int, default=50, help="query expansion tokens (eq.16)")
+    ap.add_argument("--only", default="", help="comma list of runs to do (default all)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from encoders.embedders import get_embedder
+    from encoders.models import load_model
+    from encoders.train.data import _beir
+    from encoders.train.infonce import InfoNCEEmbedder
+    from encoders.train.trainer import TrainConfig, train
+
+    loaded = load_model(args.model, device="cpu")
+    coll = _beir(Path(args.eval), "test")
+    eval_name = Path(args.eval).name
+    out_path = Path(args.out)
+    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    results.setdefault("runs", {})
+    cmd_base = "nice -n 10 .venv/bin/python benchmarks/bench_training.py " + " ".join(sys.argv[1:])
+    results["setup"] = {
+        "model": args.model, "train_data": f"{Path(args.train).name} train split (pairs: BM25 hard negatives) / corpus text",
+        "eval": f"{eval_name} test ({len(coll[0])} docs, {len([q for q in coll[2] if q in coll[1]])} queries)",
+        "dense": "cosine", "sparse": f"aligned tokens, doc top-K={args.K} raw logits, query surface + top-M={args.M} binary",
+        "steps_per_stage": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
+        "target_length": args.target_length, "threads": args.threads, "command": cmd_base,
+    }
+    only = set(filter(None, args.only.split(",")))
+    wd = Path(args.workdir)
+
+    def save() -> None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=1))
+
+    base = results["runs"].get("prompteol-untrained", {}).get("ndcg@10_dense")
+    if base is None or "prompteol-untrained" in only:
+        r = evaluate(get_embedder("prompteol", loaded, max_length=args.max_length, progress=False), loaded, coll, args.K, args.M)
+        results["runs"]["prompteol-untrained"] = {"method": "prompteol", "model": args.model, "steps": 0, "train_seconds": 0,
+                                                  "dataset": eval_name, **r, "command": cmd_base}
+        base = r["ndcg@10_dense"]
+        save()
+        print("baseline", r, flush=True)
+
+    def run_stage(name, method, stage, data, lr, init=None, hp=None, steps=None):
+        cfg = TrainConfig(method=method, stage=stage, data=data, out=str(wd / name), model=args.model,
+                          steps=steps or args.steps, batch_size=args.batch_size, lr=lr, max_length=args.max_length,
+                          target_length=args.target_length, init_adapter=str(wd / init) if init else None,
+                          hp=hp or {}, progress=False, resume=False)
+        return train(cfg, loaded=loaded), cfg
+
+    def record(name, method, summ, emb, extra_cmd, extra=None, r=None):
+        r = r or evaluate(emb, loaded, coll, args.K, args.M)
+        log = [json.loads(x) for x in open(Path(summ["out"]) / "loss_log.jsonl")]
+        results["runs"][name] = {
+            "method": method, "model": args.model, "steps": summ["steps"], "train_seconds": round(summ["train_seconds"], 1),
+            "dataset": eval_name, **r, "baseline_ndcg@10_dense": base,
+            "loss_first": round(log[0]["loss"], 4), "loss_last": round(log[-1]["loss"], 4),
+            "command": cmd_base, "equivalent_train_command": extra_cmd, **(extra or {}),
+        }
+        save()
+        print(name, results["runs"][name], flush=True)
+
+    def cli(method, stage, data, name, lr, init=None, hp=None):
+        s = (f"alignir train {method} --stage {stage} --data {data} --out {wd / name} --steps {args.steps} "
+             f"--batch-size {args.batch_size} --lr {lr} --max-length {args.max_length} --target-length {args.target_length}")
+        if init:
+            s += f" --init-adapter {wd / init}"
+        for k, v in (hp or {}).items():
+            s += f" --set {k}={v}"
+        return s
+
+    T, L = args.train, args.max_length
+    plan = [  # priority order: a partial run keeps the first ones
+        ("infonce", "infonce", "contrastive", T, 1e-4, None, None),
+        ("autoregembed-ic", "autoregembed", "ic", T, 1e-4, None, None),
+        ("autoregembed-cda", "autoregembed", "cda", T, 2e-5, "autoregembed-ic", None),
+        ("gircse", "gircse", "icr", T, 1e-4, None, None),
+        ("llm2comp-ctkd", "llm2comp", "ctkd", T, 1e-4, None, None),
+        ("llm2comp-nll", "llm2comp", "nll", T, 1e-4, None, None),
+        ("llm2comp-rc", "llm2comp", "rc", T, 1e-4, None, None),
+        ("llm2comp-ctkd-scl", "llm2comp", "scl", T, 1e-4, "llm2comp-ctkd", None),
+    ]
+    for name, method, stage, data, lr, init, hp in plan:
+        if only and name not in only:
+            continue
+        summ, _ = run_stage(name, method, stage, data, lr, init, hp)
+        adir = str(wd / name)
+        if method == "infonce":
+            emb = InfoNCEEmbedder(loaded, adapter=adir, max_length=L, progress=False)
+            record(name, method, summ, emb, cli(method, stage, data, name, lr, init, hp))
+        elif method == "gircse":
+            extra = {}
+            for K in (1, 5, 20):
+                r = evaluate(get_embedder("gircse", loaded, adapter=adir, K=K, max_length=L), loaded, coll, args.K, args.M)
+                extra[f"K={K}"] = r
+            record(name, method, summ, None, cli(method, stage, data, name, lr, init, hp), {"test_time_K": extra},
+                   r=extra["K=20"])
+        else:
+            emb = get_embedder(method, loaded, adapter=adir, max_length=L)
+            record(name, method, summ, emb, cli(method, stage, data, name, lr, init, hp))
+
+
+if __name__ == "__main__":
+    main()
