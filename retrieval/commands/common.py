@@ -16,6 +16,10 @@ EXIT_FAILURE = 1
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not verbose:  # transformers' per-load progress bars are noise in a CLI
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> None:

@@ -1,0 +1,181 @@
+"""The `alignir` CLI: bad input (clear message, exit != 0, nothing written), atomic builds under
+SIGKILL, and the full build/search/explain/resparsify/info/eval cycle — on a tiny random Llama
+saved as an HF folder (fast), and on ADI with the real SmolLM2 (marked `model`)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from retrieval.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
+ADI = SHARED / "datasets" / "adi"
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def write_lines(path: Path, lines: list[str | bytes]) -> Path:
+    with open(path, "wb") as f:
+        for line in lines:
+            f.write((line if isinstance(line, bytes) else line.encode()) + b"\n")
+    return path
+
+
+def doc(i: int, text: str = "retrieval of documents about plants") -> str:
+    return json.dumps({"_id": f"d{i}", "title": f"doc {i}", "text": f"{text} {i}"})
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tiny_model):
+    """The tiny random Llama written as a plain HF folder, loadable by `--model PATH`."""
+    folder = tmp_path_factory.mktemp("tiny-hf")
+    tiny_model.model.save_pretrained(folder)
+    tiny_model.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+# ---------------------------------------------------------------- bad input, nothing written
+
+BAD_CORPORA = {
+    "malformed json": ([doc(0), "{not json", doc(2)], "line 2"),
+    "duplicate ids": ([doc(0), doc(0)], "duplicate"),
+    "missing text": ([doc(0), json.dumps({"_id": "x", "title": "t"})], "text"),
+    "empty corpus": ([], "empty"),
+    "non-utf8": ([doc(0), b'{"_id": "b", "text": "caf\xe9"}'], "line 2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CORPORA))
+def test_bad_corpus_stops_before_writing(env, case, tiny_folder):
+    lines, needle = BAD_CORPORA[case]
+    corpus = write_lines(env / "corpus.jsonl", lines)
+    r = invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder)
+    assert r.exit_code != 0
+    assert needle in r.output.lower() or needle in r.output
+    assert "Traceback" not in r.output
+    assert not (env / "idx").exists()
+
+
+def test_skip_bad_continues_and_reports(env, tiny_folder):
+    corpus = write_lines(env / "corpus.jsonl", [doc(0), "{broken", doc(2), doc(3)])
+    r = invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder, "--skip-bad")
+    assert r.exit_code == 0, r.output
+    assert "skipped line 2" in r.output
+    assert "indexed 3 documents" in r.output
+
+
+def test_missing_source_and_foreign_index_dir(env, tiny_folder):
+    r = invoke("build-index", env / "nope", "--index", env / "idx", "--model", tiny_folder)
+    assert r.exit_code != 0 and "does not exist" in r.output
+    foreign = env / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"meow")
+    corpus = write_lines(env / "corpus.jsonl", [doc(0), doc(1)])
+    r = invoke("build-index", corpus, "--index", foreign, "--model", tiny_folder)
+    assert r.exit_code != 0 and "not an alignir index" in r.output
+    assert sorted(p.name for p in foreign.iterdir()) == ["cat.jpg"]
+    r = invoke("search", "plants", "--index", foreign)
+    assert r.exit_code != 0 and "Traceback" not in r.output
+
+
+def test_unknown_model_is_named(env):
+    corpus = write_lines(env / "corpus.jsonl", [doc(0)])
+    r = invoke("build-index", corpus, "--index", env / "idx", "--model", "no-such-model")
+    assert r.exit_code != 0 and "no-such-model" in r.output
+    assert not (env / "idx").exists()
+
+
+# ---------------------------------------------------------------- full cycle on the tiny model
+
+def test_tiny_cycle(env, tiny_folder):
+    corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
+        ["plants and light", "stock market rates", "supersonic flow", "protein folding"])])
+    idx = env / "idx"
+    r = invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--k", "16")
+    assert r.exit_code == 0, r.output
+    for mode in ("hybrid", "sparse", "dense"):
+        r = invoke("search", "plants light", "--index", idx, "--mode", mode, "--json", "--explain")
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        assert out["query"] == "plants light" and out["hits"]
+        assert [h["rank"] for h in out["hits"]] == list(range(1, len(out["hits"]) + 1))
+    r = invoke("search", "  ", "--index", idx)
+    assert r.exit_code != 0 and "empty" in r.output
+    r = invoke("resparsify", "--index", idx, "--k", "4")
+    assert r.exit_code == 0, r.output
+    info = json.loads(invoke("info", "--index", idx, "--json").stdout)
+    assert info["params"]["sparse"]["doc_k"] == 4
+    assert info["counts"]["sparse_postings"] <= 4 * 4
+    assert "documents  4" in invoke("info", "--index", idx).output
+
+
+# ---------------------------------------------------------------- SIGKILL mid-build
+
+def test_killed_build_leaves_old_index_usable(env, tiny_folder):
+    small = write_lines(env / "small.jsonl", [doc(i) for i in range(3)])
+    big = write_lines(env / "big.jsonl", [doc(i, "a longer text " * 30) for i in range(400)])
+    idx = env / "idx"
+    assert invoke("build-index", small, "--index", idx, "--model", tiny_folder).exit_code == 0
+    before = invoke("search", "plants", "--index", idx, "--mode", "sparse", "--json").stdout
+    cmd = [sys.executable, "-m", "retrieval.cli", "build-index", str(big), "--index", str(idx),
+           "--model", str(tiny_folder), "--no-resume"]
+    child_env = {**os.environ, "ALIGNIR_CACHE": str(env / "cache")}
+    for delay in (1.0, 3.0, 6.0):
+        p = subprocess.Popen(cmd, env=child_env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        finished = p.poll() is not None
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if finished:
+            break  # the build beat the kill: the new index must be whole
+        after = invoke("search", "plants", "--index", idx, "--mode", "sparse", "--json")
+        assert after.exit_code == 0, after.output
+        assert after.stdout == before
+        assert not [x for x in idx.parent.iterdir() if x.name.startswith(idx.name) and x != idx
+                    and not x.name.startswith(".")]
+    assert invoke("info", "--index", idx).exit_code == 0
+
+
+# ---------------------------------------------------------------- ADI with the real SmolLM2
+
+@pytest.mark.model
+def test_adi_end_to_end_with_smollm2(env, smollm2):
+    if not ADI.is_dir():
+        pytest.skip(f"{ADI} not found (set ALIGNIR_SHARED)")
+    idx = env / "adi"
+    r = invoke("build-index", ADI, "--index", idx, "--model", "smollm2-135m")
+    assert r.exit_code == 0, r.output
+    r = invoke("search", "information retrieval systems for documents", "--index", idx,
+               "--explain", "--json")
+    hits = json.loads(r.stdout)["hits"]
+    assert len(hits) == 10 and all(h["matched"] for h in hits if h["sparse_score"])
+    r = invoke("eval", "--index", idx, "--dataset", ADI, "--json", "--bm25", "--run", env / "adi.trec")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    for mode in ("hybrid", "sparse", "dense", "bm25"):
+        assert 0.0 < res["metrics"][mode]["ndcg@10"] <= 1.0
+    lines = (env / "adi.hybrid.trec").read_text().splitlines()
+    assert lines and len(lines[0].split()) == 6
+    r = invoke("resparsify", "--index", idx, "--k", "64", "--lambda", "0.5")
+    assert r.exit_code == 0, r.output
+    assert json.loads(invoke("search", "indexing", "--index", idx, "--json").stdout)["hits"]
