@@ -2,7 +2,7 @@
 
 PromptEOL vectors of a small LLM are strongly anisotropic (one dominant direction, seed 004
 §4 eq.14); centering or whitening the corpus (the BERT-whitening idea cited in seed 001 §2)
-may or may not help retrieval. This measures nDCG@10 / recall@100 of the exact flat index
+may or may not help retrieval. This measures nDCG@10 / recall@20 / recall@100 of the exact flat index
 under each option on the same cached vectors. The anchor is the plain inner product of the
 raw vectors (no transform); every variant also gets its ratio to the anchor.
 
@@ -39,6 +39,8 @@ VARIANTS = {
     "center-cosine": {"center": True, "normalize": True},
     "zca-ip": {"whiten": "zca"},
     "zca-cosine": {"whiten": "zca", "normalize": True},
+    "zca-eps0.01-cosine": {"whiten": "zca", "whiten_eps": 0.01, "normalize": True},
+    "zca-eps0.1-cosine": {"whiten": "zca", "whiten_eps": 0.1, "normalize": True},
     "pca64-cosine": {"whiten": "pca", "whiten_dim": 64, "normalize": True},
     "pca128-cosine": {"whiten": "pca", "whiten_dim": 128, "normalize": True},
     "pca256-cosine": {"whiten": "pca", "whiten_dim": 256, "normalize": True},
@@ -87,12 +89,13 @@ def run(collection: str, args: argparse.Namespace) -> dict:
         top, scores = idx.search(queries, 100)
         run_ = {q: {doc_ids[d]: float(s) for d, s in zip(top[i], scores[i]) if d >= 0}
                 for i, q in enumerate(qids)}
-        m = evaluate(ds.qrels, run_, metrics=("ndcg@10", "recall@100"))
+        m = evaluate(ds.qrels, run_, metrics=("ndcg@10", "recall@20", "recall@100"))
         out["variants"][name] = {"options": opts, "indexed_dim": idx.dim,
-                                 "ndcg@10": round(m["ndcg@10"], 4), "recall@100": round(m["recall@100"], 4)}
+                                 "ndcg@10": round(m["ndcg@10"], 4), "recall@20": round(m["recall@20"], 4),
+                                 "recall@100": round(m["recall@100"], 4)}
     anchor = out["variants"]["raw-ip"]
     for v in out["variants"].values():
-        for key in ("ndcg@10", "recall@100"):
+        for key in ("ndcg@10", "recall@20"):
             v[f"{key}_vs_raw_ip"] = round(v[key] / anchor[key], 3) if anchor[key] else None
     return out
 
