@@ -1,8 +1,63 @@
-"""CLI commands: export (owner fills this in; keep imports of heavy modules inside commands)."""
+"""`alignir export pyserini | pyserini-queries`: files Pyserini/Anserini can index and search."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from retrieval.commands.common import echo_json, setup_logging, user_errors
+
+export_app = typer.Typer(help="Export an index for other engines (Pyserini/Anserini impact search).",
+                         no_args_is_help=True)
+
+
+@export_app.command("pyserini")
+def export_pyserini_cmd(
+    index: Path = typer.Option(..., "--index", "-i", help="Index folder."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder for docs-*.jsonl."),
+    scale: float = typer.Option(100.0, help="Integer weight = round(weight × scale); "
+                                "weights that round to ≤ 0 are dropped (reported)."),
+    corpus: Optional[Path] = typer.Option(None, help="BEIR folder or corpus .jsonl to fill `contents`."),
+) -> None:
+    """Write the documents as a JsonVectorCollection, then e.g.:
+    python -m pyserini.index.lucene --collection JsonVectorCollection --input OUT
+    --index LUCENE_DIR --generator DefaultLuceneDocumentGenerator --impact --pretokenized"""
+    setup_logging()
+    with user_errors():
+        from retrieval.export import export_documents
+
+        contents = None
+        if corpus is not None:
+            from retrieval.indexer import read_source
+
+            contents = {d: doc.contents for d, doc in read_source(corpus).items()}
+        echo_json(export_documents(index, out, scale=scale, contents=contents))
+
+
+@export_app.command("pyserini-queries")
+def export_queries_cmd(
+    index: Path = typer.Option(..., "--index", "-i", help="Index folder (its query encoder is used)."),
+    dataset: str = typer.Option(..., "--dataset", "-d", help="BEIR folder (queries of --split) or a queries .jsonl."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: queries.jsonl + topics.tsv."),
+    split: str = typer.Option("test", help="qrels split selecting the queries of a BEIR folder."),
+    scale: Optional[float] = typer.Option(None, help="Query weight scale (default 1 for binary weights)."),
+    instruction: Optional[str] = typer.Option(None, help="Query instruction (task name or text)."),
+) -> None:
+    """Write the query vectors for:
+    python -m pyserini.search.lucene --index LUCENE_DIR --topics OUT/topics.tsv
+    --encoder OUT/queries.jsonl --impact --min-idf -1 --output run.trec"""
+    setup_logging()
+    with user_errors():
+        from retrieval.beir import load_beir, read_queries
+        from retrieval.export import export_queries
+        from retrieval.searcher import Searcher
+
+        src = Path(dataset)
+        queries = read_queries(src) if src.is_file() else load_beir(dataset, split=split).queries
+        searcher = Searcher.open(index, instruction=instruction)
+        echo_json(export_queries(searcher, queries, out, scale=scale))
+
 
 def register(app: typer.Typer) -> None:
-    """Attach this module's commands to the main app."""
+    app.add_typer(export_app, name="export")

@@ -1,0 +1,59 @@
+"""Export an index for Pyserini/Anserini impact search (JsonVectorCollection + query jsonl).
+
+The document vectors are read back from the stored sparse index (exactly the weights alignir
+scores with), quantised as ``round(w · scale)`` by :func:`retrieval.runs.quantize`; the query
+vectors come from the index's own query encoder (surface ∪ top-M aligned terms, eq.16).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+from index.store import open_index
+from retrieval.runs import DEFAULT_SCALE, write_json_vector_collection, write_pyserini_queries
+
+
+def stored_doc_matrix(sparse_index: Any) -> sp.csr_matrix:
+    """The live documents' sparse vectors as csr [n_docs, n_terms] (deleted rows empty)."""
+    n, n_terms = sparse_index.n_docs, sparse_index.n_terms
+    live = set(np.asarray(sparse_index.live_doc_numbers()).tolist())
+    indptr, indices, data = [0], [], []
+    for d in range(n):
+        if d in live:
+            terms, weights = sparse_index.doc_vector(d)
+            indices.append(np.asarray(terms, dtype=np.int64))
+            data.append(np.asarray(weights, dtype=np.float32))
+            indptr.append(indptr[-1] + len(terms))
+        else:
+            indptr.append(indptr[-1])
+    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
+    return sp.csr_matrix((cat(data, np.float32), cat(indices, np.int64), np.array(indptr)),
+                         shape=(n, n_terms))
+
+
+def export_documents(index_dir: str | Path, out_dir: str | Path, scale: float = DEFAULT_SCALE,
+                     contents: Mapping[str, str] | None = None) -> dict:
+    """Write ``out_dir/docs-*.jsonl`` for ``pyserini.index.lucene --collection
+    JsonVectorCollection --impact --pretokenized``; returns the export summary."""
+    stored = open_index(index_dir, load_dense=False)
+    term_strings = [str(s) for s in stored.extra["term_strings"]]
+    texts = [contents.get(d, "") for d in stored.doc_ids] if contents is not None else None
+    return write_json_vector_collection(out_dir, stored.doc_ids, stored_doc_matrix(stored.sparse),
+                                        term_strings, contents=texts, scale=scale)
+
+
+def export_queries(searcher: Any, queries: Mapping[str, str], out_dir: str | Path,
+                   scale: float | None = None) -> dict:
+    """Write ``out_dir/queries.jsonl`` (for ``--impact --encoder``) and ``out_dir/topics.tsv``.
+    ``scale`` defaults to 1 for binary query weights (eq.16) and to the document scale else."""
+    qids = list(queries)
+    texts = [queries[q] for q in qids]
+    Q = searcher.encode(texts).sparse
+    if scale is None:
+        scale = 1.0 if searcher.sparsifier.config.query_weighting == "binary" else DEFAULT_SCALE
+    out = Path(out_dir)
+    return write_pyserini_queries(out / "queries.jsonl", out / "topics.tsv", qids, texts, Q,
+                                  list(searcher.sparsifier.term_map.term_strings), scale=scale)
