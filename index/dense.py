@@ -191,6 +191,7 @@ class DenseIndex:
         self._use_gpu = use_gpu
         self._gpu_index: Any = None
         self._direct_map_ready = False
+        self.read_only = False  # set by load(mmap=True): the faiss data is a read-only mapping
         self._lock = threading.Lock()  # guards the lazy direct map / GPU copy: searches may run in threads
 
     # ---- construction ------------------------------------------------------------
@@ -244,6 +245,9 @@ class DenseIndex:
         tombstoned placeholder rows — or tombstoned numbers being updated, which only the
         flat index supports (its vectors are overwritten in place).
         """
+        if self.read_only:
+            raise ValueError("this dense index was loaded with mmap=True and is read-only; "
+                             "load it with mmap=False to add documents")
         x = _check_matrix(vectors, "vectors", self.dim_in)
         n_old = self.n_docs
         if doc_numbers is None:
@@ -500,7 +504,9 @@ class DenseIndex:
             raise ValueError(f"{src}: transform arrays do not match dimensions {dim_in} -> {index.d}")
         if matrix is None and index.d != dim_in:
             raise ValueError(f"{src}: faiss dimension {index.d} != input dimension {dim_in}")
-        return cls(params, dim_in, Transform(mean, matrix), index, deleted, use_gpu=use_gpu)
+        out = cls(params, dim_in, Transform(mean, matrix), index, deleted, use_gpu=use_gpu)
+        out.read_only = bool(flags)
+        return out
 
 
 # ---------------------------------------------------------------------------------

@@ -231,3 +231,14 @@ def test_concurrent_searches_return_what_serial_ones_do():
     for (d1, s1), (d2, s2) in zip(serial, parallel):
         np.testing.assert_array_equal(d1, d2)
         np.testing.assert_array_equal(s1, s2)
+
+
+def test_mmap_load_searches_the_same_and_refuses_writes(tmp_path):
+    idx = DenseIndex.build(X, center=True)
+    idx.save(tmp_path / "d")
+    m = DenseIndex.load(tmp_path / "d", mmap=True)
+    np.testing.assert_array_equal(m.search(Q, 5)[0], idx.search(Q, 5)[0])
+    with pytest.raises(ValueError, match="read-only"):
+        m.add(X[:1])
+    m.remove([0])  # tombstones live outside the mapping
+    assert 0 not in m.search(X[:1], 3)[0]
