@@ -340,6 +340,8 @@ def load_beir(
     skip_bad: bool = False,
     strict: bool = False,
     empty: str = "skip",
+    data_dir: str | Path | None = None,
+    download: bool = False,
 ) -> BeirDataset:
     """Load and cross-check a BEIR folder (or dataset name, see :func:`resolve_dataset`).
 
@@ -349,9 +351,10 @@ def load_beir(
     BEIR). Both are reported with counts as a :class:`BeirConsistencyWarning` and in
     ``dataset.issues``; ``strict=True`` raises ``ValueError`` instead. Documents with
     empty title and text are dropped by default (``empty="skip"``, see
-    :func:`read_corpus_jsonl`) and reported the same way.
+    :func:`read_corpus_jsonl`) and reported the same way. ``data_dir``/``download`` are
+    passed to :func:`resolve_dataset`.
     """
-    root = resolve_dataset(folder)
+    root = resolve_dataset(folder, data_dir=data_dir, download=download)
     corpus = read_corpus_jsonl(root / "corpus.jsonl", skip_bad=skip_bad, empty=empty)
     all_queries = read_queries(root / "queries.jsonl", skip_bad=skip_bad)
     qrels = read_qrels(root, split)
@@ -448,9 +451,9 @@ def download_beir(name: str, target_dir: str | Path, url: str | None = None, tim
                     bar.update(len(chunk))
         unpacked = tmp / "unzipped"
         with zipfile.ZipFile(zpath) as zf:
+            base = unpacked.resolve()
             for member in zf.namelist():
-                dest_m = (unpacked / member).resolve()
-                if not str(dest_m).startswith(str(unpacked.resolve())):
+                if not (unpacked / member).resolve().is_relative_to(base):
                     raise ValueError(f"{url}: zip member {member!r} escapes the target folder")
             zf.extractall(unpacked)
         found = [c for c in [unpacked / name, unpacked] + list(unpacked.iterdir()) if _is_beir_folder(c)]

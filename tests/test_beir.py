@@ -186,3 +186,28 @@ def test_load_real_adi():
     assert all(d in ds.corpus for j in ds.qrels.values() for d in j)
     first = json.loads((ADI / "corpus.jsonl").read_text().splitlines()[0])
     assert ds.corpus[first["_id"]].contents == f"{first['title']} {first['text']}".strip()
+
+
+def test_download_beir_from_a_local_zip_url(tmp_path):
+    """The download path (fetch, unzip, atomic rename) over a file:// URL: no network needed."""
+    import zipfile
+
+    from retrieval.beir import download_beir
+
+    src = _make_beir(tmp_path / "src" / "toy", [("d1", "t", "x")], [("q1", "a")], [("q1", "d1", 1)])
+    zpath = tmp_path / "toy.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for f in src.rglob("*"):
+            if f.is_file():
+                zf.write(f, f"toy/{f.relative_to(src)}")
+    dest = download_beir("toy", tmp_path / "cache", url=zpath.as_uri())
+    assert dest == tmp_path / "cache" / "toy"
+    assert load_beir(dest).qrels == {"q1": {"d1": 1}}
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["toy"]  # no temp folder left
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as zf:
+        zf.writestr("../outside.txt", "x")
+    with pytest.raises(ValueError, match="escapes the target"):
+        download_beir("evil", tmp_path / "cache", url=evil.as_uri())
+    assert not (tmp_path / "outside.txt").exists()
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["toy"]
