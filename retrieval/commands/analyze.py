@@ -79,7 +79,6 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--pooling names no embedder")
         if len(set(names)) != len(names):
             raise typer.BadParameter(f"--pooling repeats an embedder: {pooling}")
-        err = Console(stderr=True)
         try:
             _, texts = sample_texts(beir_dir, n, seed, source)
             loaded = load_model(model, device=device)
@@ -90,7 +89,7 @@ def register(app: typer.Typer) -> None:
             report = analyze_embeddings(texts, H, loaded.tokenizer, loaded.lm_head, loaded.special_ids,
                                         base=base, k=k, match=match, max_length=max_length)
         except ValueError as e:
-            err.print(f"[red]error:[/red] {e}")
+            typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
         summary = {"model": model, "collection": str(beir_dir), "source": source, "seed": seed,
                    "max_length": max_length, **report.summary}
