@@ -14,6 +14,7 @@ Everything takes arrays (H, lm_head, id sets); a tokenizer is only needed for to
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -585,7 +586,8 @@ def write_plots(report: AlignmentReport, tokenizer: Any, out_dir: str, prefix: s
                           f"λ  ({report.summary['pc1']['lambda']})")
         paths.append(p)
     for nm, c in report.contributions.items():
-        p = os.path.join(out_dir, f"{prefix}contributions_{nm}.png")
+        safe = re.sub(r"[^\w.\-]+", "_", nm).strip("_") or "embedder"
+        p = os.path.join(out_dir, f"{prefix}contributions_{safe}.png")
         plot_contributions(c, tokenizer, p, title=f"{nm}: eq.12 split, text #{example}")
         paths.append(p)
     return paths

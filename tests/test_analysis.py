@@ -259,6 +259,9 @@ def test_analyze_command_on_a_beir_folder(tmp_path):
     assert (out / "spectrum.png").is_file() and (out / "embeddings_last.npy").is_file()
     res = CliRunner().invoke(app, ["analyze", str(tmp_path), "--model", str(tmp_path / "model")])
     assert res.exit_code == 2 and "not a BEIR folder" in res.output
+    res = CliRunner().invoke(app, ["analyze", str(beir), "--model", str(tmp_path / "model"), "--n", "2",
+                                   "--pooling", f"last,last@{tmp_path / 'no-such-adapter'}", "--json"])
+    assert res.exit_code == 2 and "error:" in res.output  # a clear message, not a traceback
 
 
 # ----------------------------------------------------------------------------- the real SmolLM2

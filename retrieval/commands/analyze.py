@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
         beir_dir: Path = typer.Argument(..., help="BEIR folder (corpus.jsonl, queries.jsonl)"),
         model: str = typer.Option("smollm2-135m", "--model", help="model spec (registered name, .gguf, HF folder, hub id)"),
         pooling: str = typer.Option("last,mean,prompteol", "--pooling",
-                                    help="comma-separated embedders (e.g. last,mean,prompteol)"),
+                                    help="comma-separated embedders (e.g. last,mean,prompteol); "
+                                         "NAME@ADAPTER_DIR adds a trained LoRA adapter to NAME"),
         base: str = typer.Option(None, "--base", help="embedder playing f in the spectral analysis (default: last if given)"),
         n: int = typer.Option(1000, "--n", help="number of texts sampled"),
         source: str = typer.Option("corpus", "--source", help="corpus or queries"),
@@ -84,7 +85,12 @@ def register(app: typer.Typer) -> None:
             loaded = load_model(model, device=device)
             H = {}
             for name in names:
-                emb = get_embedder(name, loaded, max_length=max_length, progress=not as_json)
+                family, _, adapter = name.partition("@")
+                opts = {"adapter": adapter} if adapter else {}
+                try:
+                    emb = get_embedder(family, loaded, max_length=max_length, progress=not as_json, **opts)
+                except TypeError as e:
+                    raise ValueError(f"embedder {family!r} does not take these options ({e})") from None
                 H[name] = emb.encode_documents(texts)
             report = analyze_embeddings(texts, H, loaded.tokenizer, loaded.lm_head, loaded.special_ids,
                                         base=base, k=k, match=match, max_length=max_length)
