@@ -24,6 +24,8 @@ EMBEDDERS: dict[str, str] = {
     "autoregembed": "encoders.embedders.autoregembed:AutoRegEmbedEmbedder",
     "llm2comp": "encoders.embedders.llm2comp:LLM2CompEmbedder",
     "gircse": "encoders.embedders.gircse:GircseEmbedder",
+    # PromptEOL read through an InfoNCE-trained LoRA adapter (the contrastive baseline)
+    "infonce": "encoders.train.infonce:InfoNCEEmbedder",
 }
 
 

@@ -101,7 +101,13 @@ class PromptEmbedder(Embedder):
         empty: str = "zero",
         progress: bool = True,
         family: str | None = None,
+        adapter: str | None = None,
     ) -> None:
+        if adapter is not None:
+            raise ValueError(
+                f"the training-free family {self.family!r} takes no adapter; for PromptEOL read through a "
+                "trained LoRA use get_embedder('infonce', model, adapter=...)"
+            )
         if not isinstance(loaded, LoadedModel):
             raise ValueError(f"loaded must be an encoders.models.LoadedModel, got {type(loaded).__name__}")
         if family is not None:
