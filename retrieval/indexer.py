@@ -16,7 +16,7 @@ import numpy as np
 from encoders.aligned import TermMap
 from index.dense import DenseIndex
 from index.sparse import SparseIndex
-from index.store import NotAnIndexError, open_index, read_manifest, replace_sparse, write_index
+from index.store import NotAnIndexError, check_fingerprint, open_index, read_manifest, replace_sparse, write_index
 from retrieval.beir import Corpus, read_corpus_jsonl
 from retrieval.config import SparseConfig
 from retrieval.sparsify import Sparsifier, fit_corpus_pc1
@@ -140,15 +140,27 @@ def build_index(
 
 
 def doc_encoder_fingerprint(embedder: Any) -> dict[str, Any]:
-    """The embedder's fingerprint without query-side options (a query instruction may change
-    per task without invalidating the document vectors) and without the model's location
-    when its content hash identifies it (a moved copy of the same weights is the same model)."""
-    fp = dict(embedder.fingerprint())
+    """The embedder's fingerprint as an index records it (see :func:`normalize_fingerprint`)."""
+    return normalize_fingerprint(embedder.fingerprint())
+
+
+def normalize_fingerprint(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """Drop what may differ between the document and the query encoder without changing the
+    vectors: query-side options (a query instruction may change per task) and the model's
+    location when its content hash identifies it (a moved copy of the same weights)."""
+    fp = dict(fingerprint)
     fp.pop("query_instruction", None)
     model = fp.get("model")
     if isinstance(model, dict) and model.get("sha256"):
         fp["model"] = {k: v for k, v in model.items() if k != "source"}
     return fp
+
+
+def check_encoder(stored: Any, embedder: Any) -> None:
+    """Refuse a query/re-sparsify encoder whose fingerprint differs from the index's
+    (index.store.FingerprintMismatch names the differing fields)."""
+    check_fingerprint({"encoder": normalize_fingerprint(stored.fingerprint)},
+                      doc_encoder_fingerprint(embedder))
 
 
 def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto",
@@ -165,7 +177,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     spec = stored.manifest["embedder"]
     loaded = loaded if loaded is not None else load_model(spec["model"], device=device)
     enc = get_embedder(spec["family"], loaded, progress=False, **spec.get("options", {}))
-    stored.check_fingerprint(doc_encoder_fingerprint(enc))
+    check_encoder(stored, enc)
     term_map = None
     if new.fold == old.fold and "token_to_term" in stored.extra:
         term_map = term_map_from_arrays(stored.extra, stored.params.get("term_map", "identity"))

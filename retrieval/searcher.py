@@ -27,7 +27,7 @@ from encoders.aligned import TermContribution, explain as explain_terms
 from index.store import StoredIndex, open_index
 from retrieval import fusion as fusion_mod
 from retrieval.config import FusionConfig, SparseConfig
-from retrieval.indexer import doc_encoder_fingerprint, term_map_from_arrays
+from retrieval.indexer import check_encoder, term_map_from_arrays
 from retrieval.sparsify import Sparsifier
 
 MODES = ("hybrid", "sparse", "dense")
@@ -114,7 +114,7 @@ class Searcher:
         if instruction is not None:
             options["instruction"] = instruction
         embedder = get_embedder(spec["family"], loaded, progress=False, **options)
-        stored.check_fingerprint(doc_encoder_fingerprint(embedder))
+        check_encoder(stored, embedder)
         params = stored.params
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
