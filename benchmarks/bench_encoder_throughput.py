@@ -202,6 +202,8 @@ def main() -> None:
     ap.add_argument("--baseline-batch", type=int, default=16)
     ap.add_argument("--topk", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--append", action="store_true",
+                    help="merge into an existing results file (entries of the same model are replaced)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "encoder_throughput.json")
     args = ap.parse_args()
     if not args.dataset.is_dir():
@@ -218,7 +220,11 @@ def main() -> None:
         results.append(res)
         print(json.dumps(res, indent=1), flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        merged = results
+        if args.append and args.out.is_file():
+            mine = {r["model"] for r in results}
+            merged = [r for r in json.loads(args.out.read_text()) if r["model"] not in mine] + results
+        args.out.write_text(json.dumps(merged, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ class EmbeddingCache:
         embedder: Embedder,
         texts: Sequence[str],
         role: str,
-        shard_size: int = 1024,
+        shard_size: int = 256,
         shard_id: int | None = None,
         shard_num: int | None = None,
         progress: bool = True,

@@ -131,3 +131,8 @@ def test_smollm2_registered_load(smollm2):
     folders = list((cache_dir() / "models").glob(f"gguf-{smollm2.identity['sha256'][:24]}"))
     assert len(folders) == 1 and (folders[0] / "config.json").is_file()
     assert json.loads((folders[0] / "alignir_source.json").read_text())["sha256"] == smollm2.identity["sha256"]
+    # the same file given by path reuses that conversion (keyed by content) and has the same weights
+    by_path = load_model(str(gguf), device="cpu")
+    assert by_path.identity["sha256"] == smollm2.identity["sha256"] and by_path.identity["source"] == str(gguf.resolve())
+    assert torch.equal(by_path.lm_head, smollm2.lm_head)
+    assert len(list((cache_dir() / "models").glob(f"gguf-{smollm2.identity['sha256'][:24]}*"))) == 1
