@@ -89,7 +89,8 @@ def test_pyserini_impact_search_equals_brute_force(tmp_path):
     D = _vectors(doc_texts, vocab, binary=False)
     Q = _vectors([ds.queries[q] for q in qids], vocab, binary=True)
 
-    info = write_json_vector_collection(tmp_path / "coll", doc_ids, D, terms, contents=doc_texts, scale=100)
+    # contents left empty ("") here; the benchmark exports real contents
+    info = write_json_vector_collection(tmp_path / "coll", doc_ids, D, terms, scale=100)
     write_pyserini_queries(tmp_path / "queries.jsonl", tmp_path / "topics.tsv", qids,
                            [ds.queries[q] for q in qids], Q, terms, scale=1)
     assert info["docs"] == 82 and info["dropped_nonpositive"] == 0
