@@ -76,3 +76,34 @@ def test_fuse_dispatch_runs_and_errors():
         rrf(A)
     with pytest.raises(ValueError, match="no runs"):
         rrf([])
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_runs = st.dictionaries(st.sampled_from([f"d{i}" for i in range(12)]),
+                        st.floats(-50, 50, allow_nan=False), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_runs, _runs, st.floats(0, 1))
+def test_properties(a, b, alpha):
+    # RRF depends on ranks only: replacing scores by (minus) their rank changes nothing
+    assert rrf([a, b]) == rrf([{d: -float(i) for i, (d, _) in enumerate(ranked(a))}, b])
+    # input insertion order never matters (deterministic ties)
+    rev = lambda r: dict(reversed(list(r.items())))  # noqa: E731
+    for fn in (rrf, minmax, zscore):
+        assert list(fn([a, b])) == list(fn([rev(a), rev(b)]))
+    # min-max convex scores lie in [0, 1]; a doc top of both lists scores exactly 1
+    f = minmax([a, b], alpha=alpha)
+    assert set(f) == set(a) | set(b)
+    assert all(-1e-12 <= v <= 1 + 1e-12 for v in f.values())
+    top_a = max(a.values(), default=None)
+    top_b = max(b.values(), default=None)
+    both = [d for d in set(a) & set(b) if a[d] == top_a and b[d] == top_b
+            and len(set(a.values())) > 1 and len(set(b.values())) > 1]
+    for d in both:
+        assert f[d] == pytest.approx(1.0)
+    # the fused list is sorted best first
+    vals = list(f.values())
+    assert vals == sorted(vals, reverse=True)
