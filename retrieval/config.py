@@ -16,6 +16,9 @@ class SparseConfig:
     doc_k: K of eq.15, aligned tokens kept per document.
     query_m: M of eq.16, aligned tokens added to a query's surface tokens.
     pc1_lambda: λ of eq.14 (h + λ·u1) applied before projection; 0 disables it.
+    pc1_remove: if set, λ is derived from the corpus at build / re-sparsify time as
+        λ = -pc1_remove · mean_i(h_i·u1): the fraction of the common first component removed
+        (1.0 removes the mean projection). The derived λ is stored in pc1_lambda.
     doc_weighting: document term weight: "raw" logit e_tᵀh (eq.15), "relu", "log1p" (of relu).
     query_weighting: "binary" (eq.16, the paper) or a logit-derived weight for the
         aligned part (surface tokens keep weight 1).
@@ -26,6 +29,7 @@ class SparseConfig:
     doc_k: int = 256
     query_m: int = 50
     pc1_lambda: float = 0.0
+    pc1_remove: float | None = None
     doc_weighting: str = "raw"
     query_weighting: str = "binary"
     fold: bool = False

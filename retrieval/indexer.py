@@ -19,7 +19,7 @@ from index.sparse import SparseIndex
 from index.store import NotAnIndexError, check_fingerprint, open_index, read_manifest, replace_sparse, write_index
 from retrieval.beir import Corpus, read_corpus_jsonl
 from retrieval.config import SparseConfig
-from retrieval.sparsify import Sparsifier, fit_corpus_pc1
+from retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,7 @@ def build_index(
     t_enc = time.perf_counter() - t0
     stage("projecting onto the vocabulary (aligned tokens)")
     pc1 = fit_corpus_pc1(H)
+    sparse = resolve_lambda(sparse, H, pc1)
     sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1)
     sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=sparse.quantize)
     stage(f"building the dense index ({dense_kind})")
@@ -181,8 +182,11 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     term_map = None
     if new.fold == old.fold and "token_to_term" in stored.extra:
         term_map = term_map_from_arrays(stored.extra, stored.params.get("term_map", "identity"))
-    sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
     H = np.asarray(stored.dense_vectors, dtype=np.float32)
+    if "pc1_lambda" in changes and "pc1_remove" not in changes:
+        new = replace(new, pc1_remove=None)  # an explicit λ replaces a relative one
+    new = resolve_lambda(new, H, stored.pc1)
+    sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
     sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
     params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind}
     if term_map is None:  # folding changed: the term map arrays change with it

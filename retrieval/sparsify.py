@@ -6,7 +6,7 @@ can never disagree about K, M, λ, weighting or folding.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -62,6 +62,14 @@ class Sparsifier:
         return query_vectors(self._adjusted(H), surface_ids, self.lm_head, c.query_m,
                              weighting=c.query_weighting, term_map=self.term_map,
                              mask_ids=self.special_ids)
+
+
+def resolve_lambda(config: SparseConfig, H: np.ndarray, u1: np.ndarray) -> SparseConfig:
+    """Turn a relative ``pc1_remove`` into the absolute λ of eq.14 for this corpus."""
+    if config.pc1_remove is None:
+        return config
+    mu1 = float(np.mean(np.asarray(H, dtype=np.float32) @ np.asarray(u1, dtype=np.float32)))
+    return replace(config, pc1_lambda=round(-config.pc1_remove * mu1, 6))
 
 
 def fit_corpus_pc1(H: np.ndarray, sample: int = PC1_SAMPLE, seed: int = 0) -> np.ndarray:

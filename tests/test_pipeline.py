@@ -176,3 +176,15 @@ def test_sparsifier_query_tokens_are_surface_union_topm(tiny_model):
         assert set(Q[i].indices.tolist()) == expected
         assert np.all(Q[i].data == 1.0)
     assert isinstance(Q, sp.csr_matrix)
+
+
+def test_pc1_remove_sets_lambda_from_corpus(built, tiny_model):
+    resparsify(built, loaded=tiny_model, pc1_remove=0.5)
+    stored = open_index(built)
+    H = np.asarray(stored.dense_vectors, dtype=np.float32)
+    expected = -0.5 * float(np.mean(H @ stored.pc1))
+    cfg = stored.params["sparse"]
+    assert cfg["pc1_remove"] == 0.5
+    assert cfg["pc1_lambda"] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    resparsify(built, loaded=tiny_model, pc1_lambda=0.0)  # an explicit λ replaces the fraction
+    assert open_index(built).params["sparse"]["pc1_remove"] is None

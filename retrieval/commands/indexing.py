@@ -1,6 +1,7 @@
 """`alignir build-index | search | resparsify | info`."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -11,11 +12,13 @@ from retrieval.commands.common import echo_json, setup_logging, user_errors
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 
 
-def _sparse_config(k, m, lam, doc_weighting, query_weighting, fold, quantize, base=None):
+def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize):
     from retrieval.config import SparseConfig
 
-    base = base or SparseConfig()
-    return base.with_changes(doc_k=k, query_m=m, pc1_lambda=lam, doc_weighting=doc_weighting,
+    base = SparseConfig()
+    if lam is not None or remove is not None:  # an explicit λ or fraction replaces the default
+        base = replace(base, pc1_lambda=lam or 0.0, pc1_remove=remove)
+    return base.with_changes(doc_k=k, query_m=m, doc_weighting=doc_weighting,
                              query_weighting=query_weighting, fold=fold,
                              quantize=None if quantize == "none" else quantize)
 
@@ -32,6 +35,8 @@ def build_index_cmd(
     k: Optional[int] = typer.Option(None, "--k", help="K: aligned tokens kept per document (eq.15)."),
     m: Optional[int] = typer.Option(None, "--m", help="M: aligned tokens added to each query (eq.16)."),
     lam: Optional[float] = typer.Option(None, "--lambda", help="λ of the PC1 adjustment h + λ·u1 (eq.14); 0 = off."),
+    remove: Optional[float] = typer.Option(None, "--pc1-remove", help="Set λ relative to the corpus: "
+                                           "λ = -f · mean(h·u1), removing fraction f of the common component."),
     doc_weighting: Optional[str] = typer.Option(None, help="Document weights: raw | relu | log1p."),
     query_weighting: Optional[str] = typer.Option(None, help="Query weights: binary (paper) | raw | relu | log1p."),
     fold: Optional[bool] = typer.Option(None, "--fold/--no-fold", help="Fold case/space variants of a token into one term."),
@@ -60,7 +65,7 @@ def build_index_cmd(
     with user_errors():
         from retrieval.indexer import build_index
 
-        cfg = _sparse_config(k, m, lam, doc_weighting, query_weighting, fold, quantize)
+        cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
         opts = {"max_length": max_length, "batch_tokens": batch_tokens}
         if adapter is not None:
             opts["adapter"] = str(adapter)
@@ -142,6 +147,7 @@ def resparsify_cmd(
     k: Optional[int] = typer.Option(None, "--k", help="New K (eq.15)."),
     m: Optional[int] = typer.Option(None, "--m", help="New M (eq.16)."),
     lam: Optional[float] = typer.Option(None, "--lambda", help="New λ (eq.14)."),
+    remove: Optional[float] = typer.Option(None, "--pc1-remove", help="New λ = -f · mean(h·u1)."),
     doc_weighting: Optional[str] = typer.Option(None, help="raw | relu | log1p."),
     query_weighting: Optional[str] = typer.Option(None, help="binary | raw | relu | log1p."),
     fold: Optional[bool] = typer.Option(None, "--fold/--no-fold"),
@@ -155,7 +161,7 @@ def resparsify_cmd(
         from retrieval.indexer import resparsify
 
         changes = {name: v for name, v in dict(
-            doc_k=k, query_m=m, pc1_lambda=lam, doc_weighting=doc_weighting,
+            doc_k=k, query_m=m, pc1_lambda=lam, pc1_remove=remove, doc_weighting=doc_weighting,
             query_weighting=query_weighting, fold=fold).items() if v is not None}
         if quantize is not None:
             changes["quantize"] = None if quantize == "none" else quantize
