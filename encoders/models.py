@@ -324,7 +324,9 @@ def _convert_gguf(gguf: Path, target: Path, sha: str) -> None:
         tok.save_pretrained(tmp)
         meta = {"format": CONVERT_FORMAT, "source": str(gguf), "name": target.name, "sha256": sha}
         (tmp / "alignir_source.json").write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, target) if not target.exists() else shutil.rmtree(tmp)
+        if target.exists():  # callers hold the lock, so only a stale folder can be here
+            shutil.rmtree(target)
+        os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
