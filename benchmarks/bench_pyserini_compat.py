@@ -1,9 +1,9 @@
 """Pyserini reproduces alignir's sparse ranking from the exported files (issue #5).
 
 For a real alignir index (aligned-token vectors of a shipped LLM; built here if missing):
-document vectors and the Searcher's query vectors (eq.15-16) are exported with
-retrieval/runs.py (integer weights = round(w * scale), non-positive dropped), indexed and
-searched by Pyserini's own CLI (``--impact --encoder FILE --min-idf -1``), and compared with
+the product's own export (retrieval/export.py, what ``alignir export pyserini`` writes:
+integer weights = round(w * scale), non-positive dropped) of the stored document vectors and
+of the Searcher's query vectors (eq.15-16) is indexed and searched by Pyserini's own CLI (``--impact --encoder FILE --min-idf -1``), and compared with
 alignir's SparseIndex searching the *same* integers: per query, equal score lists and equal
 top-k up to ties; nDCG@10 of both runs. The float (unquantised) alignir run is reported too,
 so the cost of quantisation is visible.
@@ -31,18 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.pyserini_support import _impact_index_job, run_pyserini_jobs  # noqa: E402
 from retrieval.beir import load_beir  # noqa: E402
 from retrieval.metrics import evaluate  # noqa: E402
-from retrieval.runs import quantize, read_trec, write_json_vector_collection, write_pyserini_queries  # noqa: E402
-
-
-def _doc_matrix(sparse_index, n_docs: int) -> sp.csr_matrix:
-    rows, cols, vals = [], [], []
-    for i in range(n_docs):
-        t, w = sparse_index.doc_vector(i)
-        rows.append(np.full(len(t), i))
-        cols.append(t)
-        vals.append(w)
-    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                         shape=(n_docs, sparse_index.n_terms), dtype=np.float32)
+from retrieval.runs import quantize, read_trec  # noqa: E402
 
 
 def _ranking(docs: np.ndarray, scores: np.ndarray, ids: list[str]) -> list[tuple[str, float]]:
@@ -72,48 +61,49 @@ def main() -> None:
 
         print(f"building {args.index} ({args.model}, {args.embedder})", flush=True)
         build_index(args.dataset, args.index, model=args.model, embedder=args.embedder)
+    from retrieval.export import export_documents, export_queries, stored_doc_matrix
+
     searcher = Searcher.open(args.index)
-    stored = getattr(searcher, "index", None) or searcher.stored
+    stored = searcher.index
     doc_ids = list(stored.doc_ids)
-    terms = list(searcher.sparsifier.term_map.term_strings)
-    D = _doc_matrix(stored.sparse, len(doc_ids))
+    D = stored_doc_matrix(stored.sparse)
     qids = list(ds.queries)
     texts = [ds.queries[q] for q in qids]
     Q = sp.csr_matrix(searcher.encode(texts).sparse, dtype=np.float32)
-    binary = Q.nnz > 0 and np.all(Q.data == 1.0)
-    q_scale = 1.0 if binary else args.scale
     k = args.k
 
     # alignir on float weights (what the product serves) and on the exported integers
     f_docs, f_scores = stored.sparse.search(Q, k)
     run_float = {q: dict(_ranking(f_docs[i], f_scores[i], doc_ids)) for i, q in enumerate(qids)}
+    with tempfile.TemporaryDirectory(prefix="pyserini-compat-") as tmp:
+        tmp = Path(tmp)
+        contents = {d: doc.contents for d, doc in ds.corpus.items()}
+        info = export_documents(args.index, tmp / "coll", scale=args.scale, contents=contents)
+        qinfo = export_queries(searcher, ds.queries, tmp / "queries")
+        t0 = time.perf_counter()
+        run_pyserini_jobs([
+            _impact_index_job(tmp / "coll", tmp / "lucene", 1),
+            ("pyserini.search.lucene", ["--index", tmp / "lucene", "--topics", tmp / "queries" / "topics.tsv",
+                                        "--encoder", tmp / "queries" / "queries.jsonl", "--impact",
+                                        "--min-idf", "-1", "--hits", k, "--output", tmp / "run.trec"]),
+        ])
+        pyserini_s = time.perf_counter() - t0
+        pys = read_trec(tmp / "run.trec")
+    q_scale = float(qinfo["scale"])
+    binary = bool(Q.nnz and np.all(Q.data == 1.0))
     Dq, Qq = quantize(D, args.scale), quantize(Q, q_scale)
     i_docs, i_scores = SparseIndex.from_csr(Dq.astype(np.float32)).search(Qq.astype(np.float32), k)
     run_int = {q: _ranking(i_docs[i], i_scores[i], doc_ids) for i, q in enumerate(qids)}
     full = (Qq.astype(np.int64) @ Dq.astype(np.int64).T).toarray()
 
-    with tempfile.TemporaryDirectory(prefix="pyserini-compat-") as tmp:
-        tmp = Path(tmp)
-        contents = [ds.corpus[d].contents if d in ds.corpus else "" for d in doc_ids]
-        info = write_json_vector_collection(tmp / "coll", doc_ids, D, terms, contents=contents, scale=args.scale)
-        write_pyserini_queries(tmp / "queries.jsonl", tmp / "topics.tsv", qids, texts, Q, terms, scale=q_scale)
-        t0 = time.perf_counter()
-        run_pyserini_jobs([
-            _impact_index_job(tmp / "coll", tmp / "lucene", 1),
-            ("pyserini.search.lucene", ["--index", tmp / "lucene", "--topics", tmp / "topics.tsv",
-                                        "--encoder", tmp / "queries.jsonl", "--impact", "--min-idf", "-1",
-                                        "--hits", k, "--output", tmp / "run.trec"]),
-        ])
-        pyserini_s = time.perf_counter() - t0
-        pys = read_trec(tmp / "run.trec")
-
     same_scores = same_topk = 0
+    pos = {d: j for j, d in enumerate(doc_ids)}
     mismatches = []
     for i, q in enumerate(qids):
         got = sorted(pys.get(q, {}).items(), key=lambda kv: (-kv[1], kv[0]))
         mine = run_int[q]
         scores_equal = [s for _, s in got] == [s for _, s in mine]
-        pos = {d: j for j, d in enumerate(doc_ids)}
+
         exact = all(full[i, pos[d]] == s for d, s in got)
         cut = mine[-1][1] if mine else None
         strict_mine = {d for d, s in mine if cut is not None and s > cut}
@@ -130,7 +120,7 @@ def main() -> None:
         "dataset": ds.name, "index": str(args.index), "model": args.model, "embedder": args.embedder,
         "sparse_params": stored.params, "queries": len(qids), "k": k,
         "doc_scale": args.scale, "query_scale": q_scale, "binary_queries": bool(binary),
-        "export": {k_: v for k_, v in info.items() if k_ != "files"},
+        "export": {k_: v for k_, v in info.items() if k_ != "files"}, "query_export": qinfo,
         "queries_equal_scores": same_scores, "queries_equal_topk_up_to_ties": same_topk,
         "mismatched_queries": mismatches,
         "ndcg@10": {n: round(v["ndcg@10"], 6) for n, v in m.items()},
