@@ -713,11 +713,14 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, Any],
-                   pc1: np.ndarray | None = None, fsync: bool = True) -> Path:
-    """Atomically replace the sparse part (and optionally PC1) of an index, merging
-    ``new_params`` into ``manifest["params"]`` — the re-sparsify step (new K, M, λ,
-    weighting from the stored dense vectors, no re-encode). All other files are carried
-    over (hard links when possible) after their checksums are verified."""
+                   pc1: np.ndarray | None = None,
+                   extra_arrays: Mapping[str, np.ndarray] | None = None,
+                   fsync: bool = True) -> Path:
+    """Atomically replace the sparse part (and optionally PC1 and named extra arrays,
+    e.g. a new term map) of an index, merging ``new_params`` into
+    ``manifest["params"]`` — the re-sparsify step (new K, M, λ, weighting, folding from
+    the stored dense vectors, no re-encode). All other files are carried over (hard
+    links when possible) after their checksums are verified."""
     path = Path(path).absolute()
     old = read_manifest(path)
     verify_index(path, old)
@@ -730,6 +733,8 @@ def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, A
         pc1 = np.asarray(pc1, dtype=np.float32)
         if pc1.shape != (old["dims"]["dense"],):
             raise ValueError(f"pc1 must have shape ({old['dims']['dense']},), got {pc1.shape}")
+    extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
+    replaced = {f"{EXTRA_DIR}/{k}.npy" for k in extras}
     manifest = {k: v for k, v in old.items() if k != "files"}
     manifest["params"] = {**old.get("params", {}), **json.loads(json.dumps(dict(new_params)))}
     manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -738,7 +743,7 @@ def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, A
     comps = dict(old["components"])
     with IndexWriter(path, fsync=fsync) as w:
         for rel in old["files"]:
-            if rel.startswith(SPARSE_DIR + "/") or (pc1 is not None and rel == PC1):
+            if rel.startswith(SPARSE_DIR + "/") or (pc1 is not None and rel == PC1) or rel in replaced:
                 continue
             with w._guard(f"carrying over {rel}"):
                 _link_or_copy(path / rel, w._inside(rel))
@@ -748,5 +753,10 @@ def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, A
         if pc1 is not None:
             w.save_array(PC1, pc1)
             comps["pc1"] = PC1
+        if extras:
+            comps["extra"] = dict(comps.get("extra", {}))
+            for name, arr in extras.items():
+                w.save_array(f"{EXTRA_DIR}/{name}.npy", arr)
+                comps["extra"][name] = f"{EXTRA_DIR}/{name}.npy"
         manifest["components"] = comps
         return w.commit(manifest)

@@ -228,19 +228,23 @@ def test_fingerprint_check_names_the_differing_fields(tmp_path):
 
 
 def test_replace_sparse_swaps_only_the_sparse_part(tmp_path):
-    path = build(tmp_path / "idx", pc1=np.ones(D, dtype=np.float32))
+    path = build(tmp_path / "idx", pc1=np.ones(D, dtype=np.float32),
+                 extra_arrays={"term_strings": np.array(["a", "b"]), "keep": np.arange(3)})
     before = json.loads((path / "manifest.json").read_text())
     new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
     new_pc1 = np.full(D, 2.0, dtype=np.float32)
-    replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 8, "lambda": 0.5}, pc1=new_pc1)
+    replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 8, "lambda": 0.5}, pc1=new_pc1,
+                   extra_arrays={"term_strings": np.array(["x", "yy", "z"])})
     st = open_index(path)
+    assert st.extra["term_strings"].tolist() == ["x", "yy", "z"]
+    np.testing.assert_array_equal(st.extra["keep"], np.arange(3))
     assert st.params == {"K": 8, "M": 8, "lambda": 0.5, "weighting": "raw"}
     assert st.sparse.n_terms == 50 and st.manifest["dims"]["sparse_terms"] == 50
     np.testing.assert_array_equal(st.pc1, new_pc1)
     q = sp.random(3, 50, density=0.2, format="csr", dtype=np.float32, random_state=1)
     np.testing.assert_array_equal(st.sparse.search(q, 5)[0], SparseIndex.from_csr(new_csr).search(q, 5)[0])
     after = st.manifest["files"]
-    for rel in ("dense.npy", "doc_ids.parquet", "faiss/index.faiss"):
+    for rel in ("dense.npy", "doc_ids.parquet", "faiss/index.faiss", "extra/keep.npy"):
         assert after[rel] == before["files"][rel]
     assert not any(r.startswith("sparse/") and r in before["files"] and after[r] == before["files"][r]
                    for r in after if r.endswith("weights.npy"))
