@@ -31,7 +31,7 @@ from retrieval import fusion  # noqa: E402
 from retrieval.beir import load_beir  # noqa: E402
 from retrieval.bm25 import bm25_run  # noqa: E402
 from retrieval.config import SparseConfig  # noqa: E402
-from retrieval.metrics import drop_self_hits, evaluate  # noqa: E402
+from retrieval.metrics import drop_self_hits, evaluate, self_hits_apply  # noqa: E402
 from retrieval.searcher import Searcher  # noqa: E402
 from retrieval.sparsify import Sparsifier  # noqa: E402
 
@@ -58,6 +58,7 @@ class Harness:
         self.Hq = enc.encode_queries(texts)
         self.surface = enc.surface_token_ids(texts)
         self.query_seconds = time.perf_counter() - t0
+        self.drop_self = self_hits_apply(self.data.name)
         self.u1 = st.pc1
         self.mu1 = float((self.H @ self.u1).mean())  # mean projection on u1 (> 0 by orientation)
         self.term_map = self.searcher.sparsifier.term_map
@@ -69,7 +70,7 @@ class Harness:
         for qid, drow, srow in zip(self.qids, docs, scores):
             keep = (drow >= 0) & np.isfinite(srow)
             run[qid] = {self.doc_ids[d]: float(s) for d, s in zip(drow[keep], srow[keep])}
-        return drop_self_hits(run)
+        return drop_self_hits(run) if self.drop_self else run
 
     def score(self, run: dict) -> dict:
         return {m: round(v, 4) for m, v in evaluate(self.data.qrels, run, METRICS).items()
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     log(f"{name}: {len(h.doc_ids)} docs, {len(h.qids)} queries encoded in {h.query_seconds:.1f}s")
 
     bm25 = bm25_run(h.data.corpus, h.data.queries, k=DEPTH, show_progress=False)
+    bm25 = drop_self_hits(bm25) if h.drop_self else bm25
     dense = h.dense_run()
     dense_c = h.dense_run(center=True)
     paper = h.sparse_run(PAPER)

@@ -188,3 +188,14 @@ def test_pc1_remove_sets_lambda_from_corpus(built, tiny_model):
     assert cfg["pc1_lambda"] == pytest.approx(expected, rel=1e-5, abs=1e-6)
     resparsify(built, loaded=tiny_model, pc1_lambda=0.0)  # an explicit λ replaces the fraction
     assert open_index(built).params["sparse"]["pc1_remove"] is None
+
+
+def test_run_queries_drops_self_hits_only_when_asked(built, tiny_model):
+    from retrieval.evaluation import run_queries
+
+    s = Searcher.open(built, loaded=tiny_model)
+    queries = {"d0": TINY_CORPUS[0]}  # query id equal to a document id (ArguAna-style)
+    kept, _ = run_queries(s, queries, ("dense",), k=3, progress=False, drop_self=False)
+    dropped, _ = run_queries(s, queries, ("dense",), k=3, progress=False, drop_self=True)
+    assert "d0" in kept["dense"]["d0"] and len(kept["dense"]["d0"]) == 3
+    assert "d0" not in dropped["dense"]["d0"] and len(dropped["dense"]["d0"]) == 3

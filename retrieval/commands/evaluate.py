@@ -35,7 +35,10 @@ def _evaluate(index: Path, dataset: str, split: str, modes: list[str], run: Opti
     if bm25:
         from retrieval.bm25 import bm25_run
 
-        runs_bm25 = {"bm25": bm25_run(data.corpus, data.queries, k=top)}
+        from retrieval.metrics import drop_self_hits, self_hits_apply
+
+        run_bm25 = bm25_run(data.corpus, data.queries, k=top, show_progress=progress)
+        runs_bm25 = {"bm25": drop_self_hits(run_bm25) if self_hits_apply(data.name) else run_bm25}
         out["metrics"].update(evaluate_runs(data.qrels, runs_bm25))
         out["runs"].update(runs_bm25)
     if run is not None:
@@ -77,7 +80,8 @@ def eval_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """nDCG@10 (headline), recall@100, MRR@10 and MAP of an index on a BEIR split, via
-    pytrec_eval; hits whose doc id equals the query id are dropped, as BEIR does."""
+    pytrec_eval. On ArguAna/Quora, hits whose doc id equals the query id are dropped, as
+    BEIR and Pyserini do."""
     setup_logging(verbose)
     with user_errors():
         result = _evaluate(index, dataset, split, _modes(mode), run, top, instruction, fusion,
