@@ -189,19 +189,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
     sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
     params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind}
-    if term_map is None:  # folding changed: the term map arrays change with it
-        return _rewrite_with_term_map(stored, sparse_index, params, sparsifier.term_map)
-    replace_sparse(index_dir, sparse_index, params)
+    # folding changes the term map: its arrays are replaced in the same atomic step
+    extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
+    replace_sparse(index_dir, sparse_index, params, extra_arrays=extra)
     return read_manifest(index_dir)
-
-
-def _rewrite_with_term_map(stored: Any, sparse_index: SparseIndex, params: dict[str, Any],
-                           term_map: TermMap) -> dict[str, Any]:
-    manifest = {k: stored.manifest[k] for k in ("encoder", "embedder", "build") if k in stored.manifest}
-    manifest["params"] = {**stored.params, **params}
-    full = open_index(stored.path, load_sparse=False, load_dense=True)
-    write_index(stored.path, manifest, stored.doc_ids, np.asarray(stored.dense_vectors),
-                sparse_index=sparse_index, dense_index=full.dense, pc1=stored.pc1,
-                extra_arrays={**{k: v for k, v in stored.extra.items()}, **term_map_arrays(term_map)},
-                dense_dtype=stored.manifest.get("dense_dtype", "float32"))
-    return read_manifest(stored.path)
