@@ -35,16 +35,20 @@ def ndcg10(qrels: dict, scores: np.ndarray, qids: list[str], dids: list[str]) ->
     return float(np.mean([res[q]["ndcg_cut_10"] for q in qids]))
 
 
-def evaluate(emb, loaded, coll, K: int, M: int) -> dict:
+def evaluate(emb, loaded, coll, K: int, M: int, DQ=None) -> dict:
+    """nDCG@10 dense + sparse; ``DQ`` = (D, Q, seconds) precomputed vectors, else encoded with ``emb``."""
     from encoders.aligned import doc_vectors, query_vectors
 
     corpus, queries, qrels = coll
     qids = [q for q in qrels if q in queries]
     dids = list(corpus)
-    t0 = time.perf_counter()
-    D = emb.encode_documents([corpus[d] for d in dids])
-    Q = emb.encode_queries([queries[q] for q in qids])
-    enc_s = time.perf_counter() - t0
+    if DQ is None:
+        t0 = time.perf_counter()
+        D = emb.encode_documents([corpus[d] for d in dids])
+        Q = emb.encode_queries([queries[q] for q in qids])
+        enc_s = time.perf_counter() - t0
+    else:
+        D, Q, enc_s = DQ
     Dn = D / np.linalg.norm(D, axis=1, keepdims=True).clip(1e-12)
     Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True).clip(1e-12)
     dense = ndcg10(qrels, Qn @ Dn.T, qids, dids)
@@ -53,6 +57,37 @@ def evaluate(emb, loaded, coll, K: int, M: int) -> dict:
     qv = query_vectors(Q, emb.surface_token_ids([queries[q] for q in qids]), W, M, mask_ids=loaded.special_ids)
     sparse = ndcg10(qrels, (qv @ dv.T).toarray(), qids, dids)
     return {"ndcg@10_dense": round(dense, 4), "ndcg@10_sparse": round(sparse, 4), "encode_seconds": round(enc_s, 1)}
+
+
+def gircse_multi_k(loaded, adapter, Ks, coll, max_length):
+    """Encode once with K=max(Ks): the first k generated states do not depend on K (causal),
+    so z_k = mean(G[:, :k]) for every k in Ks comes from one generation (Alg.1, eq.4)."""
+    from encoders.embedders.gircse import GircseEmbedder
+
+    class Multi(GircseEmbedder):
+        @property
+        def dim(self):
+            return int(self.lm_head.shape[1]) * len(Ks)
+
+        def embed_batch(self, texts, role):
+            from encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
+            from encoders.templates import resolve_instruction
+            from encoders.train.genbase import left_pad, pad_id
+
+            instr = resolve_instruction(self.instruction) if role == "query" else None
+            rows = [gircse_input_ids(self.tokenizer, t, instr, self.max_length) for t in texts]
+            G = generate_soft_tokens(self.model, *left_pad(rows, pad_id(self.tokenizer)), max(Ks))
+            return torch.cat([G[:, :k].float().mean(1) for k in Ks], dim=1)
+
+    emb = Multi(loaded, adapter=adapter, K=max(Ks), max_length=max_length)
+    corpus, queries, qrels = coll
+    qids = [q for q in qrels if q in queries]
+    t0 = time.perf_counter()
+    D = emb.encode_documents([corpus[d] for d in corpus])
+    Q = emb.encode_queries([queries[q] for q in qids])
+    sec = time.perf_counter() - t0
+    d = D.shape[1] // len(Ks)
+    return {k: (D[:, i * d:(i + 1) * d], Q[:, i * d:(i + 1) * d], sec) for i, k in enumerate(Ks)}
 
 
 def main() -> None:
@@ -96,9 +131,14 @@ def main() -> None:
     only = set(filter(None, args.only.split(",")))
     wd = Path(args.workdir)
 
-    def save() -> None:
+    def save() -> None:  # merge with runs written meanwhile by parallel invocations (--only)
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(results, indent=1))
+        if out_path.exists():
+            disk = json.loads(out_path.read_text())
+            results["runs"] = {**disk.get("runs", {}), **results["runs"]}
+        tmp = out_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=1))
+        tmp.replace(out_path)
 
     base = results["runs"].get("prompteol-untrained", {}).get("ndcg@10_dense")
     if base is None or "prompteol-untrained" in only:
@@ -158,9 +198,9 @@ def main() -> None:
             record(name, method, summ, emb, cli(method, stage, data, name, lr, init, hp))
         elif method == "gircse":
             extra = {}
-            for K in (1, 5, 20):
-                r = evaluate(get_embedder("gircse", loaded, adapter=adir, K=K, max_length=L), loaded, coll, args.K, args.M)
-                extra[f"K={K}"] = r
+            ref = get_embedder("gircse", loaded, K=1, max_length=L)  # for lm_head / surface ids only
+            for K, DQ in gircse_multi_k(loaded, adir, (1, 5, 20), coll, L).items():
+                extra[f"K={K}"] = evaluate(ref, loaded, coll, args.K, args.M, DQ)
             record(name, method, summ, None, cli(method, stage, data, name, lr, init, hp), {"test_time_K": extra},
                    r=extra["K=20"])
         else:
