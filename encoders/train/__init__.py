@@ -1,0 +1,12 @@
+"""LoRA training of the trained embedders (seeds 000, 002, 003) and the InfoNCE baseline.
+
+- ``losses``: every loss on plain tensors (InfoNCE; AutoRegEmbed CDA eq.2 + App. B/C variants;
+  NLL; CTKD KL eq.5; SimCSE eq.8; GIRCSE stepwise eq.7 + ICR eq.8).
+- ``data``: BEIR pairs with BM25 hard negatives, jsonl triples, raw text; resumable batches.
+- ``infonce`` / ``autoregembed`` / ``llm2comp`` / ``gircse``: one ``Method`` per paper (stages).
+- ``trainer``: ``TrainConfig`` + ``train(cfg)``: LoRA via peft, AdamW, warm-up + linear decay,
+  grad accumulation, bf16 / gradient checkpointing on GPU, loss log, checkpoint + resume.
+- ``adapter``: save / load adapters by path (+ soft tokens + training config), their hash.
+- ``genbase`` / ``embedder_base``: shared forward helpers and the inference shell of the
+  embedders in encoders/embedders/{autoregembed,llm2comp,gircse}.py.
+"""
