@@ -179,3 +179,26 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
     r = invoke("resparsify", "--index", idx, "--k", "64", "--lambda", "0.5")
     assert r.exit_code == 0, r.output
     assert json.loads(invoke("search", "indexing", "--index", idx, "--json").stdout)["hits"]
+
+
+def test_sharded_encode_merge_then_build(env, tiny_folder):
+    corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
+        ["plants and light", "stock market rates", "supersonic flow", "protein folding", "query logs"])])
+    for shard in (0, 1):
+        r = invoke("encode", corpus, "--model", tiny_folder, "--shard-id", shard, "--shard-num", 2,
+                   "--cache-dir", env / f"shard{shard}")
+        assert r.exit_code == 0, r.output
+    r = invoke("cache-merge", env / "shard0", env / "shard1", "--cache-dir", env / "merged")
+    assert r.exit_code == 0 and "copied" in r.output
+    from encoders.cache import EmbeddingCache
+    from encoders.embedders import get_embedder
+    from encoders.models import load_model
+    from retrieval.indexer import read_source
+
+    enc = get_embedder("prompteol", load_model(str(tiny_folder)), max_length=512)
+    texts = read_source(corpus).texts()
+    _, found = EmbeddingCache(env / "merged").lookup(enc, texts, "document")
+    assert found.all(), "every document of both shards is in the merged cache"
+    r = invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder,
+               "--cache-dir", env / "merged")
+    assert r.exit_code == 0, r.output

@@ -200,7 +200,55 @@ def info_cmd(
         typer.echo("\n".join(lines))
 
 
+def encode_cmd(
+    source: Path = typer.Argument(..., help="A BEIR folder or a corpus .jsonl."),
+    model: str = typer.Option("smollm2-135m", help="Model spec (as for build-index)."),
+    embedder: str = typer.Option("prompteol", help="Embedder family (as for build-index)."),
+    max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
+    batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
+    shard_id: Optional[int] = typer.Option(None, help="Encode only this shard (0-based) ..."),
+    shard_num: Optional[int] = typer.Option(None, help="... of this many contiguous shards."),
+    skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
+                                             "(default $ALIGNIR_CACHE/embeddings)."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Encode a corpus (or one shard of it) into the embedding cache, Pyserini-style: run
+    shards in separate processes or machines, `alignir cache-merge` their cache folders, then
+    `alignir build-index` with the same model/embedder/max-length finds every vector cached.
+    Use the same --max-length/--batch-tokens here as in build-index (max-length is part of the
+    encoder fingerprint)."""
+    setup_logging(verbose)
+    with user_errors():
+        from encoders.cache import EmbeddingCache
+        from encoders.embedders import get_embedder
+        from encoders.models import load_model
+        from retrieval.indexer import read_source
+
+        texts = read_source(source, skip_bad=skip_bad).texts()
+        enc = get_embedder(embedder, load_model(model, device=device), max_length=max_length,
+                           batch_tokens=batch_tokens)
+        H = EmbeddingCache(cache_dir).encode_cached(enc, texts, "document", shard_size=128,
+                                                    shard_id=shard_id, shard_num=shard_num)
+        typer.echo(f"encoded {H.shape[0]} of {len(texts)} documents into the cache")
+
+
+def cache_merge_cmd(
+    sources: list[Path] = typer.Argument(..., help="Cache folders to copy from."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Target cache (default $ALIGNIR_CACHE/embeddings)."),
+) -> None:
+    """Join embedding caches written by separate `alignir encode --shard-id` runs."""
+    with user_errors():
+        from encoders.cache import EmbeddingCache
+
+        n = EmbeddingCache(cache_dir).merge(sources)
+        typer.echo(f"copied {n} cache parts")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("encode")(encode_cmd)
+    app.command("cache-merge")(cache_merge_cmd)
     app.command("build-index")(build_index_cmd)
     app.command("search")(search_cmd)
     app.command("resparsify")(resparsify_cmd)
