@@ -272,6 +272,12 @@ def run_seismic(index, Q, k, threads, repeats, heap_factor=0.9):
 
 
 def peak_rss_mb():
+    """Peak resident set (VmHWM) of this process; unlike ru_maxrss it is not inherited from
+    the parent across fork+exec. Includes touched pages of mmap-ed index files."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

@@ -383,6 +383,7 @@ class SparseIndex:
                     np.save(tmp / name, np.ascontiguousarray(getattr(s, a)))
                     files[a] = {"file": name, "sha256": _sha256(tmp / name)}
                 segs.append({"n_terms": s.n_terms, "n": s.n, "doc_start": s.doc_start,
+                             "min_weight": s.min_weight if np.isfinite(s.min_weight) else None,
                              "files": files})
             manifest = {"format": FORMAT, "version": FORMAT_VERSION, "n_docs": self._n_docs,
                         "n_terms": self._n_terms, "quantize": self.quantize,
@@ -439,7 +440,8 @@ class SparseIndex:
             if (seg.n != int(sm["n"]) or seg.ptr.shape[0] != seg.n_terms * seg.nb + 1
                     or seg.map_.shape[0] not in (0, seg.n)):
                 raise ValueError(f"{path}: segment arrays do not match the manifest shapes")
-            seg.min_weight = _min_weight(seg)
+            mw = sm["min_weight"]  # stored: no pass over the mapped weights at load
+            seg.min_weight = float("inf") if mw is None else float(mw)
             segments.append(seg)
         return cls(segments, manifest["n_docs"], manifest["n_terms"], manifest["quantize"])
 
