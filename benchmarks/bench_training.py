@@ -188,6 +188,15 @@ def main() -> None:
         ("llm2comp-rc", "llm2comp", "rc", T, 1e-4, None, None),
         ("llm2comp-ctkd-scl", "llm2comp", "scl", T, 1e-4, "llm2comp-ctkd", None),
     ]
+    if "gircse-untrained" in only:  # test-time K without training (direction-of-effect reference)
+        ref = get_embedder("gircse", loaded, K=1, max_length=L)
+        ks = {f"K={K}": evaluate(ref, loaded, coll, args.K, args.M, DQ)
+              for K, DQ in gircse_multi_k(loaded, None, (1, 5, 20), coll, L).items()}
+        results["runs"]["gircse-untrained"] = {"method": "gircse", "model": args.model, "steps": 0, "train_seconds": 0,
+                                               "dataset": eval_name, **ks["K=20"], "baseline_ndcg@10_dense": base,
+                                               "test_time_K": ks, "command": cmd_base}
+        save()
+        print("gircse-untrained", ks, flush=True)
     for name, method, stage, data, lr, init, hp in plan:
         if only and name not in only:
             continue
