@@ -3,6 +3,7 @@ and encode identically; checkpoints resume exactly; data loaders and the CLI val
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,7 +48,8 @@ def _cfg(tmp_path, method, stage, data, **kw):
 
 
 def _losses(out):
-    return [json.loads(line)["loss"] for line in open(f"{out}/loss_log.jsonl")]
+    with open(f"{out}/loss_log.jsonl") as fh:
+        return [json.loads(line)["loss"] for line in fh]
 
 
 CASES = [
@@ -73,7 +75,7 @@ def test_each_loss_goes_down(method, stage, kind, hp, tiny_model, data_files, tm
     losses = _losses(summary["out"])
     assert len(losses) == cfg.steps and all(np.isfinite(losses))
     assert losses[-1] < losses[0], losses
-    meta = json.loads(open(f"{summary['out']}/alignir_train.json").read())
+    meta = json.loads(Path(summary["out"], "alignir_train.json").read_text())
     assert meta["method"] == method and meta["stage"] == stage and meta["steps"] == cfg.steps
     assert all(meta["hp"][k] == v for k, v in hp.items())
     # the shared model is never modified by training
