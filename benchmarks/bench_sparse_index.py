@@ -342,8 +342,9 @@ def bench_collection(name, ks, threads_list, engines, repeats, work: Path, log,
     Q = Q[:max_queries] if max_queries else Q
     nr = Q.shape[0] if recall_queries is None else min(recall_queries, Q.shape[0])
     Qr = Q[:nr]
-    log(f"{name}: generated {D.nnz} postings in {time.perf_counter() - t:.1f}s; "
-        f"query postings/doc-visits per query ~{int((D.getnnz(axis=0)[Q.indices]).sum() / Q.shape[0])}")
+    visits = int(D.getnnz(axis=0)[Q.indices].sum() / Q.shape[0])
+    log(f"{name}: {D.nnz} postings ({time.perf_counter() - t:.1f}s); "
+        f"postings read per query ~{visits}")
     kmax = max(ks)
     exact_d, exact_s = exact_topk(D, Qr, kmax)  # recall on the first nr queries
     log(f"{name}: brute force done")
