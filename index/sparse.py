@@ -440,8 +440,11 @@ class SparseIndex:
             if (seg.n != int(sm["n"]) or seg.ptr.shape[0] != seg.n_terms * seg.nb + 1
                     or seg.map_.shape[0] not in (0, seg.n)):
                 raise ValueError(f"{path}: segment arrays do not match the manifest shapes")
-            mw = sm["min_weight"]  # stored: no pass over the mapped weights at load
-            seg.min_weight = float("inf") if mw is None else float(mw)
+            if "min_weight" in sm:  # stored: no pass over the mapped weights at load
+                mw = sm["min_weight"]
+                seg.min_weight = float("inf") if mw is None else float(mw)
+            else:  # written before the manifest kept it
+                seg.min_weight = _min_weight(seg)
             segments.append(seg)
         return cls(segments, manifest["n_docs"], manifest["n_terms"], manifest["quantize"])
 
