@@ -158,7 +158,7 @@ def main() -> None:
 
     def record(name, method, summ, emb, extra_cmd, extra=None, r=None):
         r = r or evaluate(emb, loaded, coll, args.K, args.M)
-        log = [json.loads(x) for x in open(Path(summ["out"]) / "loss_log.jsonl")]
+        log = [json.loads(x) for x in (Path(summ["out"]) / "loss_log.jsonl").read_text().splitlines()]
         results["runs"][name] = {
             "method": method, "model": args.model, "steps": summ["steps"], "train_seconds": round(summ["train_seconds"], 1),
             "dataset": eval_name, **r, "baseline_ndcg@10_dense": base,
