@@ -38,8 +38,7 @@ from retrieval.sparsify import Sparsifier  # noqa: E402
 DEPTH = 100
 METRICS = ("ndcg@10", "recall@100")
 #: the paper's method (seed 004 eq.15-16): raw logits, binary query tokens, no folding, no λ
-PAPER = SparseConfig(doc_k=256, query_m=50, pc1_lambda=0.0, doc_weighting="raw",
-                     query_weighting="binary", fold=False)
+PAPER = SparseConfig.paper()
 
 
 class Harness:
@@ -222,13 +221,14 @@ def main(argv: list[str] | None = None) -> None:
     bm25 = drop_self_hits(bm25) if h.drop_self else bm25
     dense = h.dense_run()
     dense_c = h.dense_run(center=True)
+    dense_cn = h.dense_run(center=True, normalize=True)
     paper = h.sparse_run(PAPER)
     sweep_rows, best_cfg = ([], PAPER) if args.no_sweeps else sweeps(h, log)
     best = h.sparse_run(best_cfg)
     index_cfg = h.searcher.sparsifier.config
 
     fusion_rows = []
-    best_dense = dense_c if h.score(dense_c)["ndcg@10"] > h.score(dense)["ndcg@10"] else dense
+    best_dense = max((dense, dense_c, dense_cn), key=lambda r: h.score(r)["ndcg@10"])
     for method, alphas in (("minmax", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
                            ("zscore", (0.3, 0.5, 0.7)), ("rrf", (None,))):
         for a in alphas:
@@ -245,10 +245,12 @@ def main(argv: list[str] | None = None) -> None:
         row("bm25", h.score(bm25), {"k1": 0.9, "b": 0.4, "impl": "bm25s lucene idf, porter, en stopwords"}),
         row("dense", h.score(dense), {"faiss": "flat ip", "center": False}),
         row("dense-centered", h.score(dense_c), {"faiss": "flat ip", "center": True}),
+        row("dense-centered-cosine", h.score(dense_cn), {"faiss": "flat ip", "center": True, "normalize": True}),
         row("sparse-paper", h.score(paper), PAPER.to_dict()),
         row("sparse-best", h.score(best), {**best_cfg.to_dict(), "selected_on": "this split (oracle)"}),
         row("hybrid", {k: default_fusion[k] for k in METRICS},
-            {"fusion": "minmax", "alpha": 0.5, "dense": "centered" if best_dense is dense_c else "raw",
+            {"fusion": "minmax", "alpha": 0.5,
+             "dense": {id(dense): "raw", id(dense_c): "centered", id(dense_cn): "centered-cosine"}[id(best_dense)],
              "sparse": "sparse-best"}),
         row("hybrid-best", {k: best_fusion[k] for k in METRICS},
             {"fusion": best_fusion["fusion"], "alpha": best_fusion["alpha"],

@@ -13,6 +13,11 @@ FUSION_METHODS = ("minmax", "rrf", "zscore")
 class SparseConfig:
     """How dense vectors become sparse ones (seed 004 §5).
 
+    The defaults are alignir's, chosen by the sweeps in benchmarks/results/sweeps (ADI, MED):
+    removing 75 % of the common first component (eq.14) before projecting, log1p document
+    weights and logit-weighted query terms; :meth:`paper` gives the paper's configuration.
+    ``pc1_remove`` takes precedence over ``pc1_lambda`` when set.
+
     doc_k: K of eq.15, aligned tokens kept per document.
     query_m: M of eq.16, aligned tokens added to a query's surface tokens.
     pc1_lambda: λ of eq.14 (h + λ·u1) applied before projection; 0 disables it.
@@ -29,11 +34,18 @@ class SparseConfig:
     doc_k: int = 256
     query_m: int = 50
     pc1_lambda: float = 0.0
-    pc1_remove: float | None = None
-    doc_weighting: str = "raw"
-    query_weighting: str = "binary"
+    pc1_remove: float | None = 0.75
+    doc_weighting: str = "log1p"
+    query_weighting: str = "raw"
     fold: bool = False
     quantize: str | None = None
+
+    @classmethod
+    def paper(cls, doc_k: int = 256, query_m: int = 50) -> "SparseConfig":
+        """Seed 004 §5 exactly: raw logits (eq.15), binary query tokens (eq.16), no PC1
+        adjustment, no folding."""
+        return cls(doc_k=doc_k, query_m=query_m, pc1_lambda=0.0, pc1_remove=None,
+                   doc_weighting="raw", query_weighting="binary", fold=False)
 
     def __post_init__(self) -> None:
         if self.doc_k <= 0:

@@ -10,7 +10,9 @@ FAISS, and the query's surface tokens ∪ its top-M aligned tokens (eq.16) go to
 index. Hybrid search fuses the two ranked lists (retrieval/fusion.py).
 
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
-and torch modules are not re-entrant); index searches only read.
+and torch modules are not re-entrant), and so are sparse searches (numba's parallel kernels
+must not be entered from two Python threads at once with every threading layer); FAISS
+searches only read.
 """
 from __future__ import annotations
 
@@ -84,6 +86,7 @@ class Searcher:
         self.sparsifier = sparsifier
         self.fusion = fusion
         self._encode_lock = threading.Lock()
+        self._sparse_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
 
     # ------------------------------------------------------------------ opening
@@ -182,8 +185,9 @@ class Searcher:
         sparse_lists = dense_lists = None
         if mode in ("hybrid", "sparse"):
             t0 = time.perf_counter()
-            docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
-                                                    threads=threads)
+            with self._sparse_lock:
+                docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
+                                                        threads=threads)
             sparse_lists = _to_lists(docs, scores)
             tm.sparse = time.perf_counter() - t0
         if mode in ("hybrid", "dense"):

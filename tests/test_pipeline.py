@@ -35,7 +35,7 @@ def corpus_file(tmp_path):
 
 @pytest.fixture()
 def built(tmp_path, corpus_file, tiny_model):
-    cfg = SparseConfig(doc_k=24, query_m=5, pc1_lambda=0.0)
+    cfg = SparseConfig.paper(doc_k=24, query_m=5)
     build_index(corpus_file, tmp_path / "idx", model="tiny", sparse=cfg, loaded=tiny_model,
                 cache_dir=tmp_path / "cache", progress=False)
     return tmp_path / "idx"
@@ -121,7 +121,8 @@ def test_resparsify_equals_fresh_build(tmp_path, built, corpus_file, tiny_model)
     resparsify(built, loaded=tiny_model, doc_k=8, doc_weighting="log1p", pc1_lambda=0.5)
     fresh = tmp_path / "fresh"
     build_index(corpus_file, fresh, model="tiny", loaded=tiny_model, cache_dir=tmp_path / "cache",
-                sparse=SparseConfig(doc_k=8, query_m=5, doc_weighting="log1p", pc1_lambda=0.5),
+                sparse=SparseConfig(doc_k=8, query_m=5, doc_weighting="log1p", pc1_lambda=0.5,
+                                    pc1_remove=None, query_weighting="binary"),
                 progress=False)
     a, b = Searcher.open(built, loaded=tiny_model), Searcher.open(fresh, loaded=tiny_model)
     assert a.sparsifier.config == b.sparsifier.config
@@ -163,7 +164,7 @@ def test_bad_queries(built, tiny_model):
 
 
 def test_sparsifier_query_tokens_are_surface_union_topm(tiny_model):
-    cfg = SparseConfig(doc_k=10, query_m=3)
+    cfg = SparseConfig.paper(doc_k=10, query_m=3)
     sp_ = Sparsifier.for_model(tiny_model, cfg)
     H = np.random.default_rng(0).standard_normal((2, tiny_model.hidden_size)).astype(np.float32)
     surface = [np.array([5, 7], dtype=np.int32), np.array([], dtype=np.int32)]
