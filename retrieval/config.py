@@ -66,7 +66,9 @@ class SparseConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SparseConfig":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        values.setdefault("pc1_remove", None)  # older manifests: λ was always explicit
+        return cls(**values)
 
     def with_changes(self, **changes: Any) -> "SparseConfig":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})

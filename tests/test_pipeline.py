@@ -69,11 +69,14 @@ def test_explain_contributions_sum_to_sparse_score(built, tiny_model):
         assert all(" " not in c.string for c in h.explanation)
 
 
-def test_dense_mode_equals_inner_products(built, tiny_model):
+def test_dense_mode_equals_centred_cosine(built, tiny_model):
+    """The default dense side: vectors centred on the corpus mean, then cosine."""
     s = Searcher.open(built, loaded=tiny_model)
-    H = np.asarray(s.index.dense_vectors, dtype=np.float32)
-    q = s.encode([QUERIES[1]]).dense[0]
-    scores = H @ q
+    H = np.asarray(s.index.dense_vectors, dtype=np.float64)
+    mu = H.mean(axis=0)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    q = s.encode([QUERIES[1]]).dense[0].astype(np.float64)
+    scores = unit(H - mu) @ unit(q - mu)
     hits = s.search(QUERIES[1], k=3, mode="dense")
     assert [h.doc_number for h in hits] == list(np.argsort(-scores, kind="stable")[:3])
     assert hits[0].score == pytest.approx(float(scores.max()), rel=1e-4)

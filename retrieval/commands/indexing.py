@@ -42,7 +42,8 @@ def build_index_cmd(
     fold: Optional[bool] = typer.Option(None, "--fold/--no-fold", help="Fold case/space variants of a token into one term."),
     quantize: Optional[str] = typer.Option(None, help="Posting weights: none | uint8 | uint16."),
     dense: str = typer.Option("flat", help="FAISS index: flat | hnsw | ivfpq."),
-    center: bool = typer.Option(False, help="Center the dense vectors (fitted on the corpus)."),
+    center: bool = typer.Option(True, "--center/--no-center", help="Center the dense vectors (mean fitted on the corpus)."),
+    normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="Cosine instead of raw inner product on the dense side."),
     whiten: Optional[str] = typer.Option(None, help="Whiten the dense vectors: zca | pca."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
     batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
@@ -71,7 +72,7 @@ def build_index_cmd(
             opts["adapter"] = str(adapter)
         if instruction is not None:
             opts["instruction"] = instruction
-        dense_opts = {"center": center or whiten is not None, "whiten": whiten}
+        dense_opts = {"center": center or whiten is not None, "whiten": whiten, "normalize": normalize}
         manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
