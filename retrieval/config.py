@@ -65,8 +65,7 @@ class SparseConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SparseConfig":
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        values = _known_fields(cls, data)
         values.setdefault("pc1_remove", None)  # older manifests: λ was always explicit
         return cls(**values)
 
@@ -100,5 +99,11 @@ class FusionConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FusionConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**_known_fields(cls, data))
+
+
+def _known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``data`` that are fields of dataclass ``cls`` (newer manifests may
+    carry keys this version does not know)."""
+    known = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in known}

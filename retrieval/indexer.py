@@ -30,8 +30,6 @@ DEFAULT_EMBEDDER = "prompteol"
 DEFAULT_DENSE_OPTIONS = {"center": True, "normalize": True}
 #: texts encoded between two cache checkpoints (a kill loses at most this many)
 CHECKPOINT_EVERY = 128
-#: keys of the manifest's "embedder" entry: enough to rebuild the query encoder
-EMBEDDER_KEYS = ("family", "model", "options")
 
 
 def read_source(source: str | Path, skip_bad: bool = False) -> Corpus:
