@@ -1,0 +1,135 @@
+"""Default-model choice: retrieval quality per CPU-second of the shipped models.
+
+For each model (SmolLM2-135M-Instruct, Gemma3-270M base) and collection (Cranfield in full,
+a SciFact sample: every test query's relevant documents plus random distractors up to
+``--sample-docs``), build an alignir index with the default options (PromptEOL, K=256, M=50)
+and score dense / sparse / hybrid nDCG@10. The cost side is measured on the same
+``--cost-docs`` documents per collection with the embedding cache off: process CPU seconds
+(all threads, ``getrusage``) and wall seconds to encode them, plus the one-off model load.
+Quality comes from cached encodings when they exist (it does not depend on how long the
+encode took), cost never does.
+
+    python benchmarks/bench_model_choice.py            # writes results/model_choice.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from retrieval.beir import load_beir  # noqa: E402
+
+MODES = ("dense", "sparse", "hybrid")
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def write_sample(src: Path, dst: Path, n_docs: int, split: str = "test", seed: int = 0) -> Path:
+    """A BEIR folder holding every judged document of ``split`` plus random distractors, up
+    to ``n_docs`` documents (queries and qrels copied for that split)."""
+    if (dst / "corpus.jsonl").exists():
+        return dst
+    data = load_beir(src, split=split)
+    judged = sorted({d for rel in data.qrels.values() for d in rel})
+    rest = sorted(set(data.corpus) - set(judged))
+    random.Random(seed).shuffle(rest)
+    keep = set(judged) | set(rest[:max(0, n_docs - len(judged))])
+    (dst / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(src / "corpus.jsonl", encoding="utf-8") as f, open(dst / "corpus.jsonl", "w", encoding="utf-8") as out:
+        for line in f:
+            if line.strip() and json.loads(line)["_id"] in keep:
+                out.write(line)
+    with open(dst / "queries.jsonl", "w", encoding="utf-8") as out:
+        for qid in data.qrels:
+            out.write(json.dumps({"_id": qid, "text": data.queries[qid]}) + "\n")
+    with open(dst / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as out:
+        out.write("query-id\tcorpus-id\tscore\n")
+        for qid, rel in data.qrels.items():
+            for did, s in rel.items():
+                out.write(f"{qid}\t{did}\t{s}\n")
+    return dst
+
+
+def encode_cost(model: str, folder: Path, n_docs: int, max_length: int) -> dict:
+    """CPU and wall seconds to load ``model`` and encode ``n_docs`` documents of ``folder``
+    (cache off), plus their real token count."""
+    from encoders.embedders import get_embedder
+    from encoders.models import load_model
+
+    texts = load_beir(folder).corpus.texts()[:n_docs]
+    c0, w0 = cpu_seconds(), time.perf_counter()
+    loaded = load_model(model)
+    c1, w1 = cpu_seconds(), time.perf_counter()
+    enc = get_embedder("prompteol", loaded, progress=True, max_length=max_length)
+    enc.encode_documents(texts)
+    c2, w2 = cpu_seconds(), time.perf_counter()
+    tok = loaded.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=max_length)
+    return {"cost_docs": len(texts), "load_cpu_s": round(c1 - c0, 2), "load_wall_s": round(w1 - w0, 2),
+            "encode_cpu_s": round(c2 - c1, 2), "encode_wall_s": round(w2 - w1, 2),
+            "cpu_s_per_doc": round((c2 - c1) / len(texts), 4),
+            "text_tokens": int(sum(len(t) for t in tok["input_ids"]))}
+
+
+def quality(model: str, folder: Path, index_root: Path, max_length: int) -> dict:
+    from retrieval.evaluation import timed_eval
+    from retrieval.indexer import build_index
+    from retrieval.searcher import Searcher
+
+    index = index_root / f"mc-{folder.name}-{model}"
+    build_index(folder, index, model=model, embedder_options={"max_length": max_length},
+                on_stage=lambda s: print(f"[{model}/{folder.name}] {s}", flush=True))
+    data = load_beir(folder)
+    out = timed_eval(Searcher.open(index), data, MODES, k=100)
+    return {f"ndcg@10_{m}": round(out["metrics"][m]["ndcg@10"], 4) for m in MODES} | {
+        f"recall@100_{m}": round(out["metrics"][m]["recall@100"], 4) for m in MODES} | {
+        "index": str(index), "n_docs": len(data.corpus), "n_queries": len(data.queries)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
+    ap.add_argument("--index-root", type=Path, default=ROOT / "indexes")
+    ap.add_argument("--sample-docs", type=int, default=1000)
+    ap.add_argument("--cost-docs", type=int, default=64)
+    ap.add_argument("--max-length", type=int, default=512)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "model_choice.json")
+    args = ap.parse_args(argv)
+
+    folders = [args.data / "cran",
+               write_sample(args.data / "scifact", args.index_root / f"scifact-sample{args.sample_docs}",
+                            args.sample_docs)]
+    rows = []
+    for model in args.models:
+        for folder in folders:
+            row = {"model": model, "dataset": folder.name}
+            row.update(quality(model, folder, args.index_root, args.max_length))
+            row.update(encode_cost(model, folder, args.cost_docs, args.max_length))
+            best = max(row[f"ndcg@10_{m}"] for m in MODES)
+            row["best_ndcg@10"] = best
+            row["ndcg@10_per_cpu_s_per_doc"] = round(best / row["cpu_s_per_doc"], 3)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    cmd = "python benchmarks/bench_model_choice.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    import torch
+
+    result = {"rows": rows, "command": cmd.strip(), "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "machine": f"{platform.machine()} {__import__('os').cpu_count()} cpus",
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
