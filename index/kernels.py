@@ -1,19 +1,28 @@
 """Numba kernels of the sparse inverted index, and nothing else.
 
 Posting layout (one segment): documents are cut into blocks of ``BLOCK`` = 2**16 local
-numbers; postings are grouped by (term, block), term-major, so ``ptr[t*nb + b]`` ..
-``ptr[t*nb + b + 1]`` are the postings of term ``t`` in block ``b`` and the postings of one
-term stay contiguous and sorted by document. A posting stores its document as a uint16
-offset inside its block (2 bytes) plus a weight: float32, or a uint8/uint16 code ``q`` with
-a per-term affine map ``w = lo[t] + scale[t] * q`` (evaluated in float32).
+numbers; postings are grouped by (term, block), term-major. Each (term, block) list is stored
+in whichever of two forms is smaller (``densify``):
+
+- sparse: ``ptr[t*nb + b]`` .. ``ptr[t*nb + b + 1]`` index ``docs`` (uint16 offset inside the
+  block, ascending) and ``weights`` -- 2 + w bytes per posting;
+- dense: a column of one weight per document of the block (w bytes per document, 0 where the
+  term is absent), listed in ``dense_keys`` (sorted keys t*nb + b) with offsets ``dense_off``
+  into ``dense``. Frequent tokens (present in more than w/(w+2) of a block's documents) pay no
+  doc ids at all, and are scored with a branch-free vector add instead of a scatter.
+
+Weights are float32, or a uint8/uint16 code ``q`` (0..levels) with a per-term affine map
+``w = lo[t] + scale[t] * q`` (evaluated in float32); dense columns store ``q + 1`` so that 0
+means "absent".
 
 Scoring is the sparse dot product of seed 004 eq.16 (binary query weights) or its weighted
 variant: score(q, d) = sum_t q_t * w_{t,d}, accumulated term-at-a-time in float32 in
 ascending term order -- the same additions in the same order as scipy's ``Q @ D.T``, so the
-scores are bitwise equal to it. A document is a candidate when it shares at least one term
-with the query (structural overlap). Top-k is a linear-time partial selection on 64-bit keys
-ordered by (score descending, document ascending), so ties break by document number; the
-cross-segment merge uses a small bounded heap with the same order.
+scores are bitwise equal to it (adding the +-0 product of an absent dense entry leaves a sum
+unchanged). A document is a candidate when it shares at least one term with the query
+(structural overlap). Top-k is a linear-time partial selection on 64-bit keys ordered by
+(score descending, document ascending), so ties break by document number; the cross-segment
+merge uses a small bounded heap with the same order.
 """
 from __future__ import annotations
 
@@ -30,6 +39,13 @@ _TINY = 1.1754944e-38
 def n_blocks(n_rows):
     """Number of 2**16-document blocks for ``n_rows`` local documents (at least one)."""
     return max(1, (n_rows + BLOCK - 1) >> BLOCK_BITS)
+
+
+@njit(inline="always")
+def _weight(weights, j, quantized, lt, st):
+    if quantized:
+        return lt + st * np.float32(weights[j])
+    return np.float32(weights[j])
 
 
 @njit(cache=True)
@@ -103,21 +119,112 @@ def quantize_postings(ptr, weights, n_terms, nb, levels, out):
 
 
 @njit(cache=True)
-def dequantize_postings(ptr, codes, lo, scale, n_terms, nb):
-    """Float32 weights ``lo[t] + scale[t] * q`` of every posting (the values scoring uses)."""
-    out = np.empty(codes.shape[0], dtype=np.float32)
-    for t in range(n_terms):
-        lt = lo[t]
-        st = scale[t]
-        for j in range(ptr[t * nb], ptr[(t + 1) * nb]):
-            out[j] = lt + st * np.float32(codes[j])
-    return out
+def densify(ptr, docs, weights, n_terms, nb, n_rows, shift, min_density):
+    """Move every (term, block) list holding at least ``min_density`` of the block's
+    documents out of the sparse postings into a dense column (one weight per document).
+
+    Dense costs w bytes per document against 2 + w per posting, so it is no larger above
+    w / (w + 2) (2/3 for float32, 1/3 for uint8); it is also scored without a scatter.
+    ``shift``: added to the stored value in dense columns (1 for quantised codes, so that 0
+    means absent; 0 for float32, whose postings are never 0).
+    Returns ``(ptr, docs, weights, dense_keys int64, dense_off int64, dense)``.
+    """
+    n_keys = n_terms * nb
+    is_dense = np.zeros(n_keys, dtype=np.uint8)
+    n_dense = 0
+    dense_len = 0
+    sparse_len = 0
+    for key in range(n_keys):
+        cnt = ptr[key + 1] - ptr[key]
+        blen = min(BLOCK, n_rows - ((key % nb) << BLOCK_BITS))
+        if cnt > 0 and cnt >= min_density * blen:
+            is_dense[key] = 1
+            n_dense += 1
+            dense_len += blen
+        else:
+            sparse_len += cnt
+    ptr2 = np.zeros(n_keys + 1, dtype=np.int64)
+    docs2 = np.empty(sparse_len, dtype=np.uint16)
+    weights2 = np.empty(sparse_len, dtype=weights.dtype)
+    dense_keys = np.empty(n_dense, dtype=np.int64)
+    dense_off = np.zeros(n_dense + 1, dtype=np.int64)
+    dense = np.zeros(dense_len, dtype=weights.dtype)
+    m = 0
+    j = 0
+    for key in range(n_keys):
+        if is_dense[key]:
+            blen = min(BLOCK, n_rows - ((key % nb) << BLOCK_BITS))
+            off = dense_off[j]
+            for p in range(ptr[key], ptr[key + 1]):
+                if shift:
+                    dense[off + docs[p]] = weights[p] + 1
+                else:
+                    dense[off + docs[p]] = weights[p]
+            dense_keys[j] = key
+            dense_off[j + 1] = off + blen
+            j += 1
+        else:
+            for p in range(ptr[key], ptr[key + 1]):
+                docs2[m] = docs[p]
+                weights2[m] = weights[p]
+                m += 1
+        ptr2[key + 1] = m
+    return ptr2, docs2, weights2, dense_keys, dense_off, dense
+
+
+@njit(inline="always")
+def _dense_find(dense_keys, key):
+    """Index of ``key`` in the sorted ``dense_keys``, or -1."""
+    lo = 0
+    hi = dense_keys.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if dense_keys[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < dense_keys.shape[0] and dense_keys[lo] == key:
+        return lo
+    return -1
+
+
+@njit(inline="always")
+def _dense_weight(v, quantized, lt, st):
+    """Decoded weight of a non-zero dense entry ``v`` (codes are stored as q + 1)."""
+    if quantized:
+        return lt + st * (np.float32(v) - np.float32(1))
+    return np.float32(v)
 
 
 @njit(cache=True)
-def postings_to_csr(ptr, docs, weights_f32, n_terms, nb, n_rows, keep):
-    """Postings -> CSR of the kept rows (``keep`` uint8 [n_rows]), rows renumbered densely
-    in ascending order; column indices come out sorted. Returns (indptr, indices, data)."""
+def min_weight(ptr, weights, lo, quantized, dense_keys, dense, n_terms, nb):
+    """Smallest decoded weight of the segment (inf when it has no postings). Quantised:
+    the smallest ``lo`` of a used term (quantize_postings maps each term's minimum to 0)."""
+    best = np.inf
+    if quantized:
+        for t in range(n_terms):
+            if ptr[(t + 1) * nb] > ptr[t * nb] and lo[t] < best:
+                best = lo[t]
+        for j in range(dense_keys.shape[0]):
+            t = dense_keys[j] // nb
+            if lo[t] < best:
+                best = lo[t]
+        return best
+    for j in range(weights.shape[0]):
+        if weights[j] < best:
+            best = weights[j]
+    for j in range(dense.shape[0]):
+        if dense[j] != 0 and dense[j] < best:
+            best = dense[j]
+    return best
+
+
+@njit(cache=True)
+def postings_to_csr(ptr, docs, weights, lo, scale, quantized, dense_keys, dense_off, dense,
+                    n_terms, nb, n_rows, keep):
+    """Postings -> CSR of the kept rows (``keep`` uint8 [n_rows]) with decoded float32
+    weights, rows renumbered densely in ascending order; column indices come out sorted.
+    Returns (indptr, indices, data)."""
     newrow = np.full(n_rows, -1, dtype=np.int64)
     m = 0
     for r in range(n_rows):
@@ -125,10 +232,20 @@ def postings_to_csr(ptr, docs, weights_f32, n_terms, nb, n_rows, keep):
             newrow[r] = m
             m += 1
     indptr = np.zeros(m + 1, dtype=np.int64)
+    dj = 0
     for t in range(n_terms):
         for b in range(nb):
+            key = t * nb + b
             base = b << BLOCK_BITS
-            for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
+            if dj < dense_keys.shape[0] and dense_keys[dj] == key:
+                off = dense_off[dj]
+                for d in range(dense_off[dj + 1] - off):
+                    if dense[off + d] != 0:
+                        r = newrow[base + d]
+                        if r >= 0:
+                            indptr[r + 1] += 1
+                dj += 1
+            for j in range(ptr[key], ptr[key + 1]):
                 r = newrow[base + docs[j]]
                 if r >= 0:
                     indptr[r + 1] += 1
@@ -137,42 +254,70 @@ def postings_to_csr(ptr, docs, weights_f32, n_terms, nb, n_rows, keep):
     fill = indptr[:-1].copy()
     indices = np.empty(indptr[m], dtype=np.int32)
     data = np.empty(indptr[m], dtype=np.float32)
+    dj = 0
     for t in range(n_terms):
+        lt = lo[t] if quantized else np.float32(0)
+        st = scale[t] if quantized else np.float32(0)
         for b in range(nb):
+            key = t * nb + b
             base = b << BLOCK_BITS
-            for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
+            if dj < dense_keys.shape[0] and dense_keys[dj] == key:
+                off = dense_off[dj]
+                for d in range(dense_off[dj + 1] - off):
+                    v = dense[off + d]
+                    if v != 0:
+                        r = newrow[base + d]
+                        if r >= 0:
+                            pos = fill[r]
+                            indices[pos] = t
+                            data[pos] = _dense_weight(v, quantized, lt, st)
+                            fill[r] = pos + 1
+                dj += 1
+            for j in range(ptr[key], ptr[key + 1]):
                 r = newrow[base + docs[j]]
                 if r >= 0:
                     pos = fill[r]
                     indices[pos] = t
-                    data[pos] = weights_f32[j]
+                    data[pos] = _weight(weights, j, quantized, lt, st)
                     fill[r] = pos + 1
     return indptr, indices, data
 
 
 @njit(cache=True)
-def doc_terms(ptr, docs, n_terms, nb, local):
-    """Terms of local document ``local`` and the positions of its postings (binary search
-    in each term's block list). Returns ``(terms int32, positions int64)``, terms ascending."""
+def doc_terms(ptr, docs, weights, lo, scale, quantized, dense_keys, dense_off, dense,
+              n_terms, nb, local):
+    """Terms of local document ``local`` and their decoded float32 weights (binary search
+    in each term's block list, direct read in dense columns). Terms ascending."""
     b = local >> BLOCK_BITS
     target = local & (BLOCK - 1)
     terms = np.empty(n_terms, dtype=np.int32)
-    pos = np.empty(n_terms, dtype=np.int64)
+    ws = np.empty(n_terms, dtype=np.float32)
     m = 0
     for t in range(n_terms):
-        lo = ptr[t * nb + b]
-        hi = ptr[t * nb + b + 1]
-        while lo < hi:
-            mid = (lo + hi) >> 1
+        lt = lo[t] if quantized else np.float32(0)
+        st = scale[t] if quantized else np.float32(0)
+        key = t * nb + b
+        dj = _dense_find(dense_keys, key)
+        if dj >= 0:
+            v = dense[dense_off[dj] + target]
+            if v != 0:
+                terms[m] = t
+                ws[m] = _dense_weight(v, quantized, lt, st)
+                m += 1
+            continue
+        lo_ = ptr[key]
+        hi = ptr[key + 1]
+        while lo_ < hi:
+            mid = (lo_ + hi) >> 1
             if docs[mid] < target:
-                lo = mid + 1
+                lo_ = mid + 1
             else:
                 hi = mid
-        if lo < ptr[t * nb + b + 1] and docs[lo] == target:
+        if lo_ < ptr[key + 1] and docs[lo_] == target:
             terms[m] = t
-            pos[m] = lo
+            ws[m] = _weight(weights, lo_, quantized, lt, st)
             m += 1
-    return terms[:m].copy(), pos[:m].copy()
+    return terms[:m].copy(), ws[:m].copy()
 
 
 # ---------------------------------------------------------------- bounded top-k heap
@@ -241,13 +386,6 @@ def _drain(hs, hd, m, out_d, out_s, offset):
             _sift_down(hs, hd, m, hs[m], hd[m])
 
 
-@njit(inline="always")
-def _weight(weights, j, quantized, lt, st):
-    if quantized:
-        return lt + st * np.float32(weights[j])
-    return np.float32(weights[j])
-
-
 # ---------------------------------------------------------------- top-k by sort keys
 # (score, doc) -> uint64 key whose ascending order is (score desc, doc asc): the high 32
 # bits are the float's bits mapped to an order-preserving unsigned int, then inverted.
@@ -281,8 +419,9 @@ def _unkey(key):
 
 
 @njit(inline="always")
-def _push(buf, m, k, key, tmp_u, tmp_f, thr, thr_s):
-    """Append key (already < thr); on a full buffer keep the k best. Returns (m, thr, thr_s)."""
+def _push(buf, m, k, key, thr, thr_s):
+    """Append key (already < thr); on a full buffer keep the k best (in place) and make the
+    k-th the new admission threshold. Returns (m, thr, thr_s)."""
     buf[m] = key
     m += 1
     if m == buf.shape[0]:
@@ -290,16 +429,19 @@ def _push(buf, m, k, key, tmp_u, tmp_f, thr, thr_s):
         buf[:k] = part[:k]
         m = k
         thr = part[k - 1]
-        tmp_u[0], _ = _unkey(thr)
-        thr_s = tmp_f[0]
+        bits, _ = _unkey(thr)
+        thr_s = np.uint32(bits).view(np.float32)
     return m, thr, thr_s
 
 
 @njit(inline="always")
 def _emit(buf, m, k, out_d, out_bits):
     """Best-first (doc, score bits) of the buffer into the output row; pad -1 / -inf."""
-    top = np.sort(buf[:m])
     n = min(m, k)
+    if m > k:
+        top = np.sort(np.partition(buf[:m], k - 1)[:k])
+    else:
+        top = np.sort(buf[:m])
     for i in range(n):
         b, d = _unkey(top[i])
         out_bits[i] = b
@@ -309,9 +451,28 @@ def _emit(buf, m, k, out_d, out_bits):
         out_bits[i] = _NEG_INF_BITS
 
 
+@njit(inline="always")
+def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, nonneg):
+    """acc[d] += qw * w[d] over a dense column (absent entries add nothing); marks ``seen``
+    when not ``nonneg``. Branch-free so that LLVM vectorises it."""
+    if quantized:
+        zero = np.float32(0)
+        for d in range(blen):
+            c = col[d]
+            v = qw * (lt + st * (np.float32(c) - np.float32(1)))
+            acc[d] += v if c != 0 else zero
+    else:
+        for d in range(blen):
+            acc[d] += qw * np.float32(col[d])
+    if not nonneg:
+        for d in range(blen):
+            if col[d] != 0:
+                seen[d] = 1
+
 
 @njit(parallel=True, cache=True)
 def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
+                   dense_keys, dense_off, dense,
                    n_local, seg_terms, excluded, has_excluded, nonneg, k, n_threads,
                    out_docs, out_scores):
     """Exact top-k of every query over one segment (queries split across threads).
@@ -330,14 +491,16 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
     width = max(min(n_local, BLOCK), 1)
     nchunks = max(1, min(n_threads, nq))
     out_bits = out_scores.view(np.uint32)
+    qmax = 1
+    for qi in range(nq):
+        qmax = max(qmax, q_ptr[qi + 1] - q_ptr[qi])
     for c in prange(nchunks):
         acc = np.zeros(width, dtype=np.float32)
         acc_bits = acc.view(np.uint32)
         seen = np.zeros(width, dtype=np.uint8)
         touched = np.empty(width, dtype=np.int32)
+        dcol = np.empty(qmax, dtype=np.int64)
         buf = np.empty(k + max(k, 64), dtype=np.uint64)
-        tmp_u = np.zeros(1, dtype=np.uint32)
-        tmp_f = tmp_u.view(np.float32)
         for qi in range(c, nq, nchunks):
             qs = q_ptr[qi]
             qe = q_ptr[qi + 1]
@@ -350,12 +513,19 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                 total = 0
                 for i in range(qs, qe):
                     t = q_terms[i]
+                    dcol[i - qs] = -1
                     if t < seg_terms:
-                        total += ptr[t * nb + b + 1] - ptr[t * nb + b]
+                        key = t * nb + b
+                        total += ptr[key + 1] - ptr[key]
+                        if dense_keys.shape[0] > 0:
+                            dj = _dense_find(dense_keys, key)
+                            dcol[i - qs] = dj
+                            if dj >= 0:
+                                total += blen
                 if total == 0:
                     continue
                 if total * 4 < blen:
-                    # sparse: remember which documents were touched
+                    # sparse (never holds a dense column): remember which documents were touched
                     nt = 0
                     for i in range(qs, qe):
                         t = q_terms[i]
@@ -382,7 +552,7 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                         if s >= thr_s:
                             key = _key(bits, base + d)
                             if key < thr:
-                                m, thr, thr_s = _push(buf, m, k, key, tmp_u, tmp_f, thr, thr_s)
+                                m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
                 else:
                     for i in range(qs, qe):
                         t = q_terms[i]
@@ -391,7 +561,12 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                         qw = q_w[i]
                         lt = lo[t] if quantized else np.float32(0)
                         st = scale[t] if quantized else np.float32(0)
-                        if nonneg:
+                        dj = dcol[i - qs]
+                        if dj >= 0:
+                            off = dense_off[dj]
+                            _dense_add(acc, seen, dense[off:off + blen], blen, qw, quantized,
+                                       lt, st, nonneg)
+                        elif nonneg:
                             for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
                                 acc[docs[j]] += qw * _weight(weights, j, quantized, lt, st)
                         else:
@@ -399,15 +574,25 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                                 d = docs[j]
                                 seen[d] = 1
                                 acc[d] += qw * _weight(weights, j, quantized, lt, st)
+                    if nonneg:
+                        # products are >= _TINY: touched <=> acc >= _TINY; one compare per
+                        # document, then the accumulator is cleared by a vector fill
+                        floor = max(thr_s, np.float32(_TINY))
+                        for d in range(blen):
+                            if acc[d] >= floor:
+                                if has_excluded and excluded[base + d]:
+                                    continue
+                                key = _key(acc_bits[d], base + d)
+                                if key < thr:
+                                    m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
+                                    floor = max(thr_s, np.float32(_TINY))
+                        acc[:blen] = 0
+                        continue
                     for d in range(blen):
+                        if seen[d] == 0:
+                            continue
+                        seen[d] = 0
                         s = acc[d]
-                        if nonneg:
-                            if s == 0:  # positive products: untouched <=> zero
-                                continue
-                        else:
-                            if seen[d] == 0:
-                                continue
-                            seen[d] = 0
                         bits = acc_bits[d]
                         acc[d] = 0
                         if has_excluded and excluded[base + d]:
@@ -415,7 +600,7 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                         if s >= thr_s:
                             key = _key(bits, base + d)
                             if key < thr:
-                                m, thr, thr_s = _push(buf, m, k, key, tmp_u, tmp_f, thr, thr_s)
+                                m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
             _emit(buf, m, k, out_docs[qi], out_bits[qi])
 
 

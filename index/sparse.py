@@ -28,21 +28,32 @@ import scipy.sparse as sp
 from . import kernels
 
 FORMAT = "alignir-sparse"
-FORMAT_VERSION = 1
-_QUANT_LEVELS = {"uint8": (np.uint8, 255), "uint16": (np.uint16, 65535)}
-_ARRAYS = ("map_", "ptr", "docs", "weights", "lo", "scale", "deleted")
+FORMAT_VERSION = 2  # 2: dense columns for frequent (term, block) lists; 1 is still read
+#: codes 0..levels; dense columns store code + 1 (0 = absent), hence 254 / 65534 levels
+_QUANT_LEVELS = {"uint8": (np.uint8, 254), "uint16": (np.uint16, 65534)}
+_ARRAYS = ("map_", "ptr", "docs", "weights", "lo", "scale", "deleted", "dense_keys",
+           "dense_off", "dense")
+_DENSE_ARRAYS = ("dense_keys", "dense_off", "dense")  # absent from version-1 directories
+#: default share of a block's documents from which a (term, block) list is stored dense:
+#: where dense is no larger (w/(w+2) bytes rule) but at most 1/2, where the vector add
+#: already beats the scatter by far (measured in benchmarks/bench_sparse_index.py)
+_DENSE_MIN = {None: 0.5, "uint16": 0.5, "uint8": 1 / 3}
 
 
 @dataclass
 class _Segment:
     map_: np.ndarray      # int64 [n] global doc numbers ascending, or [0] when contiguous
-    ptr: np.ndarray       # int64 [n_terms * nb + 1]
-    docs: np.ndarray      # uint16 [nnz] offsets inside 2**16 blocks
-    weights: np.ndarray   # float32 | uint8 | uint16 [nnz]
+    ptr: np.ndarray       # int64 [n_terms * nb + 1] into docs / weights (sparse lists)
+    docs: np.ndarray      # uint16 [sparse nnz] offsets inside 2**16 blocks
+    weights: np.ndarray   # float32 | uint8 | uint16 [sparse nnz]
     lo: np.ndarray        # float32 [n_terms] (empty unless quantised)
     scale: np.ndarray     # float32 [n_terms] (empty unless quantised)
     deleted: np.ndarray   # uint8 [n] tombstones
+    dense_keys: np.ndarray  # int64 [n_dense] sorted keys t*nb + b stored as dense columns
+    dense_off: np.ndarray   # int64 [n_dense + 1] column offsets into dense
+    dense: np.ndarray       # weights.dtype: one entry per document of the block, 0 = absent
     n_terms: int
+    n_postings: int       # sparse + dense postings
     min_weight: float     # smallest (decoded) weight, for the positive-only fast path
     doc_start: int = 0    # first doc number when map_ is empty (numbers are a range)
 
@@ -68,11 +79,10 @@ class _Segment:
     def quantized(self) -> bool:
         return self.weights.dtype != np.float32
 
-    def decoded_weights(self) -> np.ndarray:
-        if not self.quantized:
-            return np.asarray(self.weights)
-        return kernels.dequantize_postings(self.ptr, self.weights, self.lo, self.scale,
-                                           self.n_terms, self.nb)
+    def kernel_arrays(self) -> tuple:
+        """(ptr, docs, weights, lo, scale, quantized, dense_keys, dense_off, dense)."""
+        return (self.ptr, self.docs, self.weights, self.lo, self.scale, self.quantized,
+                self.dense_keys, self.dense_off, self.dense)
 
 
 def _as_csr(matrix, what: str) -> sp.csr_matrix:
@@ -93,7 +103,8 @@ def _as_csr(matrix, what: str) -> sp.csr_matrix:
     return csr
 
 
-def _build_segment(csr: sp.csr_matrix, doc_map: np.ndarray, quantize: str | None) -> _Segment:
+def _build_segment(csr: sp.csr_matrix, doc_map: np.ndarray, quantize: str | None,
+                   dense_min: float | None = None) -> _Segment:
     n, n_terms = csr.shape
     ptr, docs, weights = kernels.build_postings(
         csr.indptr.astype(np.int64), csr.indices.astype(np.int32), csr.data, n, n_terms)
@@ -104,24 +115,26 @@ def _build_segment(csr: sp.csr_matrix, doc_map: np.ndarray, quantize: str | None
         lo, scale = kernels.quantize_postings(ptr, weights, n_terms, kernels.n_blocks(n),
                                               levels, codes)
         weights = codes
+    nnz = int(weights.shape[0])
+    ptr, docs, weights, dk, do, dense = kernels.densify(
+        ptr, docs, weights, n_terms, kernels.n_blocks(n), n, 1 if quantize else 0,
+        _DENSE_MIN[quantize] if dense_min is None else float(dense_min))
     doc_map = np.ascontiguousarray(doc_map, dtype=np.int64)
     start = int(doc_map[0]) if n else 0
     contiguous = n == 0 or int(doc_map[-1]) - start == n - 1  # sorted + unique
     seg = _Segment(map_=np.zeros(0, np.int64) if contiguous else doc_map, ptr=ptr, docs=docs,
                    weights=weights, lo=lo, scale=scale,
-                   deleted=np.zeros(n, dtype=np.uint8), n_terms=n_terms, min_weight=0.0,
+                   deleted=np.zeros(n, dtype=np.uint8), dense_keys=dk, dense_off=do,
+                   dense=dense, n_terms=n_terms, n_postings=nnz, min_weight=0.0,
                    doc_start=start)
     seg.min_weight = _min_weight(seg)
     return seg
 
 
 def _min_weight(seg: _Segment) -> float:
-    if seg.weights.shape[0] == 0:
-        return float("inf")
-    if seg.quantized:  # decoded weights lie in [lo, lo + scale*levels]; min is lo of a used term
-        used = np.diff(seg.ptr[:: seg.nb]) > 0
-        return float(seg.lo[used].min())
-    return float(np.min(seg.weights))
+    """Smallest decoded weight (inf for an empty segment)."""
+    return float(kernels.min_weight(seg.ptr, seg.weights, seg.lo, seg.quantized,
+                                    seg.dense_keys, seg.dense, seg.n_terms, seg.nb))
 
 
 def _sha256(path: Path) -> str:
@@ -138,21 +151,30 @@ class SparseIndex:
     (per-term affine codes, see kernels.quantize_postings)."""
 
     def __init__(self, segments: list[_Segment], n_docs: int, n_terms: int,
-                 quantize: str | None):
+                 quantize: str | None, dense_min: float | None = None):
         self._segments = segments
         self._n_docs = int(n_docs)
         self._n_terms = int(n_terms)
         self.quantize = quantize
+        self.dense_min = dense_min
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def from_csr(cls, csr, quantize: str | None = None) -> "SparseIndex":
-        """Index the rows of ``csr`` [n_docs, n_terms]; doc number = row index."""
+    def from_csr(cls, csr, quantize: str | None = None, dense_min: float | None = None
+                 ) -> "SparseIndex":
+        """Index the rows of ``csr`` [n_docs, n_terms]; doc number = row index.
+
+        ``dense_min``: a (term, 2**16-doc block) list is stored as a dense column when it
+        holds at least this share of the block's documents (None: 0.5 for float32/uint16,
+        1/3 for uint8; > 1 never). Layout only: results are the same either way."""
         if quantize not in (None, *_QUANT_LEVELS):
             raise ValueError(f"quantize must be None, 'uint8' or 'uint16', got {quantize!r}")
+        if dense_min is not None and not (isinstance(dense_min, (int, float))
+                                          and dense_min >= 0):
+            raise ValueError(f"dense_min must be None or a number >= 0, got {dense_min!r}")
         m = _as_csr(csr, "documents")
-        seg = _build_segment(m, np.arange(m.shape[0], dtype=np.int64), quantize)
-        return cls([seg], m.shape[0], m.shape[1], quantize)
+        seg = _build_segment(m, np.arange(m.shape[0], dtype=np.int64), quantize, dense_min)
+        return cls([seg], m.shape[0], m.shape[1], quantize, dense_min)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -170,7 +192,7 @@ class SparseIndex:
 
     @property
     def n_postings(self) -> int:
-        return int(sum(s.docs.shape[0] for s in self._segments))
+        return int(sum(s.n_postings for s in self._segments))
 
     def nbytes(self) -> int:
         """Bytes of all posting arrays (ptr, docs, weights, lo/scale, doc maps, tombstones)."""
@@ -207,12 +229,7 @@ class SparseIndex:
             raise ValueError(f"doc number {doc_number} is not a live document of this index")
         si, _, local = hits[0]
         s = self._segments[si]
-        terms, pos = kernels.doc_terms(s.ptr, s.docs, s.n_terms, s.nb, int(local[0]))
-        if s.quantized:
-            w = s.lo[terms] + s.scale[terms] * s.weights[pos].astype(np.float32)
-        else:
-            w = np.asarray(s.weights)[pos]
-        return terms, w.astype(np.float32)
+        return kernels.doc_terms(*s.kernel_arrays(), s.n_terms, s.nb, int(local[0]))
 
     # ------------------------------------------------------------------ search
     def search(self, queries, k: int, allowed=None, threads: int | None = None
@@ -242,7 +259,7 @@ class SparseIndex:
         per_seg = []
         with _threads(threads):
             for s in self._segments:
-                if s.n == 0 or s.docs.shape[0] == 0:
+                if s.n == 0 or s.n_postings == 0:
                     continue
                 excluded = s.deleted
                 if allowed_arr is not None:
@@ -252,8 +269,8 @@ class SparseIndex:
                 od = np.empty((nq, kk), dtype=np.int64)
                 os_ = np.empty((nq, kk), dtype=np.float32)
                 if nq:
-                    kernels.search_segment(q_ptr, q_terms, q_w, s.ptr, s.docs, s.weights,
-                                           s.lo, s.scale, s.quantized, s.n, s.n_terms,
+                    kernels.search_segment(q_ptr, q_terms, q_w, *s.kernel_arrays(),
+                                           s.n, s.n_terms,
                                            excluded, has_ex, nonneg, kk,
                                            numba.get_num_threads(), od, os_)
                 valid = od >= 0
@@ -323,7 +340,7 @@ class SparseIndex:
             return nums
         order = np.argsort(nums, kind="stable")
         m = m[order]
-        self._segments.append(_build_segment(m, nums[order], self.quantize))
+        self._segments.append(_build_segment(m, nums[order], self.quantize, self.dense_min))
         self._n_docs = max(self._n_docs, int(nums.max()) + 1)
         self._n_terms = max(self._n_terms, m.shape[1])
         return nums
@@ -353,8 +370,8 @@ class SparseIndex:
         parts, maps = [], []
         for s in self._segments:
             keep = (s.deleted == 0).astype(np.uint8)
-            ip, ix, dt = kernels.postings_to_csr(s.ptr, s.docs, s.decoded_weights(),
-                                                 s.n_terms, s.nb, s.n, keep)
+            ip, ix, dt = kernels.postings_to_csr(*s.kernel_arrays(), s.n_terms, s.nb, s.n,
+                                                 keep)
             parts.append(sp.csr_matrix((dt, ix, ip), shape=(int(keep.sum()), self._n_terms)))
             maps.append(s.doc_map[keep == 1])
         if parts:
@@ -365,7 +382,7 @@ class SparseIndex:
             nums = np.zeros(0, dtype=np.int64)
         order = np.argsort(nums, kind="stable")
         m = _as_csr(m[order], "documents")
-        self._segments = [_build_segment(m, nums[order], self.quantize)]
+        self._segments = [_build_segment(m, nums[order], self.quantize, self.dense_min)]
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -383,10 +400,12 @@ class SparseIndex:
                     np.save(tmp / name, np.ascontiguousarray(getattr(s, a)))
                     files[a] = {"file": name, "sha256": _sha256(tmp / name)}
                 segs.append({"n_terms": s.n_terms, "n": s.n, "doc_start": s.doc_start,
+                             "n_postings": s.n_postings,
                              "min_weight": s.min_weight if np.isfinite(s.min_weight) else None,
                              "files": files})
             manifest = {"format": FORMAT, "version": FORMAT_VERSION, "n_docs": self._n_docs,
                         "n_terms": self._n_terms, "quantize": self.quantize,
+                        "dense_min": self.dense_min,
                         "block_bits": kernels.BLOCK_BITS, "segments": segs}
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
             old = None
@@ -413,7 +432,7 @@ class SparseIndex:
             manifest = json.loads(mf.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"corrupt manifest {mf}: {e}") from None
-        if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+        if manifest.get("format") != FORMAT or manifest.get("version") not in (1, FORMAT_VERSION):
             raise ValueError(f"{mf}: unsupported format {manifest.get('format')!r} "
                              f"version {manifest.get('version')!r}")
         if manifest.get("block_bits") != kernels.BLOCK_BITS:
@@ -423,6 +442,11 @@ class SparseIndex:
         for sm in manifest["segments"]:
             arrays = {}
             for a in _ARRAYS:
+                if a in _DENSE_ARRAYS and a not in sm["files"]:  # version 1: no dense columns
+                    arrays[a] = (np.zeros(1, np.int64) if a == "dense_off" else
+                                 np.zeros(0, np.int64 if a == "dense_keys" else
+                                          arrays["weights"].dtype))
+                    continue
                 entry = sm["files"][a]
                 f = path / entry["file"]
                 if not f.is_file():
@@ -436,9 +460,12 @@ class SparseIndex:
                 arrays[a] = arr
             arrays["deleted"] = np.array(arrays["deleted"])  # small, mutated by delete()
             seg = _Segment(**arrays, n_terms=int(sm["n_terms"]), min_weight=0.0,
+                           n_postings=int(sm.get("n_postings", arrays["docs"].shape[0])),
                            doc_start=int(sm["doc_start"]))
             if (seg.n != int(sm["n"]) or seg.ptr.shape[0] != seg.n_terms * seg.nb + 1
-                    or seg.map_.shape[0] not in (0, seg.n)):
+                    or seg.map_.shape[0] not in (0, seg.n)
+                    or seg.dense_off.shape[0] != seg.dense_keys.shape[0] + 1
+                    or seg.dense.shape[0] != int(seg.dense_off[-1])):
                 raise ValueError(f"{path}: segment arrays do not match the manifest shapes")
             if "min_weight" in sm:  # stored: no pass over the mapped weights at load
                 mw = sm["min_weight"]
@@ -446,7 +473,8 @@ class SparseIndex:
             else:  # written before the manifest kept it
                 seg.min_weight = _min_weight(seg)
             segments.append(seg)
-        return cls(segments, manifest["n_docs"], manifest["n_terms"], manifest["quantize"])
+        return cls(segments, manifest["n_docs"], manifest["n_terms"], manifest["quantize"],
+                   manifest.get("dense_min"))
 
 
 class _threads:
