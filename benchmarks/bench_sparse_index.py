@@ -366,6 +366,8 @@ def bench_collection(name, ks, threads_list, engines, repeats, work: Path, log,
     indexes = {None: SparseIndex.from_csr(D)}
     for quant in ("uint8",) if is_big else ("uint8", "uint16"):
         indexes[quant] = SparseIndex.from_csr(D, quantize=quant)
+    if not is_big:  # the same float32 index without dense columns (previous layout)
+        indexes["sparse_only"] = SparseIndex.from_csr(D, dense_min=2.0)
     bm = bm25s_scores(D)
     qtok = [Q.indices[Q.indptr[i]:Q.indptr[i + 1]].astype(np.int32) for i in range(Q.shape[0])]
     lucene = seismic_idx = None
@@ -437,6 +439,7 @@ def main(argv=None):
     ap.add_argument("--queries-1m", type=int, default=300,
                     help="queries timed on the 1M collection (of the 1,000 generated)")
     ap.add_argument("--work", default="/tmp/alignir_bench_sparse")
+    ap.add_argument("--note", default="", help="stored in every row (e.g. machine load)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/sparse_index.json"))
     a = ap.parse_args(argv)
     work = Path(a.work)
@@ -460,6 +463,8 @@ def main(argv=None):
         shutil.rmtree(work / c, ignore_errors=True)  # indexes; generated data stay cached
     for r in rows:
         r["command"] = command
+        if a.note:
+            r["note"] = a.note
     out = Path(a.out)
     old = json.loads(out.read_text()) if out.exists() else []
     done = {(r["collection"], r["k"], r["threads"]) for r in rows}
