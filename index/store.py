@@ -9,6 +9,8 @@ Layout (all paths relative to the index folder)::
                        re-sparsify (new K/M/λ/weighting, seed 004 eq.14-16) starts from
     pc1.npy            the corpus first principal component u1 (seed 004 eq.14), optional
     sparse/            ``index.sparse.SparseIndex.save`` output, optional
+    lexical/           ``index.lexical.LexicalLeg.save`` output (BM25 word-term postings +
+                       vocab.json), optional; its parameters in ``manifest["lexical"]``
     faiss/             ``index.dense.DenseIndex.save`` output, optional
     extra/NAME.npy     any further arrays the caller stores
 
@@ -46,11 +48,12 @@ DOC_IDS = "doc_ids.parquet"
 DENSE_VECTORS = "dense.npy"
 PC1 = "pc1.npy"
 SPARSE_DIR = "sparse"
+LEXICAL_DIR = "lexical"
 FAISS_DIR = "faiss"
 EXTRA_DIR = "extra"
 #: keys of manifest.json that the store computes; callers may not set them
 RESERVED = ("format", "format_version", "created", "encoder_hash", "counts", "dims",
-            "files", "components", "dense_dtype", "dense_index")
+            "files", "components", "dense_dtype", "dense_index", "lexical")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -463,6 +466,7 @@ def write_index(
     extra_arrays: Mapping[str, np.ndarray] | None = None,
     dense_dtype: str = "float32",
     fsync: bool = True,
+    lexical: Any = None,
 ) -> Path:
     """Write a complete index folder at ``path`` atomically (replacing an older index).
 
@@ -470,6 +474,8 @@ def write_index(
     (K, M, lambda, weighting, folding...). The store adds format, encoder hash,
     counts, dims, components and checksums. ``sparse_index`` / ``dense_index``:
     objects with ``save(dir)`` (``SparseIndex`` / ``DenseIndex``), or None.
+    ``lexical``: an :class:`index.lexical.LexicalLeg` (BM25 word-term postings), or None;
+    its ``params`` go to ``manifest["lexical"]``.
     ``dense_dtype``: ``"float32"`` (exact re-sparsify) or ``"float16"`` (half size).
     Raises ValueError on inconsistent inputs (before anything is written),
     :class:`IndexWriteError` on I/O failure (nothing changed).
@@ -489,7 +495,8 @@ def write_index(
     if dense_dtype == "float16" and np.abs(vec).max(initial=0) > np.finfo(np.float16).max:
         raise ValueError("dense_vectors exceed the float16 range; store them as float32")
     vec = vec.astype(dense_dtype, copy=False)
-    for name, obj, attr in (("sparse_index", sparse_index, "n_docs"), ("dense_index", dense_index, "n_docs")):
+    for name, obj, attr in (("sparse_index", sparse_index, "n_docs"), ("dense_index", dense_index, "n_docs"),
+                            ("lexical", lexical, "n_docs")):
         if obj is not None and int(getattr(obj, attr)) != n:
             raise ValueError(f"{name} holds {getattr(obj, attr)} documents, doc_ids has {n}")
     if pc1 is not None:
@@ -524,6 +531,10 @@ def write_index(
             full["counts"]["dense_live"] = int(getattr(dense_index, "n_live", n))
             full["dims"]["faiss"] = int(dense_index.dim)
             full["dense_index"] = {"kind": str(dense_index.kind)}
+        if lexical is not None:
+            _save_component(w, LEXICAL_DIR, lexical)
+            components["lexical"] = LEXICAL_DIR
+            _describe_lexical(full, lexical)
         if extras:
             components["extra"] = {}
             for name, arr in extras.items():
@@ -537,6 +548,12 @@ def _save_component(w: IndexWriter, rel: str, obj: Any) -> None:
     target = w._inside(rel)
     with w._guard(f"writing {rel}/"):
         obj.save(target)
+
+
+def _describe_lexical(manifest: dict[str, Any], leg: Any) -> None:
+    manifest["lexical"] = dict(leg.params)
+    manifest["dims"]["lexical_terms"] = int(leg.n_terms)
+    manifest["counts"]["lexical_postings"] = int(leg.index.n_postings)
 
 
 def _describe_sparse(manifest: dict[str, Any], sparse_index: Any) -> None:
@@ -553,7 +570,9 @@ def _describe_sparse(manifest: dict[str, Any], sparse_index: Any) -> None:
 @dataclass
 class StoredIndex:
     """An opened index folder. ``dense_vectors`` is memory-mapped when opened with
-    ``mmap=True``; ``sparse`` / ``dense`` are None when the index has no such part."""
+    ``mmap=True``; ``sparse`` / ``dense`` / ``lexical`` are None when the index has no such
+    part (``lexical``: an :class:`index.lexical.LexicalLeg`, absent from indexes built before
+    it existed or with ``--no-lexical``)."""
 
     path: Path
     manifest: dict[str, Any]
@@ -563,6 +582,7 @@ class StoredIndex:
     dense: Any = None
     pc1: np.ndarray | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
+    lexical: Any = None
 
     _numbers: dict[str, int] | None = field(default=None, repr=False)
 
@@ -654,10 +674,11 @@ def _verify_files(path: Path, listed: Mapping[str, Any]) -> None:
 
 
 def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
-               load_sparse: bool = True, load_dense: bool = True) -> StoredIndex:
+               load_sparse: bool = True, load_dense: bool = True,
+               load_lexical: bool = True) -> StoredIndex:
     """Open an index folder: validate the manifest, verify checksums (``verify``), load
     the doc ids, dense vectors (memory-mapped with ``mmap``), PC1, extra arrays, and the
-    sparse / faiss parts. Errors: :class:`NotAnIndexError`, :class:`CorruptIndexError`,
+    sparse / faiss / lexical parts. Errors: :class:`NotAnIndexError`, :class:`CorruptIndexError`,
     :class:`UnsupportedFormatError`."""
     path = Path(path).absolute()
     manifest = read_manifest(path)
@@ -697,7 +718,18 @@ def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
             raise CorruptIndexError(f"{path}: {e}") from e
         if dense.n_docs != n:
             raise CorruptIndexError(f"{path}: faiss index has {dense.n_docs} docs, expected {n}")
-    return StoredIndex(path, manifest, doc_ids, vectors, sparse, dense, pc1, extra)
+    lexical = None
+    if load_lexical and "lexical" in comps:
+        from index.lexical import LexicalLeg
+
+        try:
+            lexical = LexicalLeg.load(path / comps["lexical"], manifest.get("lexical"), mmap=mmap,
+                                      verify=False)
+        except ValueError as e:
+            raise CorruptIndexError(f"{path}: {e}") from e
+        if lexical.n_docs != n:
+            raise CorruptIndexError(f"{path}: lexical index has {lexical.n_docs} docs, expected {n}")
+    return StoredIndex(path, manifest, doc_ids, vectors, sparse, dense, pc1, extra, lexical)
 
 
 # ---------------------------------------------------------------------------------
@@ -720,7 +752,7 @@ def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, A
     e.g. a new term map) of an index, merging ``new_params`` into
     ``manifest["params"]`` — the re-sparsify step (new K, M, λ, weighting, folding from
     the stored dense vectors, no re-encode). All other files are carried over (hard
-    links when possible) after their checksums are verified."""
+    links when possible) after their checksums are verified, the lexical part included."""
     path = Path(path).absolute()
     old = read_manifest(path)
     verify_index(path, old)
@@ -758,5 +790,34 @@ def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, A
             for name, arr in extras.items():
                 w.save_array(f"{EXTRA_DIR}/{name}.npy", arr)
                 comps["extra"][name] = f"{EXTRA_DIR}/{name}.npy"
+        manifest["components"] = comps
+        return w.commit(manifest)
+
+
+def replace_lexical(path: str | Path, lexical: Any, fsync: bool = True) -> Path:
+    """Atomically add, replace (``lexical``: a :class:`index.lexical.LexicalLeg`) or remove
+    (``lexical=None``) the lexical part of an index; every other file is carried over after
+    its checksum is verified."""
+    path = Path(path).absolute()
+    old = read_manifest(path)
+    verify_index(path, old)
+    n = old["counts"]["docs"]
+    if lexical is not None and int(lexical.n_docs) != n:
+        raise ValueError(f"lexical index holds {lexical.n_docs} documents, the index has {n}")
+    manifest = {k: v for k, v in old.items() if k not in ("files", "lexical")}
+    manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest["counts"] = {k: v for k, v in old["counts"].items() if k != "lexical_postings"}
+    manifest["dims"] = {k: v for k, v in old["dims"].items() if k != "lexical_terms"}
+    comps = {k: v for k, v in old["components"].items() if k != "lexical"}
+    with IndexWriter(path, fsync=fsync) as w:
+        for rel in old["files"]:
+            if rel.startswith(LEXICAL_DIR + "/"):
+                continue
+            with w._guard(f"carrying over {rel}"):
+                _link_or_copy(path / rel, w._inside(rel))
+        if lexical is not None:
+            _save_component(w, LEXICAL_DIR, lexical)
+            comps["lexical"] = LEXICAL_DIR
+            _describe_lexical(manifest, lexical)
         manifest["components"] = comps
         return w.commit(manifest)

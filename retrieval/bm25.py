@@ -1,18 +1,31 @@
-"""BM25 baseline through bm25s, returning runs for the same metrics harness.
+"""BM25: the bm25s baseline (runs for the metrics harness) and the in-index lexical leg.
 
 Defaults follow the Anserini/Pyserini BEIR "flat" BM25 anchor: k1 = 0.9, b = 0.4, Lucene
 IDF ``log(1 + (N - df + 0.5) / (df + 0.5))`` (bm25s ``method="lucene"``), English stopwords
 and Porter stemming (nltk's PorterStemmer standing in for Lucene's EnglishAnalyzer).
 Documents matching no query term (score 0) are not returned.
+
+The lexical leg (:func:`bm25_weights`, :func:`lexical_leg`, :class:`QueryVectorizer`) stores
+the document side of the same BM25 as a sparse matrix, so that the numba kernel of
+index/sparse.py scores it: with ``q[t]`` = how often term t occurs in the analysed query
+(bm25s sums a repeated query token once per occurrence) and
+
+    w[d, t] = idf(t) · tf / (tf + k1 · (1 - b + b · dl / avgdl))
+
+(bm25s ``method="lucene"``: Lucene ≥ 8 dropped the constant (k1 + 1) numerator, so there
+is none here either; dl = analysed length, no Lucene doc-length quantisation), ``q · w[d]``
+equals bm25s's score of d. The document weights are computed in float64 and rounded to
+float32 as bm25s does, so they are bitwise equal to its score matrix.
 """
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
-__all__ = ["BM25", "bm25_run"]
+__all__ = ["Analyzer", "BM25", "QueryVectorizer", "bm25_run", "bm25_weights", "lexical_leg"]
 
 
 def _porter():
@@ -22,24 +35,56 @@ def _porter():
     return lambda words: [stem(w) for w in words]
 
 
+class Analyzer:
+    """Words of a text as BM25 sees them: ``bm25s.tokenize`` (lower case, ``\\w\\w+``),
+    stopwords removed, Porter-stemmed. The one analyser of both the bm25s baseline and the
+    lexical leg."""
+
+    def __init__(self, stopwords: str | None = "en", stem: bool = True):
+        self.stopwords, self.stem = stopwords, bool(stem)
+        self._stemmer = _porter() if stem else None
+
+    def ids(self, texts: Sequence[str], show_progress: bool = False):
+        """``bm25s.tokenization.Tokenized`` (per-text term ids + vocab dict)."""
+        import bm25s
+
+        return bm25s.tokenize(list(texts), stopwords=self.stopwords, stemmer=self._stemmer,
+                              show_progress=show_progress, return_ids=True)
+
+    def words(self, texts: Sequence[str]) -> list[list[str]]:
+        """Analysed words per text, in order, repeats kept."""
+        import bm25s
+
+        return bm25s.tokenize(list(texts), stopwords=self.stopwords, stemmer=self._stemmer,
+                              show_progress=False, return_ids=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokenizer": "bm25s", "stopwords": self.stopwords,
+                "stemmer": "porter (nltk)" if self.stem else None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Analyzer":
+        stemmer = d.get("stemmer")
+        if d.get("tokenizer", "bm25s") != "bm25s" or stemmer not in (None, "porter (nltk)"):
+            raise ValueError(f"unknown lexical analyser {dict(d)!r}: this alignir knows the bm25s "
+                             "tokenizer with the nltk Porter stemmer or none")
+        return cls(stopwords=d.get("stopwords"), stem=stemmer is not None)
+
+
 class BM25:
     """``BM25(k1, b).index(doc_ids, texts)``, then ``search(queries, k)`` -> run dict."""
 
     def __init__(self, k1: float = 0.9, b: float = 0.4, stem: bool = True, stopwords: str | None = "en",
                  method: str = "lucene"):
-        if k1 < 0 or not 0 <= b <= 1:
-            raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        _check_kb(k1, b)
         self.k1, self.b, self.method = k1, b, method
         self.stopwords = stopwords
-        self._stemmer = _porter() if stem else None
+        self.analyzer = Analyzer(stopwords, stem)
         self._model = None
         self.doc_ids: list[str] = []
 
     def _tokenize(self, texts: Sequence[str], show_progress=False):
-        import bm25s
-
-        return bm25s.tokenize(list(texts), stopwords=self.stopwords, stemmer=self._stemmer,
-                              show_progress=show_progress, return_ids=True)
+        return self.analyzer.ids(texts, show_progress=show_progress)
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str], show_progress: bool = True) -> "BM25":
         import bm25s
@@ -63,11 +108,8 @@ class BM25:
         if not qids:
             return {}
         k = min(k, len(self.doc_ids))
-        import bm25s
-
         # Query words unseen in the corpus contribute nothing (bm25s ignores them).
-        q_tokens = bm25s.tokenize([queries[q] for q in qids], stopwords=self.stopwords,
-                                  stemmer=self._stemmer, show_progress=False, return_ids=False)
+        q_tokens = self.analyzer.words([queries[q] for q in qids])
         run: dict[str, dict[str, float]] = {}
         docs, scores = self._model.retrieve(q_tokens, k=k, show_progress=show_progress, n_threads=1)
         for qid, drow, srow in zip(qids, np.asarray(docs), np.asarray(scores)):
@@ -89,3 +131,85 @@ def bm25_run(
     texts = [getattr(v, "contents", v) for v in corpus.values()]
     return BM25(k1=k1, b=b, stem=stem).index(ids, texts, show_progress=show_progress).search(
         queries, k=k, show_progress=show_progress)
+
+
+def _check_kb(k1: float, b: float) -> None:
+    if not k1 >= 0 or not 0 <= b <= 1:
+        raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+
+
+def bm25_weights(token_ids: Sequence[Sequence[int]], n_terms: int, k1: float = 0.9,
+                 b: float = 0.4) -> sp.csr_matrix:
+    """Document-side BM25 weights of a tokenised corpus: CSR [n_docs, n_terms] float32 with
+    ``w[d, t] = idf(t) · tf / (tf + k1 · (1 - b + b · dl / avgdl))``, Lucene
+    ``idf(t) = log(1 + (N - df + 0.5) / (df + 0.5))`` (bm25s ``method="lucene"``).
+    ``token_ids[d]``: the term ids of document d in order, repeats kept (dl = its length)."""
+    _check_kb(k1, b)
+    n = len(token_ids)
+    lengths = np.fromiter((len(t) for t in token_ids), dtype=np.int64, count=n)
+    flat = (np.concatenate([np.asarray(t, dtype=np.int64) for t in token_ids])
+            if lengths.sum() else np.zeros(0, dtype=np.int64))
+    if flat.size and (flat.min() < 0 or flat.max() >= n_terms):
+        raise ValueError(f"token ids must lie in [0, {n_terms})")
+    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    tf = sp.csr_matrix((np.ones(flat.size, dtype=np.float64), (rows, flat)), shape=(n, n_terms))
+    tf.sum_duplicates()
+    tf.sort_indices()
+    if tf.nnz == 0:
+        return sp.csr_matrix((n, n_terms), dtype=np.float32)
+    df = np.bincount(tf.indices, minlength=n_terms).astype(np.float64)
+    avgdl = lengths.mean()  # float64, as bm25s
+    # bm25s stores idf as float32 and multiplies it into the float64 tf component
+    idf = np.zeros(n_terms, dtype=np.float32)
+    used = df > 0
+    idf[used] = np.log(1.0 + (n - df[used] + 0.5) / (df[used] + 0.5))
+    dl = np.repeat(lengths.astype(np.float64), np.diff(tf.indptr))
+    tfc = tf.data / (k1 * ((1.0 - b) + b * dl / avgdl) + tf.data)
+    data = (idf[tf.indices].astype(np.float64) * tfc).astype(np.float32)
+    return sp.csr_matrix((data, tf.indices.astype(np.int32), tf.indptr), shape=(n, n_terms))
+
+
+def lexical_leg(texts: Sequence[str], k1: float = 0.9, b: float = 0.4, stem: bool = True,
+                stopwords: str | None = "en", show_progress: bool = False):
+    """The BM25 lexical leg of ``texts`` (row i = doc number i) as an
+    :class:`index.lexical.LexicalLeg`: sorted vocabulary, float32 postings, parameters."""
+    from index.lexical import LexicalLeg
+    from index.sparse import SparseIndex
+
+    if not len(texts):
+        raise ValueError("cannot build a lexical leg over an empty corpus")
+    analyzer = Analyzer(stopwords, stem)
+    tok = analyzer.ids(texts, show_progress=show_progress)
+    vocab = sorted(tok.vocab)  # bm25s numbers terms in set order: sort for a stable file
+    remap = np.empty(len(tok.vocab), dtype=np.int64)
+    for new, term in enumerate(vocab):
+        remap[tok.vocab[term]] = new
+    ids = [remap[np.asarray(t, dtype=np.int64)] for t in tok.ids]
+    W = bm25_weights(ids, len(vocab), k1=k1, b=b)
+    lengths = np.fromiter((len(t) for t in ids), dtype=np.int64, count=len(ids))
+    params = {"model": "bm25", "k1": float(k1), "b": float(b), "idf": "lucene",
+              "tf": "tf/(tf+k1(1-b+b dl/avgdl)) (bm25s lucene)", **analyzer.to_dict(),
+              "query_weights": "term counts", "n_docs": len(ids),
+              "avgdl": float(lengths.mean())}
+    return LexicalLeg(SparseIndex.from_csr(W), vocab, params)
+
+
+class QueryVectorizer:
+    """Query texts -> CSR [n_queries, n_terms] of analysed-term counts against a stored
+    vocabulary (words not in it are ignored, as bm25s does)."""
+
+    def __init__(self, vocab: Sequence[str], params: Mapping[str, Any]):
+        self.analyzer = Analyzer.from_dict(params)
+        self.n_terms = len(vocab)
+        self._ids = {t: i for i, t in enumerate(vocab)}
+
+    def __call__(self, texts: Sequence[str]) -> sp.csr_matrix:
+        indptr, indices = [0], []
+        for words in self.analyzer.words(texts):
+            indices.extend(i for i in (self._ids.get(w) for w in words) if i is not None)
+            indptr.append(len(indices))
+        Q = sp.csr_matrix((np.ones(len(indices), dtype=np.float32),
+                           np.asarray(indices, dtype=np.int32), np.asarray(indptr, dtype=np.int64)),
+                          shape=(len(texts), self.n_terms))
+        Q.sum_duplicates()
+        return Q

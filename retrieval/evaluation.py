@@ -25,7 +25,7 @@ def run_queries(searcher: Searcher, queries: Mapping[str, str], modes: Sequence[
     """Search every query in every mode. Returns ({mode: run}, seconds per stage)."""
     qids = list(queries)
     runs: dict[str, Run] = {m: {} for m in modes}
-    spent = {"encode": 0.0, "sparse": 0.0, "dense": 0.0, "fuse": 0.0}
+    spent = {"encode": 0.0, "sparse": 0.0, "dense": 0.0, "bm25": 0.0, "fuse": 0.0}
     bar = tqdm(total=len(qids), desc="queries", unit="q", disable=not progress)
     for start in range(0, len(qids), batch_size):
         ids = qids[start:start + batch_size]
@@ -37,7 +37,7 @@ def run_queries(searcher: Searcher, queries: Mapping[str, str], modes: Sequence[
             # one extra hit so that dropping a self-hit still leaves k
             hits = searcher.batch_search(texts, k=k + int(drop_self), mode=mode, encoded=batch,
                                          timings=tm, **search_kw)
-            for key in ("sparse", "dense", "fuse"):
+            for key in ("sparse", "dense", "bm25", "fuse"):
                 spent[key] += getattr(tm, key)
             for qid, hs in zip(ids, hits):
                 kept = [(h.id, h.score) for h in hs if not (drop_self and h.id == qid)][:k]

@@ -2,6 +2,8 @@
 
 corpus (BEIR folder or corpus .jsonl) -> encoder (dense h, cached) -> u1 (eq.14) ->
 sparse aligned-token vectors (eq.15) + FAISS index -> index folder (index.store, atomic).
+By default the folder also gets the lexical leg: BM25 weights of the same texts
+(title + " " + text, as the bm25s baseline sees them; retrieval/bm25.py).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import numpy as np
 from encoders.aligned import TermMap
 from index.dense import DenseIndex
 from index.sparse import SparseIndex
-from index.store import NotAnIndexError, check_fingerprint, open_index, read_manifest, replace_sparse, write_index
+from index.store import (NotAnIndexError, check_fingerprint, open_index, read_manifest,
+                         replace_lexical, replace_sparse, write_index)
 from retrieval.beir import Corpus, read_corpus_jsonl
 from retrieval.config import SparseConfig
 from retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
@@ -97,8 +100,11 @@ def build_index(
     progress: bool = True,
     loaded: Any = None,
     on_stage: Callable[[str], None] | None = None,
+    lexical: bool = True,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
+
+    ``lexical``: also store the BM25 leg (k1 0.9, b 0.4, Lucene IDF; the "bm25" modes).
 
     Nothing is written at ``index_dir`` until the whole index is complete (index.store swaps
     it in atomically); a previous index there stays usable if the build fails or is killed.
@@ -129,6 +135,12 @@ def build_index(
     stage(f"building the dense index ({dense_kind})")
     dense_opts = DEFAULT_DENSE_OPTIONS if dense_options is None else dense_options
     dense_index = DenseIndex.build(H, kind=dense_kind, **dense_opts)
+    leg = None
+    if lexical:
+        from retrieval.bm25 import lexical_leg
+
+        stage("building the lexical leg (BM25)")
+        leg = lexical_leg(texts)
     manifest = {
         "encoder": doc_encoder_fingerprint(enc),
         "embedder": {"family": embedder, "model": model, "options": opts},
@@ -138,7 +150,8 @@ def build_index(
     }
     stage(f"writing {index_dir}")
     write_index(index_dir, manifest, doc_ids, H, sparse_index=sparse_index,
-                dense_index=dense_index, pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map))
+                dense_index=dense_index, pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map),
+                lexical=leg)
     return read_manifest(index_dir)
 
 
@@ -173,7 +186,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     from encoders.embedders import get_embedder
     from encoders.models import load_model
 
-    stored = open_index(index_dir, load_sparse=False, load_dense=False)
+    stored = open_index(index_dir, load_sparse=False, load_dense=False, load_lexical=False)
     old = SparseConfig.from_dict(stored.params.get("sparse", {}))
     quantize = changes.pop("quantize", old.quantize)  # None is a value here ("float32")
     new = replace(old.with_changes(**changes), quantize=quantize)
@@ -194,4 +207,28 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     # folding changes the term map: its arrays are replaced in the same atomic step
     extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
     replace_sparse(index_dir, sparse_index, params, extra_arrays=extra)
+    return read_manifest(index_dir)
+
+
+def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: float = 0.9,
+                b: float = 0.4, skip_bad: bool = False) -> dict[str, Any]:
+    """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus, without
+    the model: ``source`` defaults to the corpus the index was built from (manifest
+    ``build.source``). The corpus must hold every indexed document id; texts are taken in
+    the index's doc-number order."""
+    from retrieval.bm25 import lexical_leg
+
+    manifest = read_manifest(index_dir)
+    src = source or manifest.get("build", {}).get("source")
+    if not src:
+        raise ValueError(f"{index_dir}: the manifest does not record its corpus; pass the source")
+    corpus = read_source(src, skip_bad=skip_bad)
+    stored = open_index(index_dir, verify=False, load_sparse=False, load_dense=False,
+                        load_lexical=False)
+    missing = [d for d in stored.doc_ids if d not in corpus]
+    if missing:
+        raise ValueError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
+                         "not the corpus of this index")
+    leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=k1, b=b)
+    replace_lexical(index_dir, leg)
     return read_manifest(index_dir)

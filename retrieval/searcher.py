@@ -1,4 +1,4 @@
-"""Searcher: sparse | dense | hybrid search over an index folder, with explanations.
+"""Searcher: sparse | dense | bm25 | hybrid | fused leg sets over an index folder, with explanations.
 
     >>> from retrieval.searcher import Searcher
     >>> s = Searcher.open("indexes/med")
@@ -9,6 +9,14 @@ One query encoder pass yields both representations (seed 004 §5): the dense vec
 FAISS, and the query's surface tokens ∪ its top-M aligned tokens (eq.16) go to the inverted
 index. Hybrid search fuses the two ranked lists (retrieval/fusion.py).
 
+Legs: "dense" (FAISS), "sparse" (aligned tokens, eq.16) and "bm25" (the index's lexical leg:
+BM25 word-term weights scored by the same sparse kernel, retrieval/bm25.py; no model pass).
+A mode is one leg, "hybrid" (dense + sparse, ``alpha`` weighs dense: unchanged from before the
+lexical leg existed) or a '+'-joined leg set such as "dense+sparse+bm25", fused with the
+configured method (minmax / zscore: convex combination with per-leg weights, default equal;
+rrf: reciprocal ranks, weighted only when weights are given). Pyserini's BEIR hybrid runs fuse
+a learned representation with BM25 the same way.
+
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
 and torch modules are not re-entrant), and so are sparse searches (numba's parallel kernels
 must not be entered from two Python threads at once with every threading layer); FAISS
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -32,14 +40,40 @@ from retrieval.config import FusionConfig, SparseConfig
 from retrieval.indexer import check_encoder, term_map_from_arrays
 from retrieval.sparsify import Sparsifier
 
-MODES = ("hybrid", "sparse", "dense")
+LEGS = ("dense", "sparse", "bm25")
+#: the modes "all" means for an index with its lexical leg (without it: the first three)
+MODES = ("hybrid", "sparse", "dense", "bm25", "dense+bm25", "sparse+bm25", "dense+sparse+bm25")
+BASE_MODES = MODES[:3]
+LEXICAL_HINT = ("rebuild it with `alignir build-index --lexical` (the default) or add the leg with "
+                "`alignir add-lexical --index DIR`")
+
+
+def parse_mode(mode: str) -> tuple[str, ...]:
+    """The legs of a mode, in LEGS order: "hybrid" -> (dense, sparse); "bm25" -> (bm25,);
+    "bm25+dense" -> (dense, bm25)."""
+    if not isinstance(mode, str):
+        raise ValueError(f"mode must be a string, got {type(mode).__name__}")
+    if mode == "hybrid":
+        return ("dense", "sparse")
+    parts = [p.strip() for p in mode.split("+")]
+    if not all(p in LEGS for p in parts) or len(set(parts)) != len(parts):
+        raise ValueError(f"mode must be one of {MODES} or a '+'-joined set of the legs "
+                         f"{LEGS}, got {mode!r}")
+    return tuple(leg for leg in LEGS if leg in parts)
+
+
+def modes_for(stored: StoredIndex) -> tuple[str, ...]:
+    """The modes "all" means for this index (the bm25 ones only when it has the lexical leg)."""
+    return MODES if stored.lexical is not None else BASE_MODES
 
 
 @dataclass
 class Hit:
-    """One search result. ``sparse_score`` / ``dense_score`` are the raw scores of each side
-    (None when the document was not in that side's list); ``explanation`` lists the shared
-    terms and their contributions to the sparse score (with ``explain=True``)."""
+    """One search result. ``sparse_score`` / ``dense_score`` / ``bm25_score`` are the raw
+    scores of each leg (None when the document was not in that leg's list or the leg was not
+    searched); ``explanation`` lists the shared terms and their contributions to the sparse
+    score — to the BM25 score when the mode has a bm25 leg and no sparse one (with
+    ``explain=True``)."""
 
     id: str
     score: float
@@ -47,6 +81,7 @@ class Hit:
     doc_number: int
     sparse_score: float | None = None
     dense_score: float | None = None
+    bm25_score: float | None = None
     explanation: list[TermContribution] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,11 +93,14 @@ class Hit:
 
 @dataclass
 class QueryBatch:
-    """Encoded queries: dense vectors and sparse term vectors, row i = query i."""
+    """Encoded queries, row i = query i: dense vectors, aligned-token sparse vectors and BM25
+    term counts (``lexical``). A part is None when it was not computed (the model parts
+    for a bm25-only search; ``lexical`` for an index without the lexical leg)."""
 
-    dense: np.ndarray
-    sparse: sp.csr_matrix
+    dense: np.ndarray | None
+    sparse: sp.csr_matrix | None
     seconds: float = 0.0
+    lexical: sp.csr_matrix | None = None
 
 
 @dataclass
@@ -72,6 +110,7 @@ class Timings:
     encode: float = 0.0
     sparse: float = 0.0
     dense: float = 0.0
+    bm25: float = 0.0
     fuse: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -88,6 +127,23 @@ class Searcher:
         self._encode_lock = threading.Lock()
         self._sparse_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
+        self._vectorizer: tuple[Any, Any] | None = None  # (leg, QueryVectorizer)
+
+    @property
+    def has_lexical(self) -> bool:
+        return self.index.lexical is not None
+
+    def _lexical(self):
+        """The lexical leg and its query vectoriser (raises when the index has no leg)."""
+        leg = self.index.lexical
+        if leg is None:
+            raise ValueError(f"{self.index.path}: this index has no lexical (BM25) leg, so the "
+                             f"bm25 modes are not available; {LEXICAL_HINT}")
+        if self._vectorizer is None or self._vectorizer[0] is not leg:
+            from retrieval.bm25 import QueryVectorizer
+
+            self._vectorizer = (leg, QueryVectorizer(leg.vocab, leg.params))
+        return self._vectorizer
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -125,15 +181,22 @@ class Searcher:
         return cls(stored, embedder, sparsifier, fusion or FusionConfig())
 
     # ------------------------------------------------------------------ encoding
-    def encode(self, queries: Sequence[str]) -> QueryBatch:
-        """Dense vectors and eq.16 sparse vectors of ``queries`` (one encoder pass)."""
+    def encode(self, queries: Sequence[str], legs: Iterable[str] | None = None) -> QueryBatch:
+        """Dense vectors and eq.16 sparse vectors of ``queries`` (one encoder pass), and
+        their BM25 term counts when the index has the lexical leg. ``legs``: encode only what
+        these legs need (no model pass for ("bm25",))."""
         texts = _check_queries(queries)
+        legs = set(LEGS if legs is None else legs)
         t0 = time.perf_counter()
-        with self._encode_lock:
-            H = self.embedder.encode_queries(texts)
-            surface = self.embedder.surface_token_ids(texts)
-        Q = self.sparsifier.queries(H, surface)
-        return QueryBatch(H, Q, time.perf_counter() - t0)
+        H = Q = L = None
+        if legs & {"dense", "sparse"}:
+            with self._encode_lock:
+                H = self.embedder.encode_queries(texts)
+                surface = self.embedder.surface_token_ids(texts)
+            Q = self.sparsifier.queries(H, surface)
+        if "bm25" in legs and self.has_lexical:
+            L = self._lexical()[1](texts)
+        return QueryBatch(H, Q, time.perf_counter() - t0, L)
 
     # ------------------------------------------------------------------ search
     def search(self, query: str, k: int = 10, mode: str = "hybrid", **kw: Any) -> list[Hit]:
@@ -151,6 +214,7 @@ class Searcher:
         explain: bool = False,
         fusion: str | None = None,
         alpha: float | None = None,
+        weights: Mapping[str, float] | None = None,
         depth: int | None = None,
         allowed_ids: Iterable[str] | None = None,
         threads: int | None = None,
@@ -159,65 +223,96 @@ class Searcher:
     ) -> list[list[Hit]]:
         """Top-``k`` hits per query, best first.
 
-        ``mode``: "hybrid" (fuse both sides), "sparse" (aligned tokens, eq.16) or "dense".
-        ``fusion`` / ``alpha`` / ``depth`` override the searcher's FusionConfig for this call
-        (alpha weighs the dense side). ``allowed_ids``: restrict results to these document
+        ``mode``: "hybrid" (fuse dense and sparse), "sparse" (aligned tokens, eq.16), "dense",
+        "bm25" (the lexical leg) or a '+'-joined leg set ("dense+bm25", "sparse+bm25",
+        "dense+sparse+bm25"...; see :func:`parse_mode`). ``fusion`` / ``alpha`` / ``depth``
+        override the searcher's FusionConfig for this call. ``alpha`` weighs the dense leg:
+        in "hybrid" α·dense + (1-α)·sparse as always; in a leg set (only when given in this
+        call) the other legs share 1-α equally. ``weights`` ({leg: weight}, relative: convex
+        fusions divide by their sum; rrf uses them as given) set every leg's weight of a
+        '+'-joined leg set instead (legs not in the mode are ignored; "hybrid" keeps α);
+        default: equal. ``allowed_ids``: restrict results to these document
         ids (others never come back, even when k exceeds their number). ``explain``: attach
         the shared terms and their contributions to each hit. ``encoded``: reuse a
         :class:`QueryBatch` from :meth:`encode` (e.g. to sweep fusion settings).
         """
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        legs = parse_mode(mode)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise ValueError(f"k must be a positive integer, got {k!r}")
+        if "bm25" in legs:
+            self._lexical()  # a clear error before any work when the index lacks the leg
         fcfg = FusionConfig(method=fusion or self.fusion.method,
                             alpha=self.fusion.alpha if alpha is None else alpha,
                             depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
-        batch = encoded if encoded is not None else self.encode(queries)
-        if batch.dense.shape[0] != len(queries):
-            raise ValueError("encoded batch and queries differ in length")
-        allowed = self._allowed_numbers(allowed_ids)
+        leg_w, rrf_w = _leg_weights(mode, legs, fcfg.alpha, alpha is not None, weights)
         tm = timings if timings is not None else Timings()
-        tm.encode = batch.seconds
-        n_docs = self.index.n_docs
-        side_k = min(n_docs, max(k, fcfg.depth) if mode == "hybrid" else k)
-
-        sparse_lists = dense_lists = None
-        if mode in ("hybrid", "sparse"):
-            t0 = time.perf_counter()
-            with self._sparse_lock:
-                docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
-                                                        threads=threads)
-            sparse_lists = _to_lists(docs, scores)
-            tm.sparse = time.perf_counter() - t0
-        if mode in ("hybrid", "dense"):
-            t0 = time.perf_counter()
-            docs, scores = self.index.dense.search(batch.dense, side_k, allowed=allowed)
-            dense_lists = _to_lists(docs, scores)
-            tm.dense = time.perf_counter() - t0
+        batch = encoded if encoded is not None else self.encode(queries, legs)
+        side_k = min(self.index.n_docs, max(k, fcfg.depth) if len(legs) > 1 else k)
+        lists = self._leg_lists(queries, batch, legs, side_k, allowed_ids, threads, tm)
 
         t0 = time.perf_counter()
         results = []
         for i in range(len(queries)):
-            s = sparse_lists[i] if sparse_lists is not None else {}
-            d = dense_lists[i] if dense_lists is not None else {}
-            if mode == "sparse":
-                ranking = s
-            elif mode == "dense":
-                ranking = d
-            else:
-                ranking = _fuse(s, d, fcfg)
+            per_leg = [lists[leg][i] for leg in legs]
+            ranking = per_leg[0] if len(legs) == 1 else fuse_legs(per_leg, leg_w, fcfg, rrf_w)
             hits = []
             for rank, (num, score) in enumerate(fusion_mod.ranked(ranking, k), start=1):
+                leg_score = {leg: lists[leg][i].get(num) if leg in lists else None for leg in LEGS}
                 hits.append(Hit(self.index.doc_ids[num], float(score), rank, num,
-                                s.get(num), d.get(num)))
+                                leg_score["sparse"], leg_score["dense"], leg_score["bm25"]))
             results.append(hits)
         tm.fuse = time.perf_counter() - t0
         if explain:
+            lexical = "bm25" in legs and "sparse" not in legs
             for i, hits in enumerate(results):
                 for h in hits:
-                    h.explanation = self.explain(batch.sparse[i], h.doc_number)
+                    h.explanation = (self.explain_bm25(batch.lexical[i], h.doc_number) if lexical
+                                     else self.explain(batch.sparse[i], h.doc_number))
         return results
+
+    def leg_lists(self, queries: Sequence[str], legs: Sequence[str] = LEGS, k: int = 100, *,
+                  allowed_ids: Iterable[str] | None = None, encoded: QueryBatch | None = None,
+                  threads: int | None = None) -> dict[str, list[dict[int, float]]]:
+        """Each leg's top-``k`` as {doc number: raw score} per query — what the fused modes
+        fuse (with :func:`fuse_legs`); for sweeping fusion settings without searching again."""
+        legs = parse_mode("+".join(legs))
+        batch = encoded if encoded is not None else self.encode(queries, legs)
+        return self._leg_lists(queries, batch, legs, min(self.index.n_docs, k), allowed_ids,
+                               threads, Timings())
+
+    def _leg_lists(self, queries, batch: QueryBatch, legs, side_k: int, allowed_ids, threads,
+                   tm: Timings) -> dict[str, list[dict[int, float]]]:
+        n = len(queries)
+        for leg, part in (("dense", batch.dense), ("sparse", batch.sparse)):
+            if leg in legs and (part is None or part.shape[0] != n):
+                raise ValueError(f"encoded batch lacks the {leg} vectors of {n} queries")
+        if batch.lexical is None and "bm25" in legs:
+            batch.lexical = self._lexical()[1](_check_queries(queries))
+        if batch.lexical is not None and "bm25" in legs and batch.lexical.shape[0] != n:
+            raise ValueError("encoded batch and queries differ in length")
+        allowed = self._allowed_numbers(allowed_ids)
+        tm.encode = batch.seconds
+        lists: dict[str, list[dict[int, float]]] = {}
+        if "sparse" in legs:
+            t0 = time.perf_counter()
+            with self._sparse_lock:
+                docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
+                                                        threads=threads)
+            lists["sparse"] = _to_lists(docs, scores)
+            tm.sparse = time.perf_counter() - t0
+        if "dense" in legs:
+            t0 = time.perf_counter()
+            docs, scores = self.index.dense.search(batch.dense, side_k, allowed=allowed)
+            lists["dense"] = _to_lists(docs, scores)
+            tm.dense = time.perf_counter() - t0
+        if "bm25" in legs:
+            t0 = time.perf_counter()
+            with self._sparse_lock:
+                docs, scores = self.index.lexical.index.search(batch.lexical, side_k,
+                                                               allowed=allowed, threads=threads)
+            lists["bm25"] = _to_lists(docs, scores)
+            tm.bm25 = time.perf_counter() - t0
+        return lists
 
     def explain(self, query_row: sp.csr_matrix, doc_number: int) -> list[TermContribution]:
         """Shared terms of a query's sparse vector and a document, with contributions
@@ -226,6 +321,14 @@ class Searcher:
         n_terms = self.index.sparse.n_terms
         doc_row = sp.csr_matrix((weights, terms, [0, len(terms)]), shape=(1, n_terms))
         return explain_terms(query_row, doc_row, self.sparsifier.term_map)
+
+    def explain_bm25(self, query_row: sp.csr_matrix, doc_number: int) -> list[TermContribution]:
+        """Shared words of a query's BM25 term counts and a document, with contributions
+        (count · BM25 weight; their sum is the document's bm25 score)."""
+        leg = self._lexical()[0]
+        terms, weights = leg.index.doc_vector(int(doc_number))
+        doc_row = sp.csr_matrix((weights, terms, [0, len(terms)]), shape=(1, leg.n_terms))
+        return [replace(c, string=leg.vocab[c.term]) for c in explain_terms(query_row, doc_row)]
 
     def _allowed_numbers(self, allowed_ids: Iterable[str] | None) -> np.ndarray | None:
         if allowed_ids is None:
@@ -258,11 +361,40 @@ def _to_lists(docs: np.ndarray, scores: np.ndarray) -> list[dict[int, float]]:
     return out
 
 
-def _fuse(sparse: Mapping[int, float], dense: Mapping[int, float], cfg: FusionConfig) -> dict:
-    """Fuse one query's lists; alpha weighs the dense side. Doc numbers are ints here: the
-    fusion functions are generic over hashable, orderable ids."""
-    if not sparse or not dense:
-        return dict(dense or sparse)
+def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool,
+                 weights: Mapping[str, float] | None) -> tuple[list[float], list[float] | None]:
+    """(convex weights summing to 1, rrf weights or None) of the legs of ``mode``. "hybrid"
+    keeps its α (``weights`` apply to '+'-joined leg sets); one leg needs none."""
+    if len(legs) == 1:
+        return [1.0], None
+    if weights is not None and mode != "hybrid":
+        unknown = sorted(set(weights) - set(LEGS))
+        missing = [leg for leg in legs if leg not in weights]
+        if unknown or missing:
+            raise ValueError(f"weights must name the legs of mode {mode!r} ({', '.join(legs)}); "
+                             f"unknown {unknown}, missing {missing}")
+        w = [float(weights[leg]) for leg in legs]
+        if any(not np.isfinite(x) or x < 0 for x in w) or sum(w) <= 0:
+            raise ValueError(f"weights must be finite, >= 0 and not all 0, got {dict(weights)}")
+        return [x / sum(w) for x in w], w
+    if mode == "hybrid" or (alpha_given and "dense" in legs and len(legs) > 1):
+        rest = (1.0 - alpha) / (len(legs) - 1)
+        return [alpha if leg == "dense" else rest for leg in legs], None
+    return [1.0 / len(legs)] * len(legs), None
+
+
+def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,
+              rrf_weights: Sequence[float] | None = None) -> dict:
+    """Fuse one query's leg lists (doc number -> raw score). Convex fusions weigh leg i by
+    ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF). Empty lists (e.g. a query
+    with no word in the BM25 vocabulary) drop out and the others keep their weights; one
+    non-empty list is returned as it is. With two lists [dense, sparse] and weights
+    [α, 1-α] this is the hybrid fusion."""
+    keep = [i for i, run in enumerate(lists) if run]
+    if len(keep) <= 1:
+        return dict(lists[keep[0]]) if keep else {}
+    runs = [lists[i] for i in keep]
     if cfg.method == "rrf":
-        return fusion_mod.rrf([dense, sparse], k=cfg.rrf_k)
-    return fusion_mod.fuse([dense, sparse], method=cfg.method, alpha=cfg.alpha)
+        rw = None if rrf_weights is None else [rrf_weights[i] for i in keep]
+        return fusion_mod.rrf(runs, k=cfg.rrf_k, weights=rw)
+    return fusion_mod.fuse(runs, method=cfg.method, weights=[weights[i] for i in keep])

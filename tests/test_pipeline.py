@@ -160,7 +160,7 @@ def test_bad_queries(built, tiny_model):
         with pytest.raises(ValueError, match="empty"):
             s.search(bad)
     with pytest.raises(ValueError, match="mode"):
-        s.search("x", mode="bm25")
+        s.search("x", mode="splade")
     with pytest.raises(ValueError, match="k must"):
         s.search("x", k=0)
     assert len(s.search("plants", k=1000, mode="dense")) == s.index.n_docs

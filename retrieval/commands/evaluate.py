@@ -8,37 +8,68 @@ import typer
 
 from retrieval.commands.common import echo_json, setup_logging, user_errors
 
-MODES_HELP = "hybrid | sparse | dense | all (comma-separated list allowed)."
+MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
+              "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
+              "bm25 and its fused sets when the index has the lexical leg).")
+WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm25=0.4 "
+                "(relative; default equal).")
 
 
-def _modes(mode: str) -> list[str]:
-    from retrieval.searcher import MODES
+def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:
+    """Modes of a --mode value; ``available``: what "all" means (default: every mode)."""
+    from retrieval.searcher import MODES, parse_mode
 
-    modes = list(MODES) if mode == "all" else [m.strip() for m in mode.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ValueError(f"unknown mode(s) {bad or mode!r}; use {MODES_HELP}")
+    if mode.strip() == "all":
+        return list(available or MODES)
+    modes = [m.strip() for m in mode.split(",") if m.strip()]
+    if not modes:
+        raise ValueError(f"no mode given; use {MODES_HELP}")
+    for m in modes:
+        try:
+            parse_mode(m)
+        except ValueError:
+            raise ValueError(f"unknown mode {m!r}; use {MODES_HELP}") from None
     return modes
 
 
-def _evaluate(index: Path, dataset: str, split: str, modes: list[str], run: Optional[Path],
+def parse_weights(text: str | None) -> dict[str, float] | None:
+    """"dense=0.4,bm25=0.6" -> {"dense": 0.4, "bm25": 0.6}."""
+    if text is None:
+        return None
+    out = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ValueError(f"--weights wants LEG=WEIGHT pairs like dense=0.5,bm25=0.5, got {text!r}")
+    return out
+
+
+def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Path],
               top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
-              bm25: bool, progress: bool = True) -> dict:
+              bm25: bool, progress: bool = True, weights: Optional[dict] = None) -> dict:
     from retrieval.beir import load_beir
     from retrieval.evaluation import evaluate_runs, timed_eval
     from retrieval.runs import write_trec
-    from retrieval.searcher import Searcher
+    from retrieval.searcher import Searcher, modes_for
 
     data = load_beir(dataset, split=split)
     searcher = Searcher.open(index, instruction=instruction)
-    out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha)
+    modes = _modes(mode, modes_for(searcher.index))
+    out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
+                     weights=weights)
     if bm25:
         from retrieval.bm25 import bm25_run
 
         from retrieval.metrics import drop_self_hits, self_hits_apply
 
         run_bm25 = bm25_run(data.corpus, data.queries, k=top, show_progress=progress)
-        runs_bm25 = {"bm25": drop_self_hits(run_bm25) if self_hits_apply(data.name) else run_bm25}
+        # the bm25s anchor is "bm25" unless the index's own bm25 leg already is
+        name = "bm25s" if "bm25" in out["runs"] else "bm25"
+        runs_bm25 = {name: drop_self_hits(run_bm25) if self_hits_apply(data.name) else run_bm25}
         out["metrics"].update(evaluate_runs(data.qrels, runs_bm25))
         out["runs"].update(runs_bm25)
     if run is not None:
@@ -75,7 +106,9 @@ def eval_cmd(
     instruction: Optional[str] = typer.Option(None, help="Query instruction (task name or text)."),
     fusion: Optional[str] = typer.Option(None, help="minmax | rrf | zscore."),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in fusion."),
-    bm25: bool = typer.Option(False, help="Add a BM25 (bm25s) row from the same harness."),
+    weights: Optional[str] = typer.Option(None, help=WEIGHTS_HELP),
+    bm25: bool = typer.Option(False, help="Add a BM25 (bm25s) row from the same harness (named "
+                              "bm25s when the index's own bm25 mode is evaluated too)."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -84,8 +117,8 @@ def eval_cmd(
     BEIR and Pyserini do."""
     setup_logging(verbose)
     with user_errors():
-        result = _evaluate(index, dataset, split, _modes(mode), run, top, instruction, fusion,
-                           alpha, bm25, progress=not as_json)
+        result = _evaluate(index, dataset, split, mode, run, top, instruction, fusion,
+                           alpha, bm25, progress=not as_json, weights=parse_weights(weights))
         echo_json(result) if as_json else _print_table(result)
 
 
@@ -98,7 +131,9 @@ def beir_cmd(
     mode: str = typer.Option("all", help=MODES_HELP),
     run: Optional[Path] = typer.Option(None, help="Write TREC runs here."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
-    bm25: bool = typer.Option(True, help="Add the BM25 anchor row."),
+    bm25: bool = typer.Option(True, help="Add the BM25 (bm25s) anchor row."),
+    lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="Store the BM25 lexical leg "
+                                 "in the index (the bm25 modes)."),
     as_json: bool = typer.Option(False, "--json"),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder (default $ALIGNIR_CACHE/embeddings)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -110,12 +145,13 @@ def beir_cmd(
         from retrieval.beir import resolve_dataset
         from retrieval.indexer import build_index
 
+        _modes(mode)  # a bad --mode fails before the build
         folder = resolve_dataset(dataset)
         target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{embedder}"
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
-                    embedder_options={"max_length": max_length},
+                    embedder_options={"max_length": max_length}, lexical=lexical,
                     on_stage=lambda s: typer.secho(f"• {s}", err=True))
-        result = _evaluate(target, str(folder), split, _modes(mode), run, 100, None, None, None,
+        result = _evaluate(target, str(folder), split, mode, run, 100, None, None, None,
                            bm25, progress=not as_json)
         echo_json(result) if as_json else _print_table(result)
 

@@ -50,6 +50,8 @@ def build_index_cmd(
     instruction: Optional[str] = typer.Option(None, help="Default query instruction (task name or text); "
                                               "can be overridden at search time."),
     skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines (reported) instead of stopping."),
+    lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="Also store the BM25 lexical "
+                                 "leg (k1 0.9, b 0.4, Lucene IDF) for the bm25 and fused modes."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse dense vectors cached by an "
                                 "earlier (or killed) encode of the same texts with the same encoder."),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
@@ -76,7 +78,8 @@ def build_index_cmd(
         manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
-                               device=device, on_stage=lambda s: typer.secho(f"• {s}", err=True))
+                               device=device, lexical=lexical,
+                               on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
             typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
@@ -88,25 +91,31 @@ def build_index_cmd(
 def search_cmd(
     query: str = typer.Argument(..., help="The query text."),
     index: Path = INDEX_OPT,
-    mode: str = typer.Option("hybrid", help="hybrid | sparse | dense."),
+    mode: str = typer.Option("hybrid", help="hybrid | sparse | dense | bm25 | a '+'-joined leg set "
+                             "(dense+bm25, sparse+bm25, dense+sparse+bm25)."),
     top: int = typer.Option(10, "--top", "-k", help="Number of hits."),
     explain: bool = typer.Option(False, help="Show the matched tokens and their contributions."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"query\", \"hits\": [...]} as JSON."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
     fusion: Optional[str] = typer.Option(None, help="Hybrid fusion: minmax | rrf | zscore."),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in minmax/zscore fusion."),
+    weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
+                                          "dense=0.4,sparse=0.2,bm25=0.4 (default equal)."),
     model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Search an index from the shell."""
     setup_logging(verbose)
     with user_errors():
-        from retrieval.searcher import Searcher
+        from retrieval.commands.evaluate import parse_weights
+        from retrieval.searcher import Searcher, parse_mode
 
         if not query.strip():
             raise ValueError("the query is empty")
+        parse_mode(mode)
         searcher = Searcher.open(index, model=model, instruction=instruction)
-        hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha)
+        hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
+                               weights=parse_weights(weights))
         if as_json:
             echo_json({"query": query, "mode": mode, "hits": [_hit_json(h) for h in hits]})
             return
@@ -115,7 +124,8 @@ def search_cmd(
 
 def _hit_json(hit) -> dict:
     d = {"id": hit.id, "score": hit.score, "rank": hit.rank,
-         "sparse_score": hit.sparse_score, "dense_score": hit.dense_score}
+         "sparse_score": hit.sparse_score, "dense_score": hit.dense_score,
+         "bm25_score": hit.bm25_score}
     if hit.explanation is not None:
         d["matched"] = [{"term": c.string, "query_weight": c.query_weight,
                          "doc_weight": c.doc_weight, "contribution": c.contribution}
@@ -128,13 +138,14 @@ def _print_hits(query: str, hits, explain: bool) -> None:
     from rich.table import Table
 
     table = Table(title=f"{query!r}", show_lines=explain)
-    for col in ("rank", "id", "score", "sparse", "dense"):
+    for col in ("rank", "id", "score", "sparse", "dense", "bm25"):
         table.add_column(col, justify="right" if col != "id" else "left")
     if explain:
         table.add_column("why (top matched tokens: contribution)")
     fmt = lambda v: "" if v is None else f"{v:.4g}"  # noqa: E731
     for h in hits:
-        row = [str(h.rank), h.id, fmt(h.score), fmt(h.sparse_score), fmt(h.dense_score)]
+        row = [str(h.rank), h.id, fmt(h.score), fmt(h.sparse_score), fmt(h.dense_score),
+               fmt(h.bm25_score)]
         if explain:
             row.append(", ".join(f"{c.string}: {c.contribution:.3g}" for c in (h.explanation or [])[:8]))
         table.add_row(*row)
@@ -195,10 +206,37 @@ def info_cmd(
             f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
             f"embedder   {emb.get('family')} {emb.get('options', {})}",
             f"sparse     {manifest.get('params', {}).get('sparse')}",
+            "lexical    " + (f"{manifest['dims'].get('lexical_terms')} terms, "
+                              f"{manifest['counts'].get('lexical_postings')} postings, "
+                              f"{_bm25_summary(manifest['lexical'])}" if "lexical" in manifest
+                              else "none (no bm25 modes; alignir add-lexical adds it)"),
             f"encoder    hash {manifest['encoder_hash'][:16]}",
             f"size       {size / 1e6:.1f} MB",
         ]
         typer.echo("\n".join(lines))
+
+
+def _bm25_summary(p: dict) -> str:
+    return f"{p.get('model', 'bm25')} k1={p.get('k1')} b={p.get('b')} stemmer={p.get('stemmer')}"
+
+
+def add_lexical_cmd(
+    index: Path = INDEX_OPT,
+    source: Optional[Path] = typer.Option(None, help="Corpus (BEIR folder or .jsonl); default: "
+                                          "the one the index was built from."),
+    k1: float = typer.Option(0.9, help="BM25 k1."),
+    b: float = typer.Option(0.4, help="BM25 b."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus: no model,
+    no re-encode (seconds). Indexes built before the leg existed get the bm25 modes."""
+    setup_logging(verbose)
+    with user_errors():
+        from retrieval.indexer import add_lexical
+
+        manifest = add_lexical(index, source, k1=k1, b=b)
+        typer.echo(f"lexical leg added to {index}: {manifest['dims']['lexical_terms']} terms, "
+                   f"{manifest['counts']['lexical_postings']} postings")
 
 
 def encode_cmd(
@@ -253,4 +291,5 @@ def register(app: typer.Typer) -> None:
     app.command("build-index")(build_index_cmd)
     app.command("search")(search_cmd)
     app.command("resparsify")(resparsify_cmd)
+    app.command("add-lexical")(add_lexical_cmd)
     app.command("info")(info_cmd)
