@@ -1,5 +1,6 @@
 """Quality table + sweeps: BM25, dense, aligned-token sparse (paper's eq.16 and variants),
-hybrid — nDCG@10 / recall@100 on a BEIR split, from one built index.
+hybrid, and the fused leg sets with the in-index BM25 leg — nDCG@10 / recall@100 on a BEIR
+split, from one built index.
 
 Queries are encoded once; every sparse configuration is a re-sparsify of the stored dense
 vectors (no re-encode), so a full sweep costs seconds per configuration.
@@ -9,6 +10,19 @@ vectors (no re-encode), so a full sweep costs seconds per configuration.
 
 Rows are merged into --out (replacing rows of the same dataset/model/method); the sweeps go
 to benchmarks/results/sweeps/<dataset>-<model>.json and PNG plots beside them.
+
+Lexical leg (retrieval/bm25.py): rows ``bm25-index`` (the index's BM25 leg through the sparse
+kernel; checked against the bm25s ``bm25`` row: equal nDCG@10 or the run exits 1),
+``hybrid-default`` (the index's dense + sparse, minmax α 0.5: what `alignir eval --mode
+hybrid` gives), ``dense+bm25``, ``sparse+bm25``, ``hybrid+bm25`` (= dense+sparse+bm25; equal
+weights, minmax: the product default of those modes) and their ``-best`` variants (fusion
+method and weights chosen on this split, an oracle), from a weight sweep saved to
+sweeps/<dataset>-<model>-lexical.json (+ PNG). The fused runs use the Searcher's own fusion
+(`retrieval.searcher.fuse_legs`), and the equal-weight ones are checked against
+`Searcher.batch_search`. An index built without the leg (or before it existed) gets it built
+in memory from --dataset's corpus (nothing is written to the index; `alignir add-lexical
+--index DIR` stores it). ``--lexical-only`` computes and merges just these rows (the bm25s
+anchor is computed for the check but not merged), leaving the other rows as they are.
 """
 from __future__ import annotations
 
@@ -29,10 +43,10 @@ from index.dense import DenseIndex  # noqa: E402
 from index.sparse import SparseIndex  # noqa: E402
 from retrieval import fusion  # noqa: E402
 from retrieval.beir import load_beir  # noqa: E402
-from retrieval.bm25 import bm25_run  # noqa: E402
-from retrieval.config import SparseConfig  # noqa: E402
+from retrieval.bm25 import bm25_run, lexical_leg  # noqa: E402
+from retrieval.config import FusionConfig, SparseConfig  # noqa: E402
 from retrieval.metrics import drop_self_hits, evaluate, self_hits_apply  # noqa: E402
-from retrieval.searcher import Searcher  # noqa: E402
+from retrieval.searcher import QueryBatch, Searcher, fuse_legs, parse_mode  # noqa: E402
 from retrieval.sparsify import Sparsifier, resolve_lambda  # noqa: E402
 
 DEPTH = 100
@@ -63,6 +77,16 @@ class Harness:
         self.term_map = self.searcher.sparsifier.term_map
         self._term_maps = {self.term_map.kind == "fold": self.term_map}
         self.loaded = self.searcher.embedder.loaded
+        self.texts = texts
+        if st.lexical is None:  # in memory only: the index folder is not touched
+            missing = [d for d in self.doc_ids if d not in self.data.corpus]
+            if missing:
+                raise SystemExit(f"the dataset corpus lacks indexed documents {missing[:5]}")
+            st.lexical = lexical_leg([self.data.corpus[d].contents for d in self.doc_ids])
+            self.leg_source = "built in memory from the dataset corpus (index lacks the leg)"
+        else:
+            self.leg_source = "index"
+        self.batch = QueryBatch(self.Hq, self.searcher.sparsifier.queries(self.Hq, self.surface))
 
     def _run(self, docs: np.ndarray, scores: np.ndarray) -> dict:
         run = {}
@@ -88,6 +112,119 @@ class Harness:
         index = DenseIndex.build(self.H, **options)
         docs, scores = index.search(self.Hq, DEPTH + 1)
         return self._run(docs, scores)
+
+
+def legs_run(h: Harness, lists: dict, mode: str, method: str,
+             weights: dict[str, float] | None = None) -> dict:
+    """A fused run of the index's legs with the Searcher's fusion (``weights`` None: equal)."""
+    legs = parse_mode(mode)
+    w = [1.0 / len(legs)] * len(legs) if weights is None else [weights[leg] for leg in legs]
+    total = sum(w)
+    cfg = FusionConfig(method=method)
+    run = {}
+    for i, qid in enumerate(h.qids):
+        per_leg = [lists[leg][i] for leg in legs]
+        fused = per_leg[0] if len(legs) == 1 else fuse_legs(
+            per_leg, [x / total for x in w], cfg, None if weights is None else w)
+        run[qid] = {h.doc_ids[d]: float(s) for d, s in fusion.ranked(fused, DEPTH + 1)}
+    return drop_self_hits(run) if h.drop_self else run
+
+
+def product_run(h: Harness, mode: str) -> dict:
+    """The same mode through Searcher.batch_search (default fusion: minmax, equal weights)."""
+    hits = h.searcher.batch_search(h.texts, k=DEPTH + 1, mode=mode, encoded=h.batch)
+    run = {qid: {x.id: x.score for x in hs} for qid, hs in zip(h.qids, hits)}
+    return drop_self_hits(run) if h.drop_self else run
+
+
+def _simplex(n: int, step: int = 10) -> list[tuple[float, ...]]:
+    """Weight vectors of n legs on a 1/step grid, every weight > 0."""
+    if n == 2:
+        return [(a / step, (step - a) / step) for a in range(1, step)]
+    return [(a / step, b / step, (step - a - b) / step)
+            for a in range(1, step) for b in range(1, step - a)]
+
+
+def lexical_block(h: Harness, anchor: dict, sweep: bool, log) -> tuple[list[tuple], list[dict], list[str]]:
+    """Rows of the lexical leg and its fusions: ([(method, metrics, params)], sweep rows,
+    failed checks)."""
+    lists = h.searcher.leg_lists(h.texts, ("dense", "sparse", "bm25"), k=DEPTH + 1, encoded=h.batch)
+    leg = h.searcher.index.lexical
+    bm25_params = {k: leg.params.get(k) for k in ("k1", "b", "idf", "stemmer", "stopwords")}
+    failed = []
+    bm25_m = h.score(legs_run(h, lists, "bm25", "minmax"))
+    anchor_m = h.score(anchor)
+    equal = abs(bm25_m["ndcg@10"] - anchor_m["ndcg@10"]) < 1e-4
+    if not equal:
+        failed.append(f"in-index BM25 nDCG@10 {bm25_m['ndcg@10']} != bm25s {anchor_m['ndcg@10']}")
+    rows = [("bm25-index", bm25_m, {**bm25_params, "leg": h.leg_source, "scored_by": "index.sparse kernel",
+                                     "bm25s_ndcg@10": anchor_m["ndcg@10"], "equals_bm25s": equal})]
+    dp = h.searcher.index.dense.params
+    index_cfg = {"dense": {"faiss": dp.kind, "center": dp.center, "normalize": dp.normalize},
+                 "sparse": h.searcher.index.params.get("sparse"), "bm25": bm25_params}
+    names = {"hybrid": "hybrid-default", "dense+bm25": "dense+bm25", "sparse+bm25": "sparse+bm25",
+             "dense+sparse+bm25": "hybrid+bm25"}
+    for mode, name in names.items():
+        legs = parse_mode(mode)
+        run = legs_run(h, lists, mode, "minmax",
+                       {"dense": 0.5, "sparse": 0.5} if mode == "hybrid" else None)
+        prod = product_run(h, mode)
+        if run != prod:
+            failed.append(f"{mode}: the bench's fusion differs from Searcher.batch_search")
+        w = {leg: round(1 / len(legs), 4) for leg in legs}
+        rows.append((name, h.score(run), {"mode": mode, "fusion": "minmax", "weights": w,
+                                          **{leg: index_cfg[leg] for leg in legs}}))
+    sweep_rows = []
+    if sweep:
+        for mode in ("dense+sparse", "dense+bm25", "sparse+bm25", "dense+sparse+bm25"):
+            legs = parse_mode(mode)
+            for method in ("minmax", "zscore"):
+                for ws in _simplex(len(legs)):
+                    weights = dict(zip(legs, ws))
+                    m = h.score(legs_run(h, lists, mode, method, weights))
+                    sweep_rows.append({"mode": mode, "fusion": method, "weights": weights, **m})
+            sweep_rows.append({"mode": mode, "fusion": "rrf", "weights": None,
+                               **h.score(legs_run(h, lists, mode, "rrf"))})
+            best = max((r for r in sweep_rows if r["mode"] == mode), key=lambda r: r["ndcg@10"])
+            log(f"  {mode:18s} best {best['fusion']} {best['weights']} -> nDCG@10 {best['ndcg@10']}")
+            if mode != "dense+sparse":
+                name = names[mode] + "-best"
+                rows.append((name, {k: best[k] for k in METRICS},
+                             {"mode": mode, "fusion": best["fusion"], "weights": best["weights"],
+                              "selected_on": "this split (oracle)"}))
+    return rows, sweep_rows, failed
+
+
+def plot_lexical(sweep_rows: list[dict], bm25_ndcg: float, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax3) = plt.subplots(1, 2, figsize=(13, 5))
+    for mode in ("dense+sparse", "dense+bm25", "sparse+bm25"):
+        for method, ls in (("minmax", "o-"), ("zscore", "s--")):
+            pts = [(r["weights"][parse_mode(mode)[0]], r["ndcg@10"]) for r in sweep_rows
+                   if r["mode"] == mode and r["fusion"] == method]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, ls, label=f"{mode} {method}")
+    ax.axhline(bm25_ndcg, color="gray", ls=":", label="bm25 alone")
+    ax.set_xlabel("weight of the first leg (dense; sparse in sparse+bm25)")
+    ax.set_ylabel("nDCG@10")
+    ax.legend(fontsize=8)
+    pts = [r for r in sweep_rows if r["mode"] == "dense+sparse+bm25" and r["fusion"] == "minmax"]
+    if pts:
+        sc = ax3.scatter([r["weights"]["dense"] for r in pts], [r["weights"]["bm25"] for r in pts],
+                         c=[r["ndcg@10"] for r in pts], s=140, cmap="viridis")
+        fig.colorbar(sc, ax=ax3, label="nDCG@10")
+    ax3.set_xlabel("weight of dense (sparse = 1 - dense - bm25)")
+    ax3.set_ylabel("weight of bm25")
+    ax3.set_title("dense+sparse+bm25, minmax")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def fuse(dense: dict, sparse: dict, method: str, alpha: float) -> dict:
@@ -208,6 +345,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/quality.json"))
     ap.add_argument("--no-sweeps", action="store_true", help="paper config + index config only")
     ap.add_argument("--plots", action="store_true")
+    ap.add_argument("--lexical-only", action="store_true",
+                    help="only the BM25-leg rows (and the bm25s anchor); other rows stay as they are")
     args = ap.parse_args(argv)
     command = "python benchmarks/bench_quality.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
@@ -220,6 +359,31 @@ def main(argv: list[str] | None = None) -> None:
 
     bm25 = bm25_run(h.data.corpus, h.data.queries, k=DEPTH, show_progress=False)
     bm25 = drop_self_hits(bm25) if h.drop_self else bm25
+
+    def row(method, run_metrics, params):
+        return {"dataset": name, "model": model, "method": method, **run_metrics,
+                "params": params, "command": command}
+
+    bm25_row = row("bm25", h.score(bm25), {"k1": 0.9, "b": 0.4, "impl": "bm25s lucene idf, porter, en stopwords"})
+    lex_rows, lex_sweep, failed = lexical_block(h, bm25, not args.no_sweeps, log)
+    lex_rows = [row(*r) for r in lex_rows]
+    tag = f"{name}-{model}".replace("/", "_")
+    sdir = Path(args.out).parent / "sweeps"
+    if lex_sweep:
+        sdir.mkdir(parents=True, exist_ok=True)
+        (sdir / f"{tag}-lexical.json").write_text(json.dumps(
+            {"dataset": name, "model": model, "bm25_leg": h.leg_source, "fusion": lex_sweep,
+             "command": command}, indent=1) + "\n")
+        if args.plots:
+            plot_lexical(lex_sweep, bm25_row["ndcg@10"], f"{name} — {model}: fusion with the BM25 leg",
+                         sdir / f"{tag}-lexical.png")
+    if args.lexical_only:  # the bm25s anchor is only checked against (bm25-index's params)
+        merge_rows(Path(args.out), lex_rows)
+        for r in [bm25_row] + lex_rows:
+            log(f"{r['method']:22s} nDCG@10 {r['ndcg@10']:.4f}  R@100 {r['recall@100']:.4f}")
+        _finish(failed, log, t0)
+        return
+
     dense = h.dense_run()
     dense_c = h.dense_run(center=True)
     dense_cn = h.dense_run(center=True, normalize=True)
@@ -238,12 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     best_fusion = max(fusion_rows, key=lambda r: r["ndcg@10"])
     default_fusion = next(r for r in fusion_rows if r["fusion"] == "minmax" and r["alpha"] == 0.5)
 
-    def row(method, run_metrics, params):
-        return {"dataset": name, "model": model, "method": method, **run_metrics,
-                "params": params, "command": command}
-
     rows = [
-        row("bm25", h.score(bm25), {"k1": 0.9, "b": 0.4, "impl": "bm25s lucene idf, porter, en stopwords"}),
+        bm25_row,
         row("dense", h.score(dense), {"faiss": "flat ip", "center": False}),
         row("dense-centered", h.score(dense_c), {"faiss": "flat ip", "center": True}),
         row("dense-centered-cosine", h.score(dense_cn), {"faiss": "flat ip", "center": True, "normalize": True}),
@@ -258,20 +418,26 @@ def main(argv: list[str] | None = None) -> None:
         row("hybrid-best", {k: best_fusion[k] for k in METRICS},
             {"fusion": best_fusion["fusion"], "alpha": best_fusion["alpha"],
              "selected_on": "this split (oracle)"}),
-    ]
+    ] + lex_rows
     merge_rows(Path(args.out), rows)
     for r in rows:
-        log(f"{r['method']:15s} nDCG@10 {r['ndcg@10']:.4f}  R@100 {r['recall@100']:.4f}")
+        log(f"{r['method']:22s} nDCG@10 {r['ndcg@10']:.4f}  R@100 {r['recall@100']:.4f}")
     if sweep_rows:
-        tag = f"{name}-{model}".replace("/", "_")
-        sdir = Path(args.out).parent / "sweeps"
         sdir.mkdir(parents=True, exist_ok=True)
         (sdir / f"{tag}.json").write_text(json.dumps(
             {"dataset": name, "model": model, "mu1": h.mu1, "sparse": sweep_rows,
              "fusion": fusion_rows, "command": command}, indent=1) + "\n")
         if args.plots:
             plot_sweeps(sweep_rows, fusion_rows, f"{name} — {model}", sdir / f"{tag}.png")
+    _finish(failed, log, t0)
+
+
+def _finish(failed: list[str], log, t0: float) -> None:
     log(f"done in {time.perf_counter() - t0:.0f}s")
+    if failed:
+        for f in failed:
+            log(f"CHECK FAILED: {f}")
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
