@@ -105,6 +105,14 @@ def main() -> None:
     ap.add_argument("--K", type=int, default=256, help="aligned tokens per document (eq.15)")
     ap.add_argument("--M", type=int, default=50, help="query expansion tokens (eq.16)")
     ap.add_argument("--only", default="", help="comma list of runs to do (default all)")
+    ap.add_argument("--lr", action="append", default=[], metavar="RUN=LR",
+                    help="learning rate of one run (repeatable), e.g. gircse=1e-5; default: the plan's")
+    ap.add_argument("--eval-examples", type=int, default=16,
+                    help="training examples held out for the held-out training loss (before / every / after)")
+    ap.add_argument("--eval-every", type=int, default=0, help="held-out loss every N steps (0: before and after)")
+    ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--save-every", type=int, default=10, help="checkpoint every N steps (a rerun resumes)")
+    ap.add_argument("--suffix", default="", help="appended to the result keys (e.g. -lr2e-5 for a variant)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -149,28 +157,46 @@ def main() -> None:
         save()
         print("baseline", r, flush=True)
 
+    lr_override = {k: float(v) for k, v in (x.split("=", 1) for x in args.lr)}
+
     def run_stage(name, method, stage, data, lr, init=None, hp=None, steps=None):
         cfg = TrainConfig(method=method, stage=stage, data=data, out=str(wd / name), model=args.model,
-                          steps=steps or args.steps, batch_size=args.batch_size, lr=lr, max_length=args.max_length,
-                          target_length=args.target_length, init_adapter=str(wd / init) if init else None,
-                          hp=hp or {}, progress=False, resume=False)
+                          steps=steps or args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=lr,
+                          max_length=args.max_length, target_length=args.target_length,
+                          init_adapter=str(wd / init) if init else None, hp=hp or {}, progress=False,
+                          resume=True, save_every=args.save_every, eval_examples=args.eval_examples,
+                          eval_every=args.eval_every)
         return train(cfg, loaded=loaded), cfg
 
     def record(name, method, summ, emb, extra_cmd, extra=None, r=None):
         r = r or evaluate(emb, loaded, coll, args.K, args.M)
         log = [json.loads(x) for x in (Path(summ["out"]) / "loss_log.jsonl").read_text().splitlines()]
-        results["runs"][name] = {
+        ev_file = Path(summ["out"]) / "eval_log.jsonl"
+        ev = [json.loads(x) for x in ev_file.read_text().splitlines()] if ev_file.is_file() else []
+        w = max(1, len(log) // 10)  # one batch's loss is noise: also the mean of the first / last 10% of steps
+        losses = [x["loss"] for x in log]
+        results["runs"][name + args.suffix] = {
             "method": method, "model": args.model, "steps": summ["steps"], "train_seconds": round(summ["train_seconds"], 1),
             "dataset": eval_name, **r, "baseline_ndcg@10_dense": base,
-            "loss_first": round(log[0]["loss"], 4), "loss_last": round(log[-1]["loss"], 4),
+            "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
+            "loss_first10pct_mean": round(float(np.mean(losses[:w])), 4),
+            "loss_last10pct_mean": round(float(np.mean(losses[-w:])), 4),
+            "heldout_loss": {str(e["step"]): round(e["loss"], 4) for e in ev},
+            "heldout_examples": args.eval_examples,
+            "lr": summ.get("lr"), "batch_size": args.batch_size, "grad_accum": args.grad_accum,
             "command": cmd_base, "equivalent_train_command": extra_cmd, **(extra or {}),
         }
         save()
-        print(name, results["runs"][name], flush=True)
+        print(name, results["runs"][name + args.suffix], flush=True)
 
     def cli(method, stage, data, name, lr, init=None, hp=None):
         s = (f"alignir train {method} --stage {stage} --data {data} --out {wd / name} --steps {args.steps} "
-             f"--batch-size {args.batch_size} --lr {lr} --max-length {args.max_length} --target-length {args.target_length}")
+             f"--batch-size {args.batch_size} --lr {lr} --max-length {args.max_length} --target-length {args.target_length} "
+             f"--eval-examples {args.eval_examples} --save-every {args.save_every}")
+        if args.grad_accum > 1:
+            s += f" --grad-accum {args.grad_accum}"
+        if args.eval_every:
+            s += f" --eval-every {args.eval_every}"
         if init:
             s += f" --init-adapter {wd / init}"
         for k, v in (hp or {}).items():
@@ -187,6 +213,7 @@ def main() -> None:
         ("llm2comp-nll", "llm2comp", "nll", T, 1e-4, None, None),
         ("llm2comp-rc", "llm2comp", "rc", T, 1e-4, None, None),
         ("llm2comp-ctkd-scl", "llm2comp", "scl", T, 1e-4, "llm2comp-ctkd", None),
+        ("llm2comp-ctkd-ucl", "llm2comp", "ucl", T, 3e-5, "llm2comp-ctkd", None),
     ]
     if "gircse-untrained" in only:  # test-time K without training (direction-of-effect reference)
         ref = get_embedder("gircse", loaded, K=1, max_length=L)
@@ -200,7 +227,9 @@ def main() -> None:
     for name, method, stage, data, lr, init, hp in plan:
         if only and name not in only:
             continue
+        lr = lr_override.get(name, lr)
         summ, _ = run_stage(name, method, stage, data, lr, init, hp)
+        summ["lr"] = lr
         adir = str(wd / name)
         if method == "infonce":
             emb = InfoNCEEmbedder(loaded, adapter=adir, max_length=L, progress=False)

@@ -119,7 +119,23 @@ def adapter_hash(path: str | Path) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
 def frozen(model):
-    """Context in which ``model`` runs without its LoRA adapter: the frozen LLM g_φ / decoder D."""
+    """Context in which ``model`` runs without its LoRA adapter: the frozen LLM g_φ / decoder D.
+
+    peft's ``disable_adapter`` re-enables the adapter on exit with ``requires_grad=True`` on its
+    LoRA weights, which would silently unfreeze a frozen reference model (AutoRegEmbed p_ref);
+    every parameter's ``requires_grad`` is restored to what it was on entry.
+    """
     fn = getattr(model, "disable_adapter", None)
-    return fn() if callable(fn) else contextlib.nullcontext()
+    if not callable(fn):
+        yield model
+        return
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        with fn():
+            yield model
+    finally:
+        for p, rg in flags:
+            if p.requires_grad != rg:
+                p.requires_grad_(rg)

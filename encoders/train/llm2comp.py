@@ -5,7 +5,10 @@ tokens, decoder g_φ = the frozen LLM (adapter disabled):
 - ``rc``   reconstruction (eq.1-2): NLL of the text given m̃_1..m̃_k;
 - ``nll``  continuation (eq.3-4): the text is split into prefix n_1..n_a (encoded) and
   continuation n_{a+1}.. (predicted), NLL of the continuation;
-- ``ctkd`` continuation + KL (eq.5): NLL + ``kd_weight`` · KL(g_φ(·|n_1..n_{j-1}) ‖ g_φ(·|m̃, n_{a+1}..n_{j-1})).
+- ``ctkd`` continuation + KL (eq.5): ``kd_weight`` · KL(g_φ(·|n_1..n_{j-1}) ‖ g_φ(·|m̃, n_{a+1}..n_{j-1}))
+  + ``nll_weight`` · NLL. Eq.5 (and the authors' code) is the KL alone, so ``nll_weight`` defaults
+  to 0: with 1 the stage would be CT-NLL plus a KL term and CTKD vs NLL would not compare the two
+  objectives of the paper.
 Contrastive post-training (§5.1): ``ucl`` SimCSE with dropout views (eq.8, dropout 0.2) and
 ``scl`` InfoNCE with in-batch + hard negatives on labelled pairs.
 """
@@ -42,7 +45,7 @@ class LLM2CompMethod(Method):
     DEFAULTS = {
         "rc": dict(_common),
         "nll": {**_common, "prefix_ratio": 0.5},
-        "ctkd": {**_common, "prefix_ratio": 0.5, "kd_weight": 1.0},
+        "ctkd": {**_common, "prefix_ratio": 0.5, "kd_weight": 1.0, "nll_weight": 0.0},
         "ucl": {**_common, "tau": 0.05, "dropout": 0.2},
         "scl": {**_common, "tau": 0.05, "instruction": None},
     }
@@ -116,5 +119,5 @@ class LLM2CompMethod(Method):
         with torch.no_grad(), frozen(self.model):  # teacher: g_φ on the original context
             teacher = decoder_logits(self.model, input_embeddings(self.model)(ids), *tgt, prefix_mask=mask)
         kl = ctkd_kl(teacher, lg, tgt[1])
-        loss = nll + float(self.hp["kd_weight"]) * kl
+        loss = float(self.hp["kd_weight"]) * kl + float(self.hp["nll_weight"]) * nll
         return loss, {"loss": float(loss.detach()), "nll": float(nll.detach()), "kl": float(kl.detach())}

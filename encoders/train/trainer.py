@@ -3,7 +3,9 @@
 CPU toy scale: fp32, a few steps, small batches. GPU paper scale: ``dtype="bf16"``,
 ``grad_accum`` for the effective batch, ``grad_checkpointing=True``. Output directory:
 the final adapter (peft files + soft tokens + ``alignir_train.json``), ``loss_log.jsonl`` (one
-line per optimizer step) and ``checkpoint/`` (latest state, for ``resume``).
+line per optimizer step), ``eval_log.jsonl`` (loss on ``eval_examples`` held-out examples before
+training, every ``eval_every`` steps and at the end: one batch's loss is noisy, this one is the
+training curve) and ``checkpoint/`` (latest state, for ``resume``).
 """
 from __future__ import annotations
 
@@ -84,6 +86,8 @@ class TrainConfig:
     resume: bool = True
     progress: bool = True
     stop_after: int | None = None  # stop (as if interrupted) after this many steps of this run, no final save
+    eval_examples: int = 0  # hold out this many examples (seeded); their loss is logged without gradients
+    eval_every: int = 0  # steps between held-out evaluations (0: only before the first and after the last step)
     hp: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -101,6 +105,8 @@ class TrainConfig:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not Path(self.data).exists():
             raise ValueError(f"training data {self.data!r} does not exist")
+        if self.eval_examples < 0 or self.eval_every < 0:
+            raise ValueError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
 
 def _seed_all(seed: int) -> None:
@@ -121,6 +127,33 @@ def _load_data(cfg: TrainConfig, kind: str) -> list:
     if kind == "pairs":
         return load_pairs(cfg.data, cfg.split, n_negatives=cfg.n_negatives, seed=cfg.seed, max_queries=cfg.max_examples)
     return load_texts(cfg.data, max_texts=cfg.max_examples)
+
+
+def split_heldout(data: list, n: int, seed: int) -> tuple[list, list]:
+    """(train, held-out): ``n`` examples drawn with a seeded permutation are held out (order kept)."""
+    if n <= 0:
+        return data, []
+    if n >= len(data):
+        raise ValueError(f"eval_examples={n} leaves no training data (only {len(data)} examples)")
+    held = set(int(i) for i in np.random.default_rng([seed, 1]).permutation(len(data))[:n])
+    return [x for i, x in enumerate(data) if i not in held], [x for i, x in enumerate(data) if i in held]
+
+
+def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, float]:
+    """Mean of the method's loss logs over ``held`` in fixed chunks of about ``batch_size`` (the
+    in-batch negatives of a training step), without gradients and without touching the training
+    RNG (dropout views are drawn from their own seeded stream)."""
+    n_chunks = max(1, len(held) // batch_size)
+    bounds = np.linspace(0, len(held), n_chunks + 1).round().astype(int)
+    agg: dict[str, float] = {}
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            _, logs = method.loss(held[a:b])
+            for k, v in logs.items():
+                agg[k] = agg.get(k, 0.0) + v * (b - a) / len(held)
+    return agg
 
 
 def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict) -> None:
@@ -152,7 +185,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     cls = method_class(cfg.method)
     kind = cls.STAGES[cfg.stage]
-    data = _load_data(cfg, kind)
+    data, held = split_heldout(_load_data(cfg, kind), cfg.eval_examples, cfg.seed)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint"
@@ -204,8 +237,23 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         "embedder_options": method.embedder_options(), "n_examples": len(data),
     }
     log_path = out / "loss_log.jsonl"
-    if start == 0 and log_path.exists():
-        log_path.unlink()
+    eval_path = out / "eval_log.jsonl"
+    if start == 0:
+        for p in (log_path, eval_path):
+            if p.exists():
+                p.unlink()
+    evals: list[dict[str, float]] = []
+
+    def run_eval(step: int) -> None:
+        if not held:
+            return
+        row = {"step": step, **heldout_loss(method, held, cfg.batch_size, cfg.seed)}
+        evals.append(row)
+        with open(eval_path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    if start == 0:
+        run_eval(0)
     batches = batch_indices(len(data), cfg.batch_size, cfg.seed, start * cfg.grad_accum)
     t0 = time.perf_counter()
     last: dict[str, float] = {}
@@ -231,17 +279,22 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
             log.write(json.dumps(last) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{agg.get('loss', float('nan')):.4f}")
+            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+                run_eval(step + 1)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                 _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta)
             if cfg.stop_after and step + 1 - start >= cfg.stop_after and step + 1 < cfg.steps:
                 return {"out": str(out), "steps": step + 1, "interrupted": True}
     seconds = time.perf_counter() - t0
+    run_eval(cfg.steps)
     meta.update({"steps": cfg.steps, "train_seconds": seconds, "final": last})
+    if held:
+        meta["heldout"] = {"n": len(held), "first": evals[0] if evals else None, "last": evals[-1]}
     peft_model.eval()
     save_adapter(peft_model, out, method.extra_tensors(), meta)
     _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta)
     summary = {"out": str(out), "steps": cfg.steps, "train_seconds": seconds, "final": last,
-               "method": cfg.method, "stage": cfg.stage}
+               "method": cfg.method, "stage": cfg.stage, "heldout": meta.get("heldout")}
     if return_method:
         summary["method_obj"] = method
     return summary

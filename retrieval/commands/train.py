@@ -64,6 +64,8 @@ def register(app: typer.Typer) -> None:
         init_adapter: Optional[str] = typer.Option(None, help="continue from a previous stage's adapter"),
         save_every: int = typer.Option(0, min=0, help="checkpoint every N steps (0: only at the end)"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="resume from OUT/checkpoint if present"),
+        eval_examples: int = typer.Option(0, min=0, help="hold out N examples; log their loss (eval_log.jsonl)"),
+        eval_every: int = typer.Option(0, min=0, help="held-out loss every N steps (0: before and after only)"),
         threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
         set_: list[str] = typer.Option([], "--set", help="method hyper-parameter KEY=VALUE (tau, beta, lam, K, k, ...)"),
     ) -> None:
@@ -79,7 +81,7 @@ def register(app: typer.Typer) -> None:
             lora_alpha=lora_alpha, lora_dropout=lora_dropout, max_length=max_length, target_length=target_length,
             split=split, n_negatives=negatives, max_examples=max_examples, seed=seed, device=device, dtype=dtype,
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
-            hp=_parse_set(set_),
+            eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
         )
         try:
             summary = train(cfg)
