@@ -398,6 +398,11 @@ _NEG_INF_BITS = np.uint32(0xFF800000)
 
 
 @njit(inline="always")
+def _f32_bits(x):
+    return np.float32(x).view(np.uint32)
+
+
+@njit(inline="always")
 def _key(bits, doc):
     if bits == _SIGN:  # -0.0 ranks as +0.0
         bits = np.uint32(0)
@@ -451,6 +456,49 @@ def _emit(buf, m, k, out_d, out_bits):
         out_bits[i] = _NEG_INF_BITS
 
 
+#: k from which a block's admission threshold is first raised by a histogram (_block_floor)
+HIST_MIN_K = 64
+_HIST_BINS = 2048
+
+
+@njit(inline="always")
+def _block_floor(acc_bits, blen, floor, k, excluded, has_excluded, base, hist):
+    """A score below which no document of this block can be in the top-k: the lower edge of
+    the highest histogram bin (over the non-negative scores' bits, which order like the
+    scores) with at least k eligible documents of the block at or above it -- a document
+    under it is beaten by k others. Returns max(floor, that edge) as float32."""
+    fb = _f32_bits(floor)
+    cnt = 0
+    lo = np.uint32(0xFFFFFFFF)
+    hi = np.uint32(0)
+    for d in range(blen):
+        b = acc_bits[d]
+        if b >= fb and not (has_excluded and excluded[base + d]):
+            cnt += 1
+            lo = min(lo, b)
+            hi = max(hi, b)
+    if cnt <= 2 * k:
+        return floor
+    span = np.uint32(hi - lo)
+    shift = 0
+    while (span >> np.uint32(shift)) >= _HIST_BINS:
+        shift += 1
+    hist[:] = 0
+    for d in range(blen):
+        b = acc_bits[d]
+        if b >= fb and not (has_excluded and excluded[base + d]):
+            hist[(b - lo) >> np.uint32(shift)] += 1
+    c = 0
+    j = _HIST_BINS - 1
+    while j > 0:
+        c += hist[j]
+        if c >= k:
+            break
+        j -= 1
+    edge = np.uint32(lo + (np.uint32(j) << np.uint32(shift)))
+    return max(floor, edge.view(np.float32))
+
+
 @njit(inline="always")
 def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, nonneg):
     """acc[d] += qw * w[d] over a dense column (absent entries add nothing); marks ``seen``
@@ -500,6 +548,7 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
         seen = np.zeros(width, dtype=np.uint8)
         touched = np.empty(width, dtype=np.int32)
         dcol = np.empty(qmax, dtype=np.int64)
+        hist = np.zeros(_HIST_BINS, dtype=np.int64)
         buf = np.empty(k + max(k, 64), dtype=np.uint64)
         for qi in range(c, nq, nchunks):
             qs = q_ptr[qi]
@@ -578,6 +627,9 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                         # products are >= _TINY: touched <=> acc >= _TINY; one compare per
                         # document, then the accumulator is cleared by a vector fill
                         floor = max(thr_s, np.float32(_TINY))
+                        if k >= HIST_MIN_K:
+                            floor = _block_floor(acc_bits, blen, floor, k, excluded,
+                                                 has_excluded, base, hist)
                         for d in range(blen):
                             if acc[d] >= floor:
                                 if has_excluded and excluded[base + d]:
@@ -585,7 +637,7 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
                                 key = _key(acc_bits[d], base + d)
                                 if key < thr:
                                     m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
-                                    floor = max(thr_s, np.float32(_TINY))
+                                    floor = max(floor, thr_s)
                         acc[:blen] = 0
                         continue
                     for d in range(blen):

@@ -426,3 +426,22 @@ def test_version1_directory_still_loads(tmp_path):
     back = SparseIndex.load(tmp_path / "sp")
     assert back.n_postings == canon(D).nnz
     assert_same(back.search(Q, 20), want)
+
+
+@pytest.mark.parametrize("k", [64, 300, 2000])
+def test_large_k_histogram_floor_with_ties_and_filters(k):
+    """k >= kernels.HIST_MIN_K raises each block's admission floor from a score histogram;
+    with many exact ties, tombstones and an allowed set the result must stay exact."""
+    rng = np.random.default_rng(k)
+    D = zipf_csr(rng, 6000, 200, 15)  # weights 1..5: heavy ties at the k-th score
+    Q = zipf_csr(rng, 10, 200, 6)
+    Q.data[:] = 1.0
+    idx = SparseIndex.from_csr(D)
+    assert_same(idx.search(Q, k), brute_force(D, Q, k))
+    gone = rng.choice(6000, size=900, replace=False)
+    idx.delete(gone)
+    live = np.ones(6000, dtype=bool)
+    live[gone] = False
+    allowed = rng.choice(6000, size=4000, replace=False)
+    assert_same(idx.search(Q, k, allowed=allowed),
+                brute_force(D, Q, k, allowed=allowed, live=live))
