@@ -224,6 +224,14 @@ def main() -> None:
                                                "test_time_K": ks, "command": cmd_base}
         save()
         print("gircse-untrained", ks, flush=True)
+    for method in ("autoregembed", "llm2comp"):  # untrained soft tokens + no adapter: the starting point
+        name = f"{method}-untrained"
+        if name in only:
+            r = evaluate(get_embedder(method, loaded, max_length=L), loaded, coll, args.K, args.M)
+            results["runs"][name] = {"method": method, "model": args.model, "steps": 0, "train_seconds": 0,
+                                     "dataset": eval_name, **r, "baseline_ndcg@10_dense": base, "command": cmd_base}
+            save()
+            print(name, r, flush=True)
     for name, method, stage, data, lr, init, hp in plan:
         if only and name not in only:
             continue
