@@ -105,7 +105,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cost-docs", type=int, default=64)
     ap.add_argument("--max-length", type=int, default=512)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "model_choice.json")
+    ap.add_argument("--cost-only", action="store_true",
+                    help="re-measure only the cost side (e.g. on a quieter machine), keeping the "
+                         "quality numbers of the rows already in --out")
     args = ap.parse_args(argv)
+    previous = {}
+    if args.cost_only:
+        if not args.out.is_file():
+            ap.error(f"--cost-only needs the quality rows of an earlier run in {args.out}")
+        previous = {(r["model"], r["dataset"]): r for r in json.loads(args.out.read_text())["rows"]}
 
     folders = [args.data / "cran",
                write_sample(args.data / "scifact", args.index_root / f"scifact-sample{args.sample_docs}",
@@ -114,7 +122,14 @@ def main(argv: list[str] | None = None) -> None:
     for model in args.models:
         for folder in folders:
             row = {"model": model, "dataset": folder.name}
-            row.update(quality(model, folder, args.index_root, args.max_length))
+            if args.cost_only:
+                if (model, folder.name) not in previous:
+                    ap.error(f"no quality row for {model} on {folder.name} in {args.out}")
+                row.update({k: v for k, v in previous[(model, folder.name)].items()
+                            if k.startswith(("ndcg@10_", "recall@100_")) or k in ("index", "n_docs", "n_queries")})
+                row.pop("ndcg@10_per_cpu_s_per_doc", None)
+            else:
+                row.update(quality(model, folder, args.index_root, args.max_length))
             row.update(encode_cost(model, folder, args.cost_docs, args.max_length))
             best = max(row[f"ndcg@10_{m}"] for m in MODES)
             row["best_ndcg@10"] = best
@@ -124,6 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     cmd = "python benchmarks/bench_model_choice.py " + " ".join(argv if argv is not None else sys.argv[1:])
     import torch
 
+    if args.cost_only:
+        old_doc = json.loads(args.out.read_text())
+        cmd = f"{old_doc['command']}  (quality)  +  {cmd.strip()}  (cost, {time.strftime('%Y-%m-%d')})"
     result = {"rows": rows, "command": cmd.strip(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "machine": f"{platform.machine()} {__import__('os').cpu_count()} cpus",
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -14,11 +14,12 @@ to benchmarks/results/sweeps/<dataset>-<model>.json and PNG plots beside them.
 Lexical leg (retrieval/bm25.py): rows ``bm25-index`` (the index's BM25 leg through the sparse
 kernel; checked against the bm25s ``bm25`` row: equal nDCG@10 or the run exits 1),
 ``hybrid-default`` (the index's dense + sparse, minmax α 0.5: what `alignir eval --mode
-hybrid` gives), ``dense+bm25``, ``sparse+bm25``, ``hybrid+bm25`` (= dense+sparse+bm25; equal
-weights, minmax: the product default of those modes) and their ``-best`` variants (fusion
+hybrid` gives), ``dense+bm25``, ``sparse+bm25``, ``hybrid+bm25`` (= dense+sparse+bm25; the
+product default of those modes: z-score, BM25 at 0.6, ``LEG_SET_DEFAULTS`` — chosen by
+fusion_transfer.py on the other collections) and their ``-best`` variants (fusion
 method and weights chosen on this split, an oracle), from a weight sweep saved to
 sweeps/<dataset>-<model>-lexical.json (+ PNG). The fused runs use the Searcher's own fusion
-(`retrieval.searcher.fuse_legs`), and the equal-weight ones are checked against
+(`retrieval.searcher.fuse_legs`), and the default-weight ones are checked against
 `Searcher.batch_search`. An index built without the leg (or before it existed) gets it built
 in memory from --dataset's corpus (nothing is written to the index; `alignir add-lexical
 --index DIR` stores it). ``--lexical-only`` computes and merges just these rows (the bm25s
@@ -46,7 +47,7 @@ from retrieval.beir import load_beir  # noqa: E402
 from retrieval.bm25 import bm25_run, lexical_leg  # noqa: E402
 from retrieval.config import FusionConfig, SparseConfig  # noqa: E402
 from retrieval.metrics import drop_self_hits, evaluate, self_hits_apply  # noqa: E402
-from retrieval.searcher import QueryBatch, Searcher, fuse_legs, parse_mode  # noqa: E402
+from retrieval.searcher import LEG_SET_DEFAULTS, QueryBatch, Searcher, fuse_legs, parse_mode  # noqa: E402
 from retrieval.sparsify import Sparsifier, resolve_lambda  # noqa: E402
 
 DEPTH = 100
@@ -131,7 +132,8 @@ def legs_run(h: Harness, lists: dict, mode: str, method: str,
 
 
 def product_run(h: Harness, mode: str) -> dict:
-    """The same mode through Searcher.batch_search (default fusion: minmax, equal weights)."""
+    """The same mode through Searcher.batch_search with its default fusion (hybrid: minmax
+    α 0.5; leg sets with BM25: LEG_SET_DEFAULTS)."""
     hits = h.searcher.batch_search(h.texts, k=DEPTH + 1, mode=mode, encoded=h.batch)
     run = {qid: {x.id: x.score for x in hs} for qid, hs in zip(h.qids, hits)}
     return drop_self_hits(run) if h.drop_self else run
@@ -166,13 +168,13 @@ def lexical_block(h: Harness, anchor: dict, sweep: bool, log) -> tuple[list[tupl
              "dense+sparse+bm25": "hybrid+bm25"}
     for mode, name in names.items():
         legs = parse_mode(mode)
-        run = legs_run(h, lists, mode, "minmax",
-                       {"dense": 0.5, "sparse": 0.5} if mode == "hybrid" else None)
+        method, w = LEG_SET_DEFAULTS.get(legs, ("minmax", {leg: 1 / len(legs) for leg in legs}))
+        run = legs_run(h, lists, mode, method, w)
         prod = product_run(h, mode)
         if run != prod:
             failed.append(f"{mode}: the bench's fusion differs from Searcher.batch_search")
-        w = {leg: round(1 / len(legs), 4) for leg in legs}
-        rows.append((name, h.score(run), {"mode": mode, "fusion": "minmax", "weights": w,
+        rows.append((name, h.score(run), {"mode": mode, "fusion": method,
+                                          "weights": {leg: round(x, 4) for leg, x in w.items()},
                                           **{leg: index_cfg[leg] for leg in legs}}))
     sweep_rows = []
     if sweep:

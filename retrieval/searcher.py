@@ -13,9 +13,10 @@ Legs: "dense" (FAISS), "sparse" (aligned tokens, eq.16) and "bm25" (the index's 
 BM25 word-term weights scored by the same sparse kernel, retrieval/bm25.py; no model pass).
 A mode is one leg, "hybrid" (dense + sparse, ``alpha`` weighs dense: unchanged from before the
 lexical leg existed) or a '+'-joined leg set such as "dense+sparse+bm25", fused with the
-configured method (minmax / zscore: convex combination with per-leg weights, default equal;
-rrf: reciprocal ranks, weighted only when weights are given). Pyserini's BEIR hybrid runs fuse
-a learned representation with BM25 the same way.
+configured method (minmax / zscore: convex combination with per-leg weights; rrf: reciprocal
+ranks, weighted only when weights are given). Leg sets with BM25 default to z-score fusion
+with BM25 at 0.6 (LEG_SET_DEFAULTS, chosen on held-out collections); others weigh legs
+equally. Pyserini's BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
 and torch modules are not re-entrant), and so are sparse searches (numba's parallel kernels
@@ -44,6 +45,16 @@ LEGS = ("dense", "sparse", "bm25")
 #: the modes "all" means for an index with its lexical leg (without it: the first three)
 MODES = ("hybrid", "sparse", "dense", "bm25", "dense+bm25", "sparse+bm25", "dense+sparse+bm25")
 BASE_MODES = MODES[:3]
+#: Default fusion of the leg sets with the BM25 leg (used when a call gives no fusion, alpha or
+#: weights): z-score fusion with the weights chosen leave-one-collection-out on ADI, MED,
+#: Cranfield and CISI (benchmarks/fusion_transfer.py; every held-out choice was z-score with
+#: BM25 at 0.6, except sparse+bm25 on ADI at 0.7). Held out, dense+sparse+bm25 beat BM25 on all
+#: four (e.g. MED 0.736 vs 0.667, Cranfield 0.366 vs 0.352); equal min-max weights did not.
+LEG_SET_DEFAULTS: dict[tuple[str, ...], tuple[str, dict[str, float]]] = {
+    ("dense", "bm25"): ("zscore", {"dense": 0.4, "bm25": 0.6}),
+    ("sparse", "bm25"): ("zscore", {"sparse": 0.4, "bm25": 0.6}),
+    ("dense", "sparse", "bm25"): ("zscore", {"dense": 0.2, "sparse": 0.2, "bm25": 0.6}),
+}
 LEXICAL_HINT = ("rebuild it with `alignir build-index --lexical` (the default) or add the leg with "
                 "`alignir add-lexical --index DIR`")
 
@@ -230,8 +241,9 @@ class Searcher:
         in "hybrid" α·dense + (1-α)·sparse as always; in a leg set (only when given in this
         call) the other legs share 1-α equally. ``weights`` ({leg: weight}, relative: convex
         fusions divide by their sum; rrf uses them as given) set every leg's weight of a
-        '+'-joined leg set instead (legs not in the mode are ignored; "hybrid" keeps α);
-        default: equal. ``allowed_ids``: restrict results to these document
+        '+'-joined leg set instead (legs not in the mode are ignored; "hybrid" keeps α).
+        Leg sets with the BM25 leg default to :data:`LEG_SET_DEFAULTS` (z-score, BM25 at 0.6)
+        when none of ``fusion``, ``alpha``, ``weights`` is given; others weigh legs equally. ``allowed_ids``: restrict results to these document
         ids (others never come back, even when k exceeds their number). ``explain``: attach
         the shared terms and their contributions to each hit. ``encoded``: reuse a
         :class:`QueryBatch` from :meth:`encode` (e.g. to sweep fusion settings).
@@ -241,6 +253,8 @@ class Searcher:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if "bm25" in legs:
             self._lexical()  # a clear error before any work when the index lacks the leg
+        if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
+            fusion, weights = LEG_SET_DEFAULTS[legs]
         fcfg = FusionConfig(method=fusion or self.fusion.method,
                             alpha=self.fusion.alpha if alpha is None else alpha,
                             depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)

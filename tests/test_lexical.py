@@ -245,6 +245,34 @@ def test_three_legs_fused_as_hand_computation(built, tiny_model):
     assert [h.doc_number for h in a] == [d for d, _ in fusion.ranked(manual)]
 
 
+def _manual_zscore(lists, weights):
+    """Σ_i w_i · (s_i - mean_i) / std_i (population std); a doc missing from list i gets
+    list i's lowest z-score (hand computation)."""
+    stats = [(np.mean(list(r.values())), np.std(list(r.values())), min(r.values())) for r in lists]
+    return {d: sum(w * ((r.get(d, lo) - m) / sd) for r, w, (m, sd, lo) in zip(lists, weights, stats))
+            for d in set().union(*lists)}
+
+
+def test_leg_sets_with_bm25_default_to_the_transferred_zscore_weights(built, tiny_model):
+    from retrieval.searcher import LEG_SET_DEFAULTS
+
+    s = Searcher.open(built, loaded=tiny_model)
+    q = QUERIES[2]
+    legs = s.leg_lists([q], ("dense", "sparse", "bm25"), k=s.index.n_docs)
+    for mode, expect in (("dense+sparse+bm25", [0.2, 0.2, 0.6]), ("dense+bm25", [0.4, 0.6]),
+                         ("sparse+bm25", [0.4, 0.6])):
+        names = mode.split("+")
+        assert LEG_SET_DEFAULTS[tuple(names)] == ("zscore", dict(zip(names, expect)))
+        hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
+        manual = _manual_zscore([legs[leg][0] for leg in names], expect)
+        assert [h.doc_number for h in hits] == [d for d, _ in fusion.ranked(manual)]
+        assert [h.score for h in hits] == pytest.approx([manual[h.doc_number] for h in hits], abs=1e-9)
+    # any explicit fusion choice replaces the default; hybrid and legs without BM25 keep theirs
+    eq = s.search(q, k=5, mode="dense+bm25", fusion="zscore", weights={"dense": 1, "bm25": 1})
+    assert eq != s.search(q, k=5, mode="dense+bm25")
+    assert s.search(q, k=5, mode="dense+sparse") == s.search(q, k=5, mode="dense+sparse", fusion="minmax")
+
+
 def test_hybrid_unchanged_by_the_leg(built, tiny_model):
     s = Searcher.open(built, loaded=tiny_model)
     lists = s.leg_lists([QUERIES[0]], ("dense", "sparse"), k=100)

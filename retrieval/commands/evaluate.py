@@ -12,7 +12,7 @@ MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
               "bm25 and its fused sets when the index has the lexical leg).")
 WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm25=0.4 "
-                "(relative; default equal).")
+                "(relative; default: z-score with BM25 at 0.6 for sets with bm25, else equal).")
 
 
 def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:

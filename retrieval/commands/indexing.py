@@ -100,7 +100,7 @@ def search_cmd(
     fusion: Optional[str] = typer.Option(None, help="Hybrid fusion: minmax | rrf | zscore."),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in minmax/zscore fusion."),
     weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
-                                          "dense=0.4,sparse=0.2,bm25=0.4 (default equal)."),
+                                          "dense=0.4,sparse=0.2,bm25=0.4 (default: z-score with BM25 at 0.6 for sets with bm25, else equal)."),
     model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
