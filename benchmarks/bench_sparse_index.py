@@ -418,9 +418,19 @@ def bench_collection(name, ks, threads_list, engines, repeats, work: Path, log,
             r.update(build_info)
             r.update({key: v for key, v in extra.items()
                       if not key.split("_k")[-1].isdigit() or key.endswith(f"_k{k}")})
+            canonical_latency_fields(r)
             log(json.dumps(r))
             rows.append(r)
     return rows
+
+
+def canonical_latency_fields(row: dict) -> dict:
+    """The issue's plain field names (p50_ms, p99_ms, peak_rss_mb: float32 index, this row's
+    k) beside the k-suffixed ones the run records."""
+    for key in ("p50_ms", "p99_ms", "peak_rss_mb"):
+        if f"{key}_k{row['k']}" in row:
+            row[key] = row[f"{key}_k{row['k']}"]
+    return row
 
 
 def main(argv=None):
