@@ -8,7 +8,8 @@ every grid point.
 
     python benchmarks/fusion_transfer.py --model smollm2-135m
 
-Writes benchmarks/results/fusion_transfer.json (rows with the exact command). Re-run it after
+Writes benchmarks/results/fusion_transfer.json (rows with the exact command): the held-out
+choices, then the shipped default (``selected_on`` = "product default") on every collection. Re-run it after
 a new collection's bench_quality run (e.g. SciFact) to get its held-out number.
 """
 from __future__ import annotations
@@ -53,6 +54,28 @@ def transfer(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list
     return rows
 
 
+def product_default(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list[dict]:
+    """nDCG@10 of the shipped default fusion (retrieval.searcher.LEG_SET_DEFAULTS) on every
+    collection, read from the same sweeps (the grid holds the default point)."""
+    sys.path.insert(0, str(ROOT))
+    from retrieval.searcher import LEG_SET_DEFAULTS
+
+    rows = []
+    for legs, (method, weights) in LEG_SET_DEFAULTS.items():
+        mode = "+".join(legs)
+        key = (mode, method, json.dumps(weights, sort_keys=True))
+        for dataset in sorted(data):
+            r = data[dataset].get(key)
+            if r is None:
+                raise SystemExit(f"the {dataset} sweep has no point {key}: re-run bench_quality.py")
+            rows.append({"dataset": dataset, "mode": mode, "fusion": method, "weights": weights,
+                         "selected_on": "product default (LEG_SET_DEFAULTS)",
+                         "ndcg@10": r["ndcg@10"], "recall@100": r["recall@100"],
+                         "bm25_ndcg@10": bm25.get(dataset),
+                         "oracle_ndcg@10": max(v["ndcg@10"] for k, v in data[dataset].items() if k[0] == mode)})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -68,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     quality = json.loads(Path(args.quality).read_text()) if Path(args.quality).exists() else []
     bm25 = {r["dataset"]: r["ndcg@10"] for r in quality
             if r["model"] == args.model and r["method"] == "bm25"}
-    rows = transfer(data, bm25)
+    rows = transfer(data, bm25) + product_default(data, bm25)
     for r in rows:
         r.update(model=args.model, command=command)
         print(f"{r['mode']:18s} {r['dataset']:8s} {r['fusion']:6s} {json.dumps(r['weights']):45s} "
