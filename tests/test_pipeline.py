@@ -2,7 +2,6 @@
 fingerprints, filters, thread safety. (The real-model end-to-end run is in test_cli_e2e.py.)"""
 from __future__ import annotations
 
-import json
 import threading
 
 import numpy as np
@@ -15,22 +14,15 @@ from retrieval.indexer import build_index, resparsify
 from retrieval.searcher import Searcher
 from retrieval.sparsify import Sparsifier
 
-from conftest import TINY_CORPUS
+from conftest import TINY_CORPUS, write_corpus
 
 QUERIES = ["light and carbon in plants", "interest rates and the stock market", "supersonic wind tunnel"]
-
-
-def _write_corpus(path, texts):
-    with open(path, "w", encoding="utf-8") as f:
-        for i, t in enumerate(texts):
-            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n")
-    return path
 
 
 @pytest.fixture()
 def corpus_file(tmp_path):
     texts = TINY_CORPUS + [t.upper() for t in TINY_CORPUS] + [t[::-1] for t in TINY_CORPUS]
-    return _write_corpus(tmp_path / "corpus.jsonl", texts)
+    return write_corpus(tmp_path / "corpus.jsonl", texts)
 
 
 @pytest.fixture()

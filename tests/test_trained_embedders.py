@@ -13,12 +13,7 @@ from encoders.train.genbase import left_pad, pad_id, position_ids, token_ids
 
 from conftest import TINY_CORPUS
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 FAMILIES = [AutoRegEmbedEmbedder, LLM2CompEmbedder, GircseEmbedder]

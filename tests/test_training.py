@@ -2,6 +2,7 @@
 and encode identically; checkpoints resume exactly; data loaders and the CLI validate input."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -10,69 +11,22 @@ import pytest
 import torch
 
 from encoders.train.data import Pair, batch_indices, load_beir_pairs, load_pairs, load_texts
-from encoders.train.trainer import TrainConfig, train
+from encoders.train.trainer import train
 
-from conftest import TINY_CORPUS
+from conftest import (TINY_CORPUS, TRAIN_CASE_IDS, TRAIN_CASES, TRAIN_QUERIES, train_config, train_losses,
+                      write_corpus, write_queries)
 
-QUERIES = ["light glucose plants", "stock market rates", "supersonic wind tunnel",
-           "ranking relevance query", "protein folding amino", "quick brown fox"]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (no OpenMP contention on a shared machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+_cfg = functools.partial(train_config, steps=6)
 
 
-@pytest.fixture(scope="module")
-def data_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("train_data")
-    trip = d / "triples.jsonl"
-    with open(trip, "w") as fh:
-        for i, (q, t) in enumerate(zip(QUERIES, TINY_CORPUS)):
-            fh.write(json.dumps({"query": q, "positive": t, "negatives": [TINY_CORPUS[(i + 2) % 6]]}) + "\n")
-    txt = d / "texts.txt"
-    txt.write_text("\n".join(TINY_CORPUS))
-    return {"pairs": str(trip), "texts": str(txt)}
-
-
-def _cfg(tmp_path, method, stage, data, **kw):
-    base = dict(method=method, stage=stage, data=data, out=str(tmp_path / f"{method}-{stage}"), steps=6,
-                batch_size=6, lr=3e-3, warmup_ratio=0.0, lora_r=4, lora_alpha=8, max_length=32,
-                target_length=32, progress=False, seed=0)
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def _losses(out):
-    with open(f"{out}/loss_log.jsonl") as fh:
-        return [json.loads(line)["loss"] for line in fh]
-
-
-CASES = [
-    ("infonce", "contrastive", "pairs", {}),
-    ("autoregembed", "ic", "pairs", {}),
-    ("autoregembed", "ic-text", "texts", {}),
-    ("autoregembed", "cda", "pairs", {}),
-    ("autoregembed", "cda", "pairs", {"divergence": "js"}),
-    ("llm2comp", "rc", "texts", {}),
-    ("llm2comp", "nll", "texts", {}),
-    ("llm2comp", "ctkd", "texts", {}),
-    ("llm2comp", "ucl", "texts", {}),
-    ("llm2comp", "scl", "pairs", {}),
-    ("gircse", "icr", "pairs", {"K": 3}),
-]
-
-
-@pytest.mark.parametrize("method,stage,kind,hp", CASES, ids=[f"{m}-{s}-{'-'.join(h)}" for m, s, _, h in CASES])
+@pytest.mark.parametrize("method,stage,kind,hp", TRAIN_CASES, ids=TRAIN_CASE_IDS)
 def test_each_loss_goes_down(method, stage, kind, hp, tiny_model, data_files, tmp_path):
     before = [p.detach().clone() for p in tiny_model.model.parameters()]
     cfg = _cfg(tmp_path, method, stage, data_files[kind], hp=hp)
     summary = train(cfg, loaded=tiny_model)
-    losses = _losses(summary["out"])
+    losses = train_losses(summary["out"])
     assert len(losses) == cfg.steps and all(np.isfinite(losses))
     assert losses[-1] < losses[0], losses
     meta = json.loads(Path(summary["out"], "alignir_train.json").read_text())
@@ -136,7 +90,7 @@ def test_checkpoint_resume_matches_uninterrupted_run(tiny_model, data_files, tmp
     assert part.get("interrupted") and part["steps"] == 2
     cfg.stop_after = None
     resumed = train(cfg, loaded=tiny_model)
-    np.testing.assert_allclose(_losses(resumed["out"]), _losses(full["out"]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(train_losses(resumed["out"]), train_losses(full["out"]), rtol=1e-5, atol=1e-6)
 
 
 def test_cda_continues_from_ic_adapter(tiny_model, data_files, tmp_path):
@@ -163,7 +117,7 @@ def test_training_config_errors(tiny_model, data_files, tmp_path):
 
 def test_data_loaders(tmp_path, data_files):
     pairs = load_pairs(data_files["pairs"])
-    assert len(pairs) == 6 and pairs[0] == Pair(QUERIES[0], TINY_CORPUS[0], [TINY_CORPUS[2]])
+    assert len(pairs) == 6 and pairs[0] == Pair(TRAIN_QUERIES[0], TINY_CORPUS[0], [TINY_CORPUS[2]])
     assert load_texts(data_files["texts"]) == TINY_CORPUS
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"query": "q"}\n')
@@ -172,12 +126,8 @@ def test_data_loaders(tmp_path, data_files):
     # BEIR folder with BM25-mined hard negatives that are never judged relevant
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
-    with open(beir / "corpus.jsonl", "w") as fh:
-        for i, t in enumerate(TINY_CORPUS):
-            fh.write(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n")
-    with open(beir / "queries.jsonl", "w") as fh:
-        for i, q in enumerate(QUERIES[:3]):
-            fh.write(json.dumps({"_id": f"q{i}", "text": q}) + "\n")
+    write_corpus(beir / "corpus.jsonl", TINY_CORPUS)
+    write_queries(beir / "queries.jsonl", TRAIN_QUERIES[:3])
     (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t1\nq2\td2\t1\n")
     got = load_beir_pairs(beir, "train", n_negatives=2, seed=1)
     assert [p.positive for p in got] == TINY_CORPUS[:3]

@@ -13,26 +13,19 @@ move, which hides sign and wiring bugs).
 from __future__ import annotations
 
 import copy
-import json
+import functools
 
 import numpy as np
 import pytest
 import torch
 
-from encoders.train.trainer import TrainConfig, train
+from encoders.train.trainer import train
 
-from conftest import TINY_CORPUS
+from conftest import TINY_CORPUS, TRAIN_CASE_IDS, TRAIN_CASES, train_config, train_log, train_losses
 
-QUERIES = ["light glucose plants", "stock market rates", "supersonic wind tunnel",
-           "ranking relevance query", "protein folding amino", "quick brown fox"]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+_cfg = functools.partial(train_config, steps=5, resume=False)
 
 
 @pytest.fixture(scope="module")
@@ -56,51 +49,11 @@ def tiny_lm(tiny_model):
     return wrap_model("tiny-lm", tok, m, {"name": "tiny-lm", "source": "tiny-llama trained on TINY_CORPUS", "seed": 0}, "cpu")
 
 
-@pytest.fixture(scope="module")
-def data_files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("dyn_data")
-    trip = d / "triples.jsonl"
-    with open(trip, "w") as fh:
-        for i, (q, t) in enumerate(zip(QUERIES, TINY_CORPUS)):
-            fh.write(json.dumps({"query": q, "positive": t, "negatives": [TINY_CORPUS[(i + 2) % 6]]}) + "\n")
-    txt = d / "texts.txt"
-    txt.write_text("\n".join(TINY_CORPUS))
-    return {"pairs": str(trip), "texts": str(txt)}
-
-
-def _cfg(tmp_path, method, stage, data, **kw):
-    base = dict(method=method, stage=stage, data=data, out=str(tmp_path / f"{method}-{stage}"), steps=5,
-                batch_size=6, lr=3e-3, warmup_ratio=0.0, lora_r=4, lora_alpha=8, max_length=32,
-                target_length=32, progress=False, seed=0, resume=False)
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def _log(out, name="loss_log.jsonl"):
-    with open(f"{out}/{name}") as fh:
-        return [json.loads(line) for line in fh]
-
-
-CASES = [
-    ("infonce", "contrastive", "pairs", {}),
-    ("autoregembed", "ic", "pairs", {}),
-    ("autoregembed", "ic-text", "texts", {}),
-    ("autoregembed", "cda", "pairs", {}),
-    ("autoregembed", "cda", "pairs", {"divergence": "js"}),
-    ("llm2comp", "rc", "texts", {}),
-    ("llm2comp", "nll", "texts", {}),
-    ("llm2comp", "ctkd", "texts", {}),
-    ("llm2comp", "ucl", "texts", {}),
-    ("llm2comp", "scl", "pairs", {}),
-    ("gircse", "icr", "pairs", {"K": 3}),
-]
-
-
-@pytest.mark.parametrize("method,stage,kind,hp", CASES, ids=[f"{m}-{s}-{'-'.join(h)}" for m, s, _, h in CASES])
+@pytest.mark.parametrize("method,stage,kind,hp", TRAIN_CASES, ids=TRAIN_CASE_IDS)
 def test_fixed_batch_loss_falls_steadily(method, stage, kind, hp, tiny_lm, data_files, tmp_path):
     """batch_size = the whole data set: every step sees the same batch, so the loss must fall."""
     summary = train(_cfg(tmp_path, method, stage, data_files[kind], hp=hp), loaded=tiny_lm)
-    losses = np.array([r["loss"] for r in _log(summary["out"])])
+    losses = np.array(train_losses(summary["out"]))
     assert np.all(np.isfinite(losses))
     rises = np.diff(losses) > 0.02 * losses[0]
     assert rises.sum() <= 1, losses  # UCL draws new dropout views every step: allow one small rise
@@ -159,10 +112,10 @@ def test_heldout_loss_is_logged_and_leaves_training_untouched(tiny_lm, data_file
     kw = dict(steps=4, batch_size=2, eval_examples=2, hp={"dropout": 0.2})  # UCL: dropout uses the RNG
     a = train(_cfg(tmp_path / "a", "llm2comp", "ucl", data_files["texts"], eval_every=0, **kw), loaded=tiny_lm)
     b = train(_cfg(tmp_path / "b", "llm2comp", "ucl", data_files["texts"], eval_every=1, **kw), loaded=tiny_lm)
-    la, lb = [r["loss"] for r in _log(a["out"])], [r["loss"] for r in _log(b["out"])]
+    la, lb = train_losses(a["out"]), train_losses(b["out"])
     np.testing.assert_allclose(la, lb, rtol=1e-6, atol=1e-7)
-    assert [r["step"] for r in _log(a["out"], "eval_log.jsonl")] == [0, 4]
-    ev = _log(b["out"], "eval_log.jsonl")
+    assert [r["step"] for r in train_log(a["out"], "eval_log.jsonl")] == [0, 4]
+    ev = train_log(b["out"], "eval_log.jsonl")
     assert [r["step"] for r in ev] == [0, 1, 2, 3, 4]
     assert a["heldout"]["n"] == 2 and a["heldout"]["first"]["loss"] == pytest.approx(ev[0]["loss"])
     with pytest.raises(ValueError, match="eval_examples"):
@@ -170,8 +123,8 @@ def test_heldout_loss_is_logged_and_leaves_training_untouched(tiny_lm, data_file
 
 
 def test_ctkd_is_eq5_kl_unless_nll_is_asked_for(tiny_lm, data_files, tmp_path):
-    kl_only = _log(train(_cfg(tmp_path / "a", "llm2comp", "ctkd", data_files["texts"], steps=1), loaded=tiny_lm)["out"])[0]
+    kl_only = train_log(train(_cfg(tmp_path / "a", "llm2comp", "ctkd", data_files["texts"], steps=1), loaded=tiny_lm)["out"])[0]
     assert kl_only["loss"] == pytest.approx(kl_only["kl"]) and kl_only["nll"] > 0
-    both = _log(train(_cfg(tmp_path / "b", "llm2comp", "ctkd", data_files["texts"], steps=1, hp={"nll_weight": 1.0}),
+    both = train_log(train(_cfg(tmp_path / "b", "llm2comp", "ctkd", data_files["texts"], steps=1, hp={"nll_weight": 1.0}),
                       loaded=tiny_lm)["out"])[0]
     assert both["loss"] == pytest.approx(both["kl"] + both["nll"])
