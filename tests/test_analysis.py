@@ -30,6 +30,8 @@ from encoders.analysis import (
     write_plots,
 )
 
+from conftest import write_corpus
+
 # ----------------------------------------------------------------------------- metrics by hand
 
 SURFACE = [np.array([1, 2, 3]), np.array([4, 5]), np.array([], dtype=np.int32), np.array([2, 6, 7, 8])]
@@ -242,9 +244,7 @@ def test_analyze_command_on_a_beir_folder(tmp_path):
     _tiny_loaded(tmp_path / "model")
     beir = tmp_path / "beir"
     beir.mkdir()
-    with open(beir / "corpus.jsonl", "w") as f:
-        for i, t in enumerate(TEXTS):
-            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n")
+    write_corpus(beir / "corpus.jsonl", TEXTS)
     app = typer.Typer()
     app.callback()(lambda: None)  # a command group, as in retrieval.cli
     analyze.register(app)
