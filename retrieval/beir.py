@@ -141,7 +141,9 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
             yield ln, obj, None
 
 
-def _get_id(obj: dict) -> tuple[str | None, str | None]:
+def _get_id(obj: dict, first_line: dict[str, int]) -> tuple[str | None, str | None]:
+    """(id, None) for a valid ``_id`` not seen yet (``first_line``: id -> line of the ids read so
+    far), else (None, problem)."""
     if "_id" not in obj:
         return None, 'missing "_id"'
     raw = obj["_id"]
@@ -152,6 +154,8 @@ def _get_id(obj: dict) -> tuple[str | None, str | None]:
         return None, 'empty "_id"'
     if any(c.isspace() for c in doc_id):
         return None, f'"_id" {doc_id!r} contains whitespace (TREC runs cannot hold it)'
+    if doc_id in first_line:
+        return None, f"duplicate _id {doc_id!r} (first seen on line {first_line[doc_id]})"
     return doc_id, None
 
 
@@ -194,9 +198,7 @@ def read_corpus_jsonl(path: str | Path, skip_bad: bool = False, empty: str = "er
     empties: list[tuple[int, str]] = []
     for ln, obj, why in _jsonl_objects(p):
         if obj is not None:
-            doc_id, why = _get_id(obj)
-            if why is None and doc_id in first_line:
-                why = f"duplicate _id {doc_id!r} (first seen on line {first_line[doc_id]})"
+            doc_id, why = _get_id(obj, first_line)
             if why is None:
                 title, why_t = _get_str(obj, "title", required=False)
                 text, why = _get_str(obj, "text", required=True)
@@ -232,9 +234,7 @@ def read_queries(path: str | Path, skip_bad: bool = False) -> dict[str, str]:
     problems: list[tuple[int, str]] = []
     for ln, obj, why in _jsonl_objects(p):
         if obj is not None:
-            qid, why = _get_id(obj)
-            if why is None and qid in first_line:
-                why = f"duplicate _id {qid!r} (first seen on line {first_line[qid]})"
+            qid, why = _get_id(obj, first_line)
             if why is None:
                 text, why = _get_str(obj, "text", required=True)
                 if why is None and not text.strip():
