@@ -203,6 +203,8 @@ class EmbeddingCache:
         """Vectors of ``texts`` (float32 [n, d], input order), encoding only what is not cached.
 
         New vectors are written every ``shard_size`` texts, so an interrupted call resumes.
+        Uncached texts are encoded longest first (by characters): a part holds texts of similar
+        length, which keeps the padding in the embedder's length-sorted batches small.
         With ``shard_id``/``shard_num`` only the rows ``shard_rows(n, shard_id, shard_num)`` are
         encoded and returned (in that order); run every shard, then call without them (or
         :meth:`merge` roots first) to read the whole input from the cache.
@@ -233,7 +235,10 @@ class EmbeddingCache:
         if todo:
             self._write_fingerprint(fp, fingerprint)
             folder = self.folder(fp, role)
-            pending = list(todo.items())
+            # longest first, so each checkpoint part holds texts of similar length (little
+            # padding in the embedder's batches; an out-of-memory shows at the start, not after
+            # an hour); vectors are stored by text key, so input order is restored on gather
+            pending = sorted(todo.items(), key=lambda kv: -len(kv[1]))
             bar = tqdm(total=len(pending), desc=f"encode+cache {role}s", unit="text", disable=not progress)
             seq = len([p for p in idx.parts if p.startswith(f"part-{tag}-")])
             for start in range(0, len(pending), shard_size):

@@ -18,6 +18,7 @@ class Counting(Embedder):
     def __init__(self, inner, stop_after: int | None = None):
         self.inner, self.loaded, self.family = inner, inner.loaded, inner.family
         self.n_texts, self.n_calls, self.stop_after = 0, 0, stop_after
+        self.calls: list[list[int]] = []  # character lengths of the texts of each call
 
     def fingerprint(self):
         return self.inner.fingerprint()
@@ -27,6 +28,7 @@ class Counting(Embedder):
             raise KeyboardInterrupt("simulated kill")
         self.n_calls += 1
         self.n_texts += len(texts)
+        self.calls.append([len(t) for t in texts])
         return self.inner._encode(texts, role, **kw)
 
 
@@ -57,6 +59,15 @@ def test_miss_then_hit(tmp_path, emb, direct):
     assert c3.n_texts == 4
     fp = fingerprint_key(emb.fingerprint())
     assert json.loads((tmp_path / fp / "fingerprint.json").read_text()) == emb.fingerprint()
+
+
+def test_parts_are_encoded_longest_first(tmp_path, emb, direct):
+    c = Counting(emb)
+    v = EmbeddingCache(tmp_path).encode_cached(c, TEXTS, "document", shard_size=7, progress=False)
+    assert [len(x) for x in c.calls] == [7, 7, 7, 7, 2]
+    assert sorted((n for call in c.calls for n in call), reverse=True) == [n for call in c.calls for n in call]
+    assert min(c.calls[0]) == sorted(map(len, TEXTS), reverse=True)[6]
+    np.testing.assert_allclose(v, direct, rtol=1e-4, atol=1e-5)  # input order is kept
 
 
 def test_duplicates_encoded_once(tmp_path, emb, direct):
