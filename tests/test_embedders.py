@@ -259,6 +259,18 @@ def test_smollm2_related_pairs_score_higher(smol_eol):
 
 
 @pytest.mark.model
+def test_truncation_fits_when_a_character_is_several_tokens(smollm2):
+    """'⁺' is two byte-level tokens with one offset span: cutting at a token end inside it kept
+    the whole character and a SciFact abstract could never fit (regression)."""
+    texts = ["cells " * 498 + "of CD8⁺ T cells in type 1 diabetes", "CD8⁺ " * 50]
+    # the old cut failed at 513 on the first text and at 22, 26, ..., 42 on the second
+    for max_length in (513, *range(20, 44)):
+        emb = get_embedder("prompteol", smollm2, max_length=max_length, progress=False)
+        ids, pos, _, n_trunc = emb._prepare(texts, "document")
+        assert n_trunc == (1 if max_length == 513 else 2)
+        assert all(0 < len(x) <= max_length for x in ids) and all(pos)
+
+
 def test_smollm2_batched_equals_single_and_truncates(smollm2):
     emb = get_embedder("prompteol", smollm2, max_length=64, progress=False)
     texts = ["Short one.", "A somewhat longer sentence about the rings of Saturn and its moons.",

@@ -204,9 +204,7 @@ class PromptEmbedder(Embedder):
             for i, (prompt, (s, e)), ids, offs in zip(pending, rendered, enc["input_ids"], enc["offset_mapping"]):
                 excess = len(ids) - self.max_length
                 if excess > 0:  # token merges at the template boundary: shorten the text a bit more
-                    sub = tok(cut[i], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-                    keep = max(1, len(sub) - excess * self.template.n_slots)
-                    cut[i] = cut[i][: sub[keep - 1][1]] if len(sub) > keep else cut[i][: max(1, len(cut[i]) // 2)]
+                    cut[i] = self._shorten(cut[i], excess * self.template.n_slots)
                     retry.append(i)
                     continue
                 ids_out[i] = list(ids)
@@ -215,6 +213,18 @@ class PromptEmbedder(Embedder):
         if pending:
             raise ValueError(f"could not fit texts {pending[:5]} into max_length={self.max_length} tokens")
         return ids_out, pos_out, empty, n_trunc
+
+    def _shorten(self, text: str, n_tokens: int) -> str:
+        """``text`` cut by about ``n_tokens`` tokens, always strictly shorter. A character that
+        is several byte-level tokens (``⁺``: two) has one offset span for all of them, so
+        cutting at a token's end can keep the whole character; then cut at its start."""
+        sub = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        keep = max(1, len(sub) - n_tokens)
+        if len(sub) > keep:
+            for end in (sub[keep - 1][1], sub[keep - 1][0]):
+                if 0 < end < len(text):
+                    return text[:end]
+        return text[: max(1, len(text) // 2)] if len(text) > 1 else text
 
     # ------------------------------------------------------------------ batching
 
