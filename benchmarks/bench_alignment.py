@@ -51,7 +51,7 @@ def main() -> None:
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    command = "nice -n 10 .venv/bin/python benchmarks/bench_alignment.py " + " ".join(
+    command = (f"nice -n {os.nice(0)} " if os.nice(0) else "") + ".venv/bin/python benchmarks/bench_alignment.py " + " ".join(
         shlex.quote(a) for a in sys.argv[1:])
     json_path = out / "alignment.json"
     doc = json.loads(json_path.read_text()) if json_path.is_file() else {}

@@ -207,10 +207,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "encoder_throughput.json")
     args = ap.parse_args()
     if not args.dataset.is_dir():
-        args.dataset = Path("/work/shared/datasets/scifact")
+        ap.error(f"--dataset {args.dataset} is not a BEIR folder (expected ../shared/datasets/scifact)")
     torch.set_num_threads(args.threads)
     docs = load_docs(args.dataset, args.n_docs)
-    command = "nice -n 10 python benchmarks/bench_encoder_throughput.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    niceness = os.nice(0)
+    command = (f"nice -n {niceness} " if niceness else "") + "python benchmarks/bench_encoder_throughput.py " + " ".join(
+        shlex.quote(a) for a in sys.argv[1:])
     results = []
     for spec in args.models:
         res = run_model(spec, docs, args)
