@@ -1,12 +1,16 @@
 """CPU-size benchmark of the trained embedders (issue 6): train each method briefly with LoRA on
-SmolLM2-135M (SciFact train pairs / SciFact corpus text), then nDCG@10 on a small test collection,
+SmolLM2-135M (SciFact train pairs / SciFact corpus text), then nDCG@10 on a test collection,
 dense (cosine) and aligned-token sparse (seed 004 eq.15/16 via encoders.aligned), against the
 untrained PromptEOL embedder in the same run.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_training.py --eval /work/shared/datasets/adi \
-        --train /work/shared/datasets/scifact --out benchmarks/results/training.json
+    nice -n 10 .venv/bin/python benchmarks/bench_training.py --eval ../shared/datasets/adi \
+        --train ../shared/datasets/scifact --out benchmarks/results/training.json
+    # SciFact test on every judged document + random distractors (1,000 docs, beir_sample.py):
+    .venv/bin/python benchmarks/bench_training.py --eval ../shared/datasets/scifact \
+        --eval-sample-docs 1000 --eval-max-length 128
 
-Each finished method is written to the JSON at once, so a partial run still leaves results.
+Runs are keyed ``<eval collection>/<run>`` in the JSON and each finished one is written at
+once, so a partial run still leaves results and other collections' runs are kept.
 """
 from __future__ import annotations
 
@@ -93,8 +97,13 @@ def gircse_multi_k(loaded, adapter, Ks, coll, max_length):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--train", default="/work/shared/datasets/scifact")
-    ap.add_argument("--eval", default="/work/shared/datasets/adi")
+    ap.add_argument("--train", default=str(ROOT.parent / "shared/datasets/scifact"))
+    ap.add_argument("--eval", default=str(ROOT.parent / "shared/datasets/adi"))
+    ap.add_argument("--eval-sample-docs", type=int, default=0,
+                    help="evaluate on every judged test document plus random distractors up to this many "
+                         "documents (0: the whole corpus)")
+    ap.add_argument("--eval-max-length", type=int, default=None,
+                    help="token budget of the evaluation encodes (default: --max-length)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/training.json"))
     ap.add_argument("--workdir", default="/tmp/alignir_bench_training")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps per stage")
@@ -123,35 +132,46 @@ def main() -> None:
     from encoders.train.trainer import TrainConfig, train
 
     loaded = load_model(args.model, device="cpu")
-    coll = _beir(Path(args.eval), "test")
-    eval_name = Path(args.eval).name
+    wd = Path(args.workdir)
+    eval_dir, eval_name = Path(args.eval), Path(args.eval).name
+    if args.eval_sample_docs:
+        from beir_sample import write_sample
+
+        eval_name = f"{eval_name}-sample{args.eval_sample_docs}"
+        eval_dir = write_sample(eval_dir, wd / eval_name, args.eval_sample_docs)
+    coll = _beir(eval_dir, "test")
+    EL = args.eval_max_length or args.max_length
     out_path = Path(args.out)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     results.setdefault("runs", {})
-    cmd_base = "nice -n 10 .venv/bin/python benchmarks/bench_training.py " + " ".join(sys.argv[1:])
-    results["setup"] = {
+    results.setdefault("setups", {})
+    cmd_base = ".venv/bin/python benchmarks/bench_training.py " + " ".join(sys.argv[1:])
+    results["setups"][eval_name] = {
         "model": args.model, "train_data": f"{Path(args.train).name} train split (pairs: BM25 hard negatives) / corpus text",
         "eval": f"{eval_name} test ({len(coll[0])} docs, {len([q for q in coll[2] if q in coll[1]])} queries)",
         "dense": "cosine", "sparse": f"aligned tokens, doc top-K={args.K} raw logits, query surface + top-M={args.M} binary",
         "steps_per_stage": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
-        "target_length": args.target_length, "threads": args.threads, "command": cmd_base,
+        "target_length": args.target_length, "eval_max_length": EL, "threads": args.threads, "command": cmd_base,
     }
     only = set(filter(None, args.only.split(",")))
-    wd = Path(args.workdir)
 
     def save() -> None:  # merge with runs written meanwhile by parallel invocations (--only)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         if out_path.exists():
             disk = json.loads(out_path.read_text())
             results["runs"] = {**disk.get("runs", {}), **results["runs"]}
+            results["setups"] = {**disk.get("setups", {}), **results["setups"]}
         tmp = out_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(out_path)
 
-    base = results["runs"].get("prompteol-untrained", {}).get("ndcg@10_dense")
+    def key(run: str) -> str:
+        return f"{eval_name}/{run}"
+
+    base = results["runs"].get(key("prompteol-untrained"), {}).get("ndcg@10_dense")
     if base is None or "prompteol-untrained" in only:
-        r = evaluate(get_embedder("prompteol", loaded, max_length=args.max_length, progress=False), loaded, coll, args.K, args.M)
-        results["runs"]["prompteol-untrained"] = {"method": "prompteol", "model": args.model, "steps": 0, "train_seconds": 0,
+        r = evaluate(get_embedder("prompteol", loaded, max_length=EL, progress=False), loaded, coll, args.K, args.M)
+        results["runs"][key("prompteol-untrained")] = {"method": "prompteol", "model": args.model, "steps": 0, "train_seconds": 0,
                                                   "dataset": eval_name, **r, "command": cmd_base}
         base = r["ndcg@10_dense"]
         save()
@@ -175,7 +195,7 @@ def main() -> None:
         ev = [json.loads(x) for x in ev_file.read_text().splitlines()] if ev_file.is_file() else []
         w = max(1, len(log) // 10)  # one batch's loss is noise: also the mean of the first / last 10% of steps
         losses = [x["loss"] for x in log]
-        results["runs"][name + args.suffix] = {
+        results["runs"][key(name + args.suffix)] = {
             "method": method, "model": args.model, "steps": summ["steps"], "train_seconds": round(summ["train_seconds"], 1),
             "dataset": eval_name, **r, "baseline_ndcg@10_dense": base,
             "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
@@ -187,7 +207,7 @@ def main() -> None:
             "command": cmd_base, "equivalent_train_command": extra_cmd, **(extra or {}),
         }
         save()
-        print(name, results["runs"][name + args.suffix], flush=True)
+        print(name, results["runs"][key(name + args.suffix)], flush=True)
 
     def cli(method, stage, data, name, lr, init=None, hp=None):
         s = (f"alignir train {method} --stage {stage} --data {data} --out {wd / name} --steps {args.steps} "
@@ -203,7 +223,7 @@ def main() -> None:
             s += f" --set {k}={v}"
         return s
 
-    T, L = args.train, args.max_length
+    T = args.train
     plan = [  # priority order: a partial run keeps the first ones
         ("infonce", "infonce", "contrastive", T, 1e-4, None, None),
         ("autoregembed-ic", "autoregembed", "ic", T, 1e-4, None, None),
@@ -216,10 +236,10 @@ def main() -> None:
         ("llm2comp-ctkd-ucl", "llm2comp", "ucl", T, 3e-5, "llm2comp-ctkd", None),
     ]
     if "gircse-untrained" in only:  # test-time K without training (direction-of-effect reference)
-        ref = get_embedder("gircse", loaded, K=1, max_length=L)
+        ref = get_embedder("gircse", loaded, K=1, max_length=EL)
         ks = {f"K={K}": evaluate(ref, loaded, coll, args.K, args.M, DQ)
-              for K, DQ in gircse_multi_k(loaded, None, (1, 5, 20), coll, L).items()}
-        results["runs"]["gircse-untrained"] = {"method": "gircse", "model": args.model, "steps": 0, "train_seconds": 0,
+              for K, DQ in gircse_multi_k(loaded, None, (1, 5, 20), coll, EL).items()}
+        results["runs"][key("gircse-untrained")] = {"method": "gircse", "model": args.model, "steps": 0, "train_seconds": 0,
                                                "dataset": eval_name, **ks["K=20"], "baseline_ndcg@10_dense": base,
                                                "test_time_K": ks, "command": cmd_base}
         save()
@@ -227,8 +247,8 @@ def main() -> None:
     for method in ("autoregembed", "llm2comp"):  # untrained soft tokens + no adapter: the starting point
         name = f"{method}-untrained"
         if name in only:
-            r = evaluate(get_embedder(method, loaded, max_length=L), loaded, coll, args.K, args.M)
-            results["runs"][name] = {"method": method, "model": args.model, "steps": 0, "train_seconds": 0,
+            r = evaluate(get_embedder(method, loaded, max_length=EL), loaded, coll, args.K, args.M)
+            results["runs"][key(name)] = {"method": method, "model": args.model, "steps": 0, "train_seconds": 0,
                                      "dataset": eval_name, **r, "baseline_ndcg@10_dense": base, "command": cmd_base}
             save()
             print(name, r, flush=True)
@@ -240,17 +260,17 @@ def main() -> None:
         summ["lr"] = lr
         adir = str(wd / name)
         if method == "infonce":
-            emb = InfoNCEEmbedder(loaded, adapter=adir, max_length=L, progress=False)
+            emb = InfoNCEEmbedder(loaded, adapter=adir, max_length=EL, progress=False)
             record(name, method, summ, emb, cli(method, stage, data, name, lr, init, hp))
         elif method == "gircse":
             extra = {}
-            ref = get_embedder("gircse", loaded, K=1, max_length=L)  # for lm_head / surface ids only
-            for K, DQ in gircse_multi_k(loaded, adir, (1, 5, 20), coll, L).items():
+            ref = get_embedder("gircse", loaded, K=1, max_length=EL)  # for lm_head / surface ids only
+            for K, DQ in gircse_multi_k(loaded, adir, (1, 5, 20), coll, EL).items():
                 extra[f"K={K}"] = evaluate(ref, loaded, coll, args.K, args.M, DQ)
             record(name, method, summ, None, cli(method, stage, data, name, lr, init, hp), {"test_time_K": extra},
                    r=extra["K=20"])
         else:
-            emb = get_embedder(method, loaded, adapter=adir, max_length=L)
+            emb = get_embedder(method, loaded, adapter=adir, max_length=EL)
             record(name, method, summ, emb, cli(method, stage, data, name, lr, init, hp))
 
 
