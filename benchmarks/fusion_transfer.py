@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> None:
         r.update(model=args.model, command=command)
         print(f"{r['mode']:18s} {r['dataset']:8s} {r['fusion']:6s} {json.dumps(r['weights']):45s} "
               f"nDCG@10 {r['ndcg@10']:.4f} (bm25 {r['bm25_ndcg@10']}, oracle {r['oracle_ndcg@10']:.4f})")
-    Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    out = Path(args.out)
+    others = [r for r in json.loads(out.read_text()) if r.get("model") != args.model] if out.exists() else []
+    out.write_text(json.dumps(others + rows, indent=1) + "\n")  # other models' rows are kept
 
 
 if __name__ == "__main__":
