@@ -91,6 +91,14 @@ def test_checkpoint_resume_matches_uninterrupted_run(tiny_model, data_files, tmp
     cfg.stop_after = None
     resumed = train(cfg, loaded=tiny_model)
     np.testing.assert_allclose(train_losses(resumed["out"]), train_losses(full["out"]), rtol=1e-5, atol=1e-6)
+    # the reported time covers the whole run, not just the part after the resume
+    part_seconds = json.loads((Path(resumed["out"]) / "loss_log.jsonl").read_text().splitlines()[1])["seconds"]
+    assert resumed["train_seconds"] > part_seconds > 0
+    # a finished run resumed again is reported, not retrained (logs and adapter untouched)
+    before = (Path(resumed["out"]) / "loss_log.jsonl").read_text()
+    again = train(cfg, loaded=tiny_model)
+    assert again["already_complete"] and again["train_seconds"] == resumed["train_seconds"]
+    assert (Path(resumed["out"]) / "loss_log.jsonl").read_text() == before
 
 
 def test_cda_continues_from_ic_adapter(tiny_model, data_files, tmp_path):

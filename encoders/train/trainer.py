@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from encoders.train.adapter import add_lora, load_trainable_adapter, save_adapter
+from encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, save_adapter
 from encoders.train.data import batch_indices, load_pairs, load_texts
 
 __all__ = ["TrainConfig", "METHODS", "method_class", "train"]
@@ -156,13 +156,13 @@ def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, fl
     return agg
 
 
-def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict) -> None:
+def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict, seconds: float) -> None:
     tmp = ckpt.with_name(ckpt.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_adapter(peft_model, tmp, method.extra_tensors(), meta)
     torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                 "torch_rng": torch.get_rng_state()}, tmp / "trainer_state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step}))
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "seconds": seconds}))
     old = ckpt.with_name(ckpt.name + ".old")
     if ckpt.exists():
         os.replace(ckpt, old)
@@ -223,13 +223,23 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     lr = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps, int(cfg.warmup_ratio * cfg.steps)))
-    start = 0
+    start, seconds_before = 0, 0.0
     if resume_from is not None:
         state = torch.load(resume_from / "trainer_state.pt", weights_only=True)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
-        start = int(json.loads((resume_from / "trainer_state.json").read_text())["step"])
+        progress = json.loads((resume_from / "trainer_state.json").read_text())
+        start, seconds_before = int(progress["step"]), float(progress.get("seconds", 0.0))
+        finished = out / META_FILE
+        if start >= cfg.steps and finished.is_file():  # nothing left to do: report the finished run
+            done = json.loads(finished.read_text())
+            summary = {"out": str(out), "steps": done["steps"], "train_seconds": done["train_seconds"],
+                       "final": done.get("final", {}), "method": cfg.method, "stage": cfg.stage,
+                       "heldout": done.get("heldout"), "already_complete": True}
+            if return_method:
+                summary["method_obj"] = method
+            return summary
 
     meta = {
         "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
@@ -255,7 +265,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     if start == 0:
         run_eval(0)
     batches = batch_indices(len(data), cfg.batch_size, cfg.seed, start * cfg.grad_accum)
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() - seconds_before  # seconds count the whole run across resumes
     last: dict[str, float] = {}
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.method}/{cfg.stage}", disable=not cfg.progress,
                initial=start, total=cfg.steps)
@@ -282,7 +292,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 run_eval(step + 1)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta)
+                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0)
             if cfg.stop_after and step + 1 - start >= cfg.stop_after and step + 1 < cfg.steps:
                 return {"out": str(out), "steps": step + 1, "interrupted": True}
     seconds = time.perf_counter() - t0
@@ -292,7 +302,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         meta["heldout"] = {"n": len(held), "first": evals[0] if evals else None, "last": evals[-1]}
     peft_model.eval()
     save_adapter(peft_model, out, method.extra_tensors(), meta)
-    _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta)
+    _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds)
     summary = {"out": str(out), "steps": cfg.steps, "train_seconds": seconds, "final": last,
                "method": cfg.method, "stage": cfg.stage, "heldout": meta.get("heldout")}
     if return_method:
