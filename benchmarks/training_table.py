@@ -1,0 +1,96 @@
+"""The README's trained-embedder tables and direction-of-effect checks, rendered from
+``training.json`` (bench_training.py) — no number typed by hand.
+
+For each evaluation collection: one row per run (steps, training seconds, dense and sparse
+nDCG@10, the untrained PromptEOL baseline of the same run), then the checks issue 6 asks for:
+does CDA beat IC-only (seed 000), does CTKD beat NLL / RC (seed 002), does GIRCSE improve with
+a larger test-time K (seed 003), and which methods beat the untrained baseline.
+
+    python benchmarks/training_table.py [--collection scifact-sample1000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ORDER = ("prompteol-untrained", "infonce", "autoregembed-untrained", "autoregembed-ic", "autoregembed-cda",
+         "gircse-untrained", "gircse", "gircse-lr1e-4", "gircse-lr2e-5", "llm2comp-untrained",
+         "llm2comp-ctkd", "llm2comp-nll", "llm2comp-rc", "llm2comp-ctkd-ucl", "llm2comp-ctkd-scl")
+
+
+def collection_runs(runs: dict[str, dict], collection: str) -> dict[str, dict]:
+    prefix = collection + "/"
+    found = {k[len(prefix):]: v for k, v in runs.items() if k.startswith(prefix)}
+    return {name: found[name] for name in sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER
+                                                                       else len(ORDER), n))}
+
+
+def table(runs: dict[str, dict]) -> str:
+    lines = ["| run | steps | train s | dense nDCG@10 | sparse nDCG@10 |", "|---|---|---|---|---|"]
+    for name, r in runs.items():
+        lines.append(f"| {name} | {r['steps']} | {r['train_seconds']:.0f} | {r['ndcg@10_dense']:.3f} "
+                     f"| {r['ndcg@10_sparse']:.3f} |")
+    return "\n".join(lines)
+
+
+def _versus(runs: dict, a: str, b: str) -> str | None:
+    if a not in runs or b not in runs:
+        return None
+    parts = []
+    for leg in ("dense", "sparse"):
+        x, y = runs[a][f"ndcg@10_{leg}"], runs[b][f"ndcg@10_{leg}"]
+        parts.append(f"{leg} {x:.3f} vs {y:.3f} ({'yes' if x > y else 'no'})")
+    steps = {runs[a]["steps"], runs[b]["steps"]}
+    note = "" if len(steps) == 1 else f" — unequal steps {runs[a]['steps']} vs {runs[b]['steps']}"
+    return "; ".join(parts) + note
+
+
+def checks(runs: dict[str, dict]) -> list[str]:
+    """The direction-of-effect questions, answered from the numbers (None rows are skipped)."""
+    out = []
+    cda = _versus(runs, "autoregembed-cda", "autoregembed-ic")
+    if cda:
+        out.append(f"CDA beats IC-only (seed 000 §4.4): {cda}")
+    for other in ("llm2comp-nll", "llm2comp-rc"):
+        ctkd = _versus(runs, "llm2comp-ctkd", other)
+        if ctkd:
+            out.append(f"CTKD beats {other.split('-')[1].upper()} (seed 002 §3.3): {ctkd}")
+    for name in ("gircse", "gircse-lr1e-4"):
+        ks = runs.get(name, {}).get("test_time_K")
+        if ks:
+            order = sorted(ks, key=lambda k: int(k.split("=")[1]))
+            vals = [ks[k]["ndcg@10_dense"] for k in order]
+            mono = all(b >= a for a, b in zip(vals, vals[1:]))
+            out.append(f"GIRCSE ({name}) improves with test-time K (seed 003 §5.1): dense "
+                       + ", ".join(f"{k} {v:.3f}" for k, v in zip(order, vals))
+                       + f" ({'yes' if mono else 'no, not monotone'})")
+    base = runs.get("prompteol-untrained")
+    if base:
+        above = [n for n, r in runs.items() if r["steps"] > 0 and r["ndcg@10_dense"] > base["ndcg@10_dense"]]
+        out.append(f"trained runs above the untrained PromptEOL dense {base['ndcg@10_dense']:.3f}: "
+                   + (", ".join(above) if above else "none"))
+    return out
+
+
+def render(runs: dict[str, dict], collection: str) -> str:
+    rows = collection_runs(runs, collection)
+    if not rows:
+        raise SystemExit(f"no runs for {collection!r} in training.json")
+    return table(rows) + "\n\n" + "\n".join(f"- {c}" for c in checks(rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=RESULTS / "training.json")
+    ap.add_argument("--collection", action="append", help="default: every collection in the file")
+    args = ap.parse_args(argv)
+    runs = json.loads(args.results.read_text())["runs"]
+    collections = args.collection or sorted({k.split("/", 1)[0] for k in runs})
+    for c in collections:
+        print(f"#### {c}\n\n{render(runs, c)}\n")
+
+
+if __name__ == "__main__":
+    main()
