@@ -52,6 +52,8 @@ from retrieval.sparsify import Sparsifier, resolve_lambda  # noqa: E402
 
 DEPTH = 100
 METRICS = ("ndcg@10", "recall@100")
+#: documents are projected once per λ at this K; smaller K are slices of it (sweeps go to 2000)
+TOPK_CACHE_K = 2000
 #: the paper's method (seed 004 eq.15-16): raw logits, binary query tokens, no folding, no λ
 PAPER = SparseConfig.paper()
 
@@ -77,6 +79,7 @@ class Harness:
         self.mu1 = float((self.H @ self.u1).mean())  # mean projection on u1 (> 0 by orientation)
         self.term_map = self.searcher.sparsifier.term_map
         self._term_maps = {self.term_map.kind == "fold": self.term_map}
+        self._doc_topk: dict[float, tuple[np.ndarray, np.ndarray]] = {}  # λ -> top-TOPK_CACHE_K
         self.loaded = self.searcher.embedder.loaded
         self.texts = texts
         if st.lexical is None:  # in memory only: the index folder is not touched
@@ -105,7 +108,13 @@ class Harness:
         tm = self._term_maps.get(cfg.fold)
         sp_ = Sparsifier.for_model(self.loaded, cfg, pc1=self.u1, term_map=tm)
         self._term_maps[cfg.fold] = sp_.term_map
-        index = SparseIndex.from_csr(sp_.documents(self.H), quantize=cfg.quantize)
+        if cfg.doc_k <= TOPK_CACHE_K:  # one projection per λ serves every K, weighting and folding
+            if cfg.pc1_lambda not in self._doc_topk:
+                self._doc_topk[cfg.pc1_lambda] = sp_.document_topk(self.H, TOPK_CACHE_K)
+            docs_csr = sp_.documents_from_topk(*self._doc_topk[cfg.pc1_lambda])
+        else:
+            docs_csr = sp_.documents(self.H)
+        index = SparseIndex.from_csr(docs_csr, quantize=cfg.quantize)
         docs, scores = index.search(sp_.queries(self.Hq, self.surface), DEPTH + 1)
         return self._run(docs, scores)
 

@@ -414,9 +414,24 @@ def doc_vectors(
     if weighting not in DOC_WEIGHTINGS:
         raise ValueError(f"doc weighting must be one of {DOC_WEIGHTINGS}, got {weighting!r}")
     W = _as_weight(lm_head)
-    V = W.shape[0]
-    n_cols = _n_cols(term_map, V)
+    _n_cols(term_map, W.shape[0])  # check the term map before the expensive projection
     ids, logits = project_topk(H, W, K, mask_ids=mask_ids, chunk=chunk)
+    return doc_vectors_from_topk(ids, logits, W.shape[0], weighting, term_map)
+
+
+def doc_vectors_from_topk(
+    ids: np.ndarray,
+    logits: np.ndarray,
+    V: int,
+    weighting: Literal["raw", "relu", "log1p"] = "raw",
+    term_map: TermMap | None = None,
+) -> sp.csr_matrix:
+    """The eq.15 document vectors from a :func:`project_topk` result (``ids``, ``logits``
+    [n, K]). The first K' columns of a top-K result are the top-K' (rows are sorted), so a
+    sweep over K projects once at the largest K and slices."""
+    if weighting not in DOC_WEIGHTINGS:
+        raise ValueError(f"doc weighting must be one of {DOC_WEIGHTINGS}, got {weighting!r}")
+    n_cols = _n_cols(term_map, V)
     n = ids.shape[0]
     cols = ids if term_map is None else term_map.map_ids(ids)
     rows = np.repeat(np.arange(n, dtype=np.int64), ids.shape[1])

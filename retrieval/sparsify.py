@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from encoders.aligned import TermMap, adjust, doc_vectors, fit_pc1, query_vectors
+from encoders.aligned import TermMap, adjust, doc_vectors, doc_vectors_from_topk, fit_pc1, project_topk, query_vectors
 from retrieval.config import SparseConfig
 
 #: documents sampled to fit the first principal component u1 (eq.14)
@@ -55,6 +55,18 @@ class Sparsifier:
         c = self.config
         return doc_vectors(self._adjusted(H), self.lm_head, c.doc_k, weighting=c.doc_weighting,
                            term_map=self.term_map, mask_ids=self.special_ids)
+
+    def document_topk(self, H: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+        """The projection behind :meth:`documents` at any K: (ids, logits) [n, K], rows sorted."""
+        return project_topk(self._adjusted(H), self.lm_head, K, mask_ids=self.special_ids)
+
+    def documents_from_topk(self, ids: np.ndarray, logits: np.ndarray) -> sp.csr_matrix:
+        """:meth:`documents` from a :meth:`document_topk` result with K ≥ doc_k (sliced to doc_k)."""
+        c = self.config
+        if ids.shape[1] < c.doc_k:
+            raise ValueError(f"the top-k result has {ids.shape[1]} columns, fewer than doc_k={c.doc_k}")
+        return doc_vectors_from_topk(ids[:, :c.doc_k], logits[:, :c.doc_k], int(self.lm_head.shape[0]),
+                                     c.doc_weighting, self.term_map)
 
     def queries(self, H: np.ndarray, surface_ids: Sequence[np.ndarray]) -> sp.csr_matrix:
         """Surface tokens ∪ top-M aligned tokens per query (eq.16 token set)."""

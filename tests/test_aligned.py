@@ -10,6 +10,7 @@ from encoders.aligned import (
     TermMap,
     adjust,
     doc_vectors,
+    doc_vectors_from_topk,
     explain,
     fit_pc1,
     project_topk,
@@ -184,6 +185,18 @@ def test_doc_vectors_eq15(weighting):
         assert got.keys() == expect.keys()
         for t in expect:
             assert got[t] == pytest.approx(expect[t], rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("weighting", ["raw", "log1p"])
+def test_doc_vectors_from_a_larger_topk_equal_a_direct_projection(weighting):
+    """A sweep projects once at the largest K and slices: identical to projecting at each K."""
+    H, W = _rand(7, 300, 8, seed=5)
+    mask = [0, 3]
+    ids, logits = project_topk(H, W, 120, mask_ids=mask, chunk=64)
+    for K in (1, 17, 120):
+        direct = doc_vectors(H, W, K, weighting=weighting, mask_ids=mask, chunk=64)
+        sliced = doc_vectors_from_topk(ids[:, :K], logits[:, :K], 300, weighting)
+        assert (direct != sliced).nnz == 0 and np.array_equal(direct.indices, sliced.indices)
 
 
 def test_doc_vectors_fold_by_max():

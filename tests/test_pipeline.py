@@ -174,6 +174,19 @@ def test_sparsifier_query_tokens_are_surface_union_topm(tiny_model):
     assert isinstance(Q, sp.csr_matrix)
 
 
+@pytest.mark.parametrize("fold", [False, True])
+def test_sparsifier_documents_from_a_cached_topk(tiny_model, fold):
+    """documents_from_topk (a sweep's cache) equals documents() with λ, weighting and folding."""
+    H = np.random.default_rng(1).standard_normal((4, tiny_model.hidden_size)).astype(np.float32)
+    u1 = np.linalg.svd(H, full_matrices=False)[2][0]
+    cfg = SparseConfig(doc_k=12, pc1_lambda=-0.7, pc1_remove=None, doc_weighting="log1p", fold=fold)
+    sp_ = Sparsifier.for_model(tiny_model, cfg, pc1=u1)
+    cached = sp_.document_topk(H, 30)
+    assert (sp_.documents_from_topk(*cached) != sp_.documents(H)).nnz == 0
+    with pytest.raises(ValueError, match="fewer than doc_k"):
+        sp_.documents_from_topk(cached[0][:, :5], cached[1][:, :5])
+
+
 def test_pc1_remove_sets_lambda_from_corpus(built, tiny_model):
     resparsify(built, loaded=tiny_model, pc1_remove=0.5)
     stored = open_index(built)
