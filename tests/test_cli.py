@@ -156,6 +156,37 @@ def test_killed_build_leaves_old_index_usable(env, tiny_folder):
     assert invoke("info", "--index", idx).exit_code == 0
 
 
+# ---------------------------------------------------------------- trained embedders end to end
+
+TRAINED = [("infonce", "contrastive", "pairs", {}), ("autoregembed", "ic", "pairs", {"k": 2}),
+           ("llm2comp", "ctkd", "texts", {"k": 2}), ("gircse", "icr", "pairs", {"K": 2})]
+
+
+@pytest.mark.parametrize("method,stage,data,hp", TRAINED, ids=[m for m, *_ in TRAINED])
+def test_train_then_index_and_search_with_the_adapter(env, tiny_folder, data_files, method, stage, data, hp):
+    """`alignir train` → `build-index --embedder METHOD --adapter DIR` → search, all from the CLI."""
+    adapter = env / "adapter"
+    sets = [x for k, v in hp.items() for x in ("--set", f"{k}={v}")]
+    res = invoke("train", method, "--stage", stage, "--data", data_files[data], "--model", tiny_folder,
+                 "--out", adapter, "--steps", "2", "--batch-size", "3", "--max-length", "32", *sets)
+    assert res.exit_code == 0, res.output
+    corpus = write_lines(env / "c.jsonl", [doc(i, t) for i, t in enumerate(
+        ["plants grow in soil", "stock markets fell", "rivers flow to the sea", "cells divide"])])
+    idx, plain = env / "idx", env / "plain"
+    res = invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--embedder", method,
+                 "--adapter", adapter, "--max-length", "32")
+    assert res.exit_code == 0, res.output
+    untrained = "prompteol" if method == "infonce" else method  # InfoNCE reads PromptEOL through its adapter
+    assert invoke("build-index", corpus, "--index", plain, "--model", tiny_folder, "--embedder", untrained,
+                  "--max-length", "32").exit_code == 0
+    hits = json.loads(invoke("search", "plants", "--index", idx, "--mode", "hybrid", "--json").stdout)
+    assert {h["id"] for h in hits["hits"]} == {"d0", "d1", "d2", "d3"}
+    # the adapter is part of the index's encoder identity (a different encoder than the untrained one)
+    info = json.loads(invoke("info", "--index", idx, "--json").stdout)
+    base = json.loads(invoke("info", "--index", plain, "--json").stdout)
+    assert "adapter_sha256" in json.dumps(info) and info["encoder_hash"] != base["encoder_hash"]
+
+
 # ---------------------------------------------------------------- ADI with the real SmolLM2
 
 @pytest.mark.model
