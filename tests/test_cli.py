@@ -207,6 +207,13 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
         assert 0.0 < res["metrics"][mode]["ndcg@10"] <= 1.0
     lines = (env / "adi.hybrid.trec").read_text().splitlines()
     assert lines and len(lines[0].split()) == 6
+    # the README's main job: build + eval in one command (the encodings come from the cache)
+    r = invoke("beir", ADI, "--index", env / "adi-beir", "--json")
+    assert r.exit_code == 0, r.output
+    main_job = json.loads(r.stdout)
+    assert main_job["dataset"] == "adi" and main_job["queries"] > 0
+    for mode in ("dense", "sparse", "hybrid", "bm25"):
+        assert main_job["metrics"][mode]["ndcg@10"] == pytest.approx(res["metrics"][mode]["ndcg@10"], abs=1e-9)
     r = invoke("resparsify", "--index", idx, "--k", "64", "--lambda", "0.5")
     assert r.exit_code == 0, r.output
     assert json.loads(invoke("search", "indexing", "--index", idx, "--json").stdout)["hits"]
