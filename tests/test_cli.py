@@ -185,6 +185,17 @@ def test_train_then_index_and_search_with_the_adapter(env, tiny_folder, data_fil
     info = json.loads(invoke("info", "--index", idx, "--json").stdout)
     base = json.loads(invoke("info", "--index", plain, "--json").stdout)
     assert "adapter_sha256" in json.dumps(info) and info["encoder_hash"] != base["encoder_hash"]
+    # `alignir beir --adapter` (build + eval in one go) scores the same index the same way
+    beir = env / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(corpus.read_text())
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "plants"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    one_go = invoke("beir", beir, "--index", env / "idx-beir", "--model", tiny_folder, "--embedder", method,
+                    "--adapter", adapter, "--max-length", "32", "--mode", "dense", "--no-bm25", "--json")
+    assert one_go.exit_code == 0, one_go.output
+    two_step = invoke("eval", "--index", idx, "--dataset", beir, "--mode", "dense", "--json")
+    assert json.loads(one_go.stdout)["metrics"] == json.loads(two_step.stdout)["metrics"]
 
 
 # ---------------------------------------------------------------- ADI with the real SmolLM2

@@ -127,6 +127,7 @@ def beir_cmd(
     index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder (default: indexes/NAME-MODEL)."),
     model: str = typer.Option("smollm2-135m", help="Model spec (see build-index)."),
     embedder: str = typer.Option("prompteol", help="Embedder family."),
+    adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
     split: str = typer.Option("test", help="qrels split."),
     mode: str = typer.Option("all", help=MODES_HELP),
     run: Optional[Path] = typer.Option(None, help="Write TREC runs here."),
@@ -147,9 +148,13 @@ def beir_cmd(
 
         _modes(mode)  # a bad --mode fails before the build
         folder = resolve_dataset(dataset)
-        target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{embedder}"
+        tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
+        target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{tag}"
+        options: dict = {"max_length": max_length}
+        if adapter is not None:
+            options["adapter"] = str(adapter)
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
-                    embedder_options={"max_length": max_length}, lexical=lexical,
+                    embedder_options=options, lexical=lexical,
                     on_stage=lambda s: typer.secho(f"• {s}", err=True))
         result = _evaluate(target, str(folder), split, mode, run, 100, None, None, None,
                            bm25, progress=not as_json)
