@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="label for the rows (the indexes' model)")
     ap.add_argument("--pair", action="append", required=True,
-                    help="NAME=INDEX_DIR; the dataset is ../shared/datasets/NAME unless NAME=INDEX:DATASET")
+                    help="NAME=INDEX_DIR; the dataset is --datasets/NAME")
     ap.add_argument("--datasets", default=str(ROOT.parent / "shared" / "datasets"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/sparse_defaults.json"))
     args = ap.parse_args(argv)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from encoders.aligned import TermMap, adjust, doc_vectors, doc_vectors_from_topk, fit_pc1, project_topk, query_vectors
+from encoders.aligned import TermMap, adjust, doc_vectors_from_topk, fit_pc1, project_topk, query_vectors
 from retrieval.config import SparseConfig
 
 #: documents sampled to fit the first principal component u1 (eq.14)
@@ -52,9 +52,7 @@ class Sparsifier:
 
     def documents(self, H: np.ndarray) -> sp.csr_matrix:
         """Top-K aligned terms per document with the configured weighting (eq.15)."""
-        c = self.config
-        return doc_vectors(self._adjusted(H), self.lm_head, c.doc_k, weighting=c.doc_weighting,
-                           term_map=self.term_map, mask_ids=self.special_ids)
+        return self.documents_from_topk(*self.document_topk(H, self.config.doc_k))
 
     def document_topk(self, H: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
         """The projection behind :meth:`documents` at any K: (ids, logits) [n, K], rows sorted."""

@@ -234,12 +234,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         finished = out / META_FILE
         if start >= cfg.steps and finished.is_file():  # nothing left to do: report the finished run
             done = json.loads(finished.read_text())
-            summary = {"out": str(out), "steps": done["steps"], "train_seconds": done["train_seconds"],
-                       "final": done.get("final", {}), "method": cfg.method, "stage": cfg.stage,
-                       "heldout": done.get("heldout"), "already_complete": True}
-            if return_method:
-                summary["method_obj"] = method
-            return summary
+            return _summary(out, cfg, done["steps"], done["train_seconds"], done.get("final", {}),
+                            done.get("heldout"), method if return_method else None, already_complete=True)
 
     meta = {
         "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
@@ -303,8 +299,14 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     peft_model.eval()
     save_adapter(peft_model, out, method.extra_tensors(), meta)
     _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds)
-    summary = {"out": str(out), "steps": cfg.steps, "train_seconds": seconds, "final": last,
-               "method": cfg.method, "stage": cfg.stage, "heldout": meta.get("heldout")}
-    if return_method:
-        summary["method_obj"] = method
+    return _summary(out, cfg, cfg.steps, seconds, last, meta.get("heldout"), method if return_method else None)
+
+
+def _summary(out: Path, cfg: TrainConfig, steps: int, seconds: float, final: dict, heldout: dict | None,
+             method_obj: Any = None, **flags: Any) -> dict[str, Any]:
+    """What :func:`train` returns for a completed stage (``method_obj`` added when given)."""
+    summary = {"out": str(out), "steps": steps, "train_seconds": seconds, "final": final,
+               "method": cfg.method, "stage": cfg.stage, "heldout": heldout, **flags}
+    if method_obj is not None:
+        summary["method_obj"] = method_obj
     return summary
