@@ -9,10 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from retrieval.beir import load_beir  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
 
 
 def write_sample(src: Path, dst: Path, n_docs: int, split: str = "test", seed: int = 0) -> Path:

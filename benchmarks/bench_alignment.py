@@ -20,12 +20,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from encoders.analysis import analyze_embeddings, write_plots  # noqa: E402
-from encoders.embedders import get_embedder  # noqa: E402
-from encoders.models import load_model  # noqa: E402
-from retrieval.commands.analyze import sample_texts  # noqa: E402
+from alignir.encoders.analysis import analyze_embeddings, write_plots  # noqa: E402
+from alignir.encoders.embedders import get_embedder  # noqa: E402
+from alignir.encoders.models import load_model  # noqa: E402
+from alignir.retrieval.commands.analyze import sample_texts  # noqa: E402
 
 
 def main() -> None:

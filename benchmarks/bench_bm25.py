@@ -19,11 +19,10 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from retrieval.beir import load_beir  # noqa: E402
-from retrieval.bm25 import BM25  # noqa: E402
-from retrieval.metrics import evaluate, self_hits_apply  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
+from alignir.retrieval.bm25 import BM25  # noqa: E402
+from alignir.retrieval.metrics import evaluate, self_hits_apply  # noqa: E402
 
 DATASETS = ("adi", "med", "cran", "cisi", "scifact")
 

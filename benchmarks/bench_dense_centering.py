@@ -25,10 +25,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from index.dense import DenseIndex  # noqa: E402
+from alignir.index.dense import DenseIndex  # noqa: E402
 
 DATASETS = Path(os.environ.get("ALIGNIR_DATASETS", "/work/shared/datasets"))
 #: name -> DenseIndex.build options; "raw-ip" is the anchor
@@ -50,9 +49,9 @@ VARIANTS = {
 def encode(collection: str, model: str, embedder_name: str, threads: int):
     import torch
 
-    from encoders.cache import EmbeddingCache
-    from encoders.embedders import get_embedder
-    from retrieval.beir import load_beir
+    from alignir.encoders.cache import EmbeddingCache
+    from alignir.encoders.embedders import get_embedder
+    from alignir.retrieval.beir import load_beir
 
     torch.set_num_threads(threads)
     ds = load_beir(DATASETS / collection)
@@ -75,7 +74,7 @@ def anisotropy(x: np.ndarray) -> dict[str, float]:
 
 
 def run(collection: str, args: argparse.Namespace) -> dict:
-    from retrieval.metrics import evaluate
+    from alignir.retrieval.metrics import evaluate
 
     ds, qids, docs, queries, fp, enc_s = encode(collection, args.model, args.embedder, args.threads)
     doc_ids = ds.corpus.ids()

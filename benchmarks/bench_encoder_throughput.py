@@ -32,13 +32,12 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from encoders.embedders import get_embedder  # noqa: E402
-from encoders.models import backbone, load_model  # noqa: E402
-from encoders.pooling import pool_last  # noqa: E402
+from alignir.encoders.embedders import get_embedder  # noqa: E402
+from alignir.encoders.models import backbone, load_model  # noqa: E402
+from alignir.encoders.pooling import pool_last  # noqa: E402
 
 
 def load_docs(folder: Path, n: int) -> list[str]:
@@ -104,7 +103,7 @@ def cut_mask(emb, texts: list[str]) -> np.ndarray:
 
 def projection(H: np.ndarray, loaded, k: int) -> float:
     try:
-        from encoders.aligned import project_topk
+        from alignir.encoders.aligned import project_topk
     except ImportError:  # pragma: no cover - aligned.py is another module's
         project_topk = None
     t = time.perf_counter()

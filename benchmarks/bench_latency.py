@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from retrieval.beir import load_beir  # noqa: E402
-from retrieval.searcher import MODES, Searcher, Timings  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
+from alignir.retrieval.searcher import MODES, Searcher, Timings  # noqa: E402
 
 STAGES = ("encode", "sparse", "dense", "fuse")
 

@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from beir_sample import write_sample  # noqa: E402
-from retrieval.beir import load_beir  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
 
 MODES = ("dense", "sparse", "hybrid")
 
@@ -38,8 +37,8 @@ def cpu_seconds() -> float:
 def encode_cost(model: str, folder: Path, n_docs: int, max_length: int) -> dict:
     """CPU and wall seconds to load ``model`` and encode ``n_docs`` documents of ``folder``
     (cache off), plus their real token count."""
-    from encoders.embedders import get_embedder
-    from encoders.models import load_model
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.models import load_model
 
     texts = load_beir(folder).corpus.texts()[:n_docs]
     c0, w0 = cpu_seconds(), time.perf_counter()
@@ -56,9 +55,9 @@ def encode_cost(model: str, folder: Path, n_docs: int, max_length: int) -> dict:
 
 
 def quality(model: str, folder: Path, index_root: Path, max_length: int) -> dict:
-    from retrieval.evaluation import timed_eval
-    from retrieval.indexer import build_index
-    from retrieval.searcher import Searcher
+    from alignir.retrieval.evaluation import timed_eval
+    from alignir.retrieval.indexer import build_index
+    from alignir.retrieval.searcher import Searcher
 
     index = index_root / f"mc-{folder.name}-{model}"
     build_index(folder, index, model=model, embedder_options={"max_length": max_length},

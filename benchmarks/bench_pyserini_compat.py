@@ -26,12 +26,11 @@ import numpy as np
 import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.pyserini_support import _impact_index_job, run_pyserini_jobs  # noqa: E402
-from retrieval.beir import load_beir  # noqa: E402
-from retrieval.metrics import evaluate  # noqa: E402
-from retrieval.runs import quantize, read_trec  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
+from alignir.retrieval.metrics import evaluate  # noqa: E402
+from alignir.retrieval.runs import quantize, read_trec  # noqa: E402
 
 
 def _ranking(docs: np.ndarray, scores: np.ndarray, ids: list[str]) -> list[tuple[str, float]]:
@@ -50,18 +49,18 @@ def main() -> None:
     args = ap.parse_args()
     command = "python " + " ".join(shlex.quote(a) for a in ["benchmarks/bench_pyserini_compat.py", *sys.argv[1:]])
 
-    from index.sparse import SparseIndex
-    from retrieval.searcher import Searcher
+    from alignir.index.sparse import SparseIndex
+    from alignir.retrieval.searcher import Searcher
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = load_beir(args.dataset)
     if not (Path(args.index) / "manifest.json").exists():
-        from retrieval.indexer import build_index
+        from alignir.retrieval.indexer import build_index
 
         print(f"building {args.index} ({args.model}, {args.embedder})", flush=True)
         build_index(args.dataset, args.index, model=args.model, embedder=args.embedder)
-    from retrieval.export import export_documents, export_queries, stored_doc_matrix
+    from alignir.retrieval.export import export_documents, export_queries, stored_doc_matrix
 
     searcher = Searcher.open(args.index)
     stored = searcher.index

@@ -38,17 +38,16 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from index.dense import DenseIndex  # noqa: E402
-from index.sparse import SparseIndex  # noqa: E402
-from retrieval import fusion  # noqa: E402
-from retrieval.beir import load_beir  # noqa: E402
-from retrieval.bm25 import bm25_run, lexical_leg  # noqa: E402
-from retrieval.config import FusionConfig, SparseConfig  # noqa: E402
-from retrieval.metrics import drop_self_hits, evaluate, self_hits_apply  # noqa: E402
-from retrieval.searcher import LEG_SET_DEFAULTS, QueryBatch, Searcher, fuse_legs, parse_mode  # noqa: E402
-from retrieval.sparsify import Sparsifier, resolve_lambda  # noqa: E402
+from alignir.index.dense import DenseIndex  # noqa: E402
+from alignir.index.sparse import SparseIndex  # noqa: E402
+from alignir.retrieval import fusion  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
+from alignir.retrieval.bm25 import bm25_run, lexical_leg  # noqa: E402
+from alignir.retrieval.config import FusionConfig, SparseConfig  # noqa: E402
+from alignir.retrieval.metrics import drop_self_hits, evaluate, self_hits_apply  # noqa: E402
+from alignir.retrieval.searcher import LEG_SET_DEFAULTS, QueryBatch, Searcher, fuse_legs, parse_mode  # noqa: E402
+from alignir.retrieval.sparsify import Sparsifier, resolve_lambda  # noqa: E402
 
 DEPTH = 100
 METRICS = ("ndcg@10", "recall@100")

@@ -32,9 +32,8 @@ import scipy.sparse as sp
 from numba import njit
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from index.sparse import SparseIndex  # noqa: E402
+from alignir.index.sparse import SparseIndex  # noqa: E402
 
 COLLECTIONS = {  # name: (n_docs, nnz per doc, vocab)
     "synthetic-50k": (50_000, 120, 30_000),
@@ -178,7 +177,6 @@ def pyserini_env():
 
 _INDEX_SNIPPET = """
 import sys
-sys.path.insert(0, {root!r})
 from benchmarks.bench_sparse_index import pyserini_env
 pyserini_env()
 import pyserini.search.lucene  # noqa: F401  (starts the JVM with pyserini's classpath)
@@ -201,7 +199,7 @@ def pyserini_build(D, work: Path, threads):
             "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
             "-impact", "-pretokenized"]
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", _INDEX_SNIPPET.format(root=str(ROOT), args=args)],
+    subprocess.run([sys.executable, "-c", _INDEX_SNIPPET.format(args=args)], cwd=ROOT,
                    check=True, stdout=subprocess.DEVNULL)
     return out, time.perf_counter() - t
 
@@ -316,11 +314,11 @@ def child_latency(data_dir, index_dir, k, max_queries=None):
 
 def in_child(fn_name, *args):
     """Run a child_* function in a fresh process (so its peak RSS is its own)."""
-    code = (f"import sys, json; sys.path.insert(0, {str(ROOT)!r}); "
+    code = ("import sys, json; "
             f"import benchmarks.bench_sparse_index as b; "
             f"print(json.dumps(b.{fn_name}(*json.loads(sys.argv[1]))))")
     arg = json.dumps([str(x) if isinstance(x, Path) else x for x in args])
-    out = subprocess.run([sys.executable, "-c", code, arg], check=True, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, arg], cwd=ROOT, check=True, capture_output=True,
                          text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

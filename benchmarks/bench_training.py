@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def ndcg10(qrels: dict, scores: np.ndarray, qids: list[str], dids: list[str]) -> float:
@@ -41,7 +40,7 @@ def ndcg10(qrels: dict, scores: np.ndarray, qids: list[str], dids: list[str]) ->
 
 def evaluate(emb, loaded, coll, K: int, M: int, DQ=None) -> dict:
     """nDCG@10 dense + sparse; ``DQ`` = (D, Q, seconds) precomputed vectors, else encoded with ``emb``."""
-    from encoders.aligned import doc_vectors, query_vectors
+    from alignir.encoders.aligned import doc_vectors, query_vectors
 
     corpus, queries, qrels = coll
     qids = [q for q in qrels if q in queries]
@@ -66,7 +65,7 @@ def evaluate(emb, loaded, coll, K: int, M: int, DQ=None) -> dict:
 def gircse_multi_k(loaded, adapter, Ks, coll, max_length):
     """Encode once with K=max(Ks): the first k generated states do not depend on K (causal),
     so z_k = mean(G[:, :k]) for every k in Ks comes from one generation (Alg.1, eq.4)."""
-    from encoders.embedders.gircse import GircseEmbedder
+    from alignir.encoders.embedders.gircse import GircseEmbedder
 
     class Multi(GircseEmbedder):
         @property
@@ -74,9 +73,9 @@ def gircse_multi_k(loaded, adapter, Ks, coll, max_length):
             return int(self.lm_head.shape[1]) * len(Ks)
 
         def embed_batch(self, texts, role):
-            from encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
-            from encoders.templates import resolve_instruction
-            from encoders.train.genbase import left_pad, pad_id
+            from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
+            from alignir.encoders.templates import resolve_instruction
+            from alignir.encoders.train.genbase import left_pad, pad_id
 
             instr = resolve_instruction(self.instruction) if role == "query" else None
             rows = [gircse_input_ids(self.tokenizer, t, instr, self.max_length) for t in texts]
@@ -125,11 +124,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from encoders.embedders import get_embedder
-    from encoders.models import load_model
-    from encoders.train.data import _beir
-    from encoders.train.infonce import InfoNCEEmbedder
-    from encoders.train.trainer import TrainConfig, train
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.models import load_model
+    from alignir.encoders.train.data import _beir
+    from alignir.encoders.train.infonce import InfoNCEEmbedder
+    from alignir.encoders.train.trainer import TrainConfig, train
 
     loaded = load_model(args.model, device="cpu")
     wd = Path(args.workdir)

@@ -57,8 +57,7 @@ def transfer(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list
 def product_default(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list[dict]:
     """nDCG@10 of the shipped default fusion (retrieval.searcher.LEG_SET_DEFAULTS) on every
     collection, read from the same sweeps (the grid holds the default point)."""
-    sys.path.insert(0, str(ROOT))
-    from retrieval.searcher import LEG_SET_DEFAULTS
+    from alignir.retrieval.searcher import LEG_SET_DEFAULTS
 
     rows = []
     for legs, (method, weights) in LEG_SET_DEFAULTS.items():

@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
@@ -41,9 +40,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from encoders.models import load_model
-    from encoders.train.data import _beir
-    from encoders.train.trainer import TrainConfig, method_class, train
+    from alignir.encoders.models import load_model
+    from alignir.encoders.train.data import _beir
+    from alignir.encoders.train.trainer import TrainConfig, method_class, train
 
     wd = Path(args.workdir)
     wd.mkdir(parents=True, exist_ok=True)

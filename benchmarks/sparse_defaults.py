@@ -25,11 +25,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_quality import Harness  # noqa: E402
-from retrieval.config import SparseConfig  # noqa: E402
+from alignir.retrieval.config import SparseConfig  # noqa: E402
 
 GRID = {
     "pc1_remove": (0.75, 1.0, 1.25),

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from encoders.aligned import adjust, project_topk, svd_basis, token_logits
+from alignir.encoders.aligned import adjust, project_topk, svd_basis, token_logits
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoders.embedders.base import Embedder
-from encoders.models import cache_dir
+from alignir.encoders.embedders.base import Embedder
+from alignir.encoders.models import cache_dir
 
 __all__ = ["EmbeddingCache", "encode_cached", "fingerprint_key", "text_key", "shard_rows"]
 

@@ -34,7 +34,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from index.store import save_npy
+from alignir.index.io import save_npy
 
 FORMAT_VERSION = 1
 KINDS = ("flat", "hnsw", "ivfpq")

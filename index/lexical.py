@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from index.sparse import SparseIndex
+from alignir.index.sparse import SparseIndex
 
 POSTINGS_DIR = "postings"
 VOCAB_FILE = "vocab.json"

@@ -41,6 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from alignir.index.io import fsync_path, save_npy, sha256_file
+
 FORMAT_NAME = "alignir-index"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -150,39 +152,8 @@ def check_fingerprint(manifest: Mapping[str, Any], fingerprint: Mapping[str, Any
 # low-level file helpers
 
 
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
-
-class _Sink:
-    """A plain writer object, so numpy streams .npy data through Python's ``write``
-    (which raises OSError with errno ENOSPC / EFBIG) instead of ``tofile``."""
-
-    def __init__(self, f: Any) -> None:
-        self.write = f.write
-
-
-def save_npy(path: str | Path, array: np.ndarray) -> None:
-    """``np.save`` without pickle whose I/O errors carry their errno (disk full...)."""
-    arr = np.asarray(array)
-    if arr.dtype == object:
-        raise ValueError(f"{path}: object arrays cannot be stored (they would need pickle)")
-    with open(path, "wb") as f:
-        np.lib.format.write_array(_Sink(f), arr, allow_pickle=False)
-
-
-def _fsync_path(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_sha256 = sha256_file
+_fsync_path = fsync_path
 
 
 def _list_files(root: Path) -> list[str]:
@@ -701,7 +672,7 @@ def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
                                 f"{len(doc_ids)}, dense vectors {vectors.shape}")
     sparse = dense = None
     if load_sparse and "sparse" in comps:
-        from index.sparse import SparseIndex
+        from alignir.index.sparse import SparseIndex
 
         try:  # checksums were verified above (or verification was declined)
             sparse = SparseIndex.load(path / comps["sparse"], mmap=mmap, verify=False)
@@ -710,7 +681,7 @@ def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
         if int(sparse.n_docs) != n:
             raise CorruptIndexError(f"{path}: sparse index has {sparse.n_docs} docs, expected {n}")
     if load_dense and "faiss" in comps:
-        from index.dense import DenseIndex
+        from alignir.index.dense import DenseIndex
 
         try:
             dense = DenseIndex.load(path / comps["faiss"])
@@ -720,7 +691,7 @@ def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
             raise CorruptIndexError(f"{path}: faiss index has {dense.n_docs} docs, expected {n}")
     lexical = None
     if load_lexical and "lexical" in comps:
-        from index.lexical import LexicalLeg
+        from alignir.index.lexical import LexicalLeg
 
         try:
             lexical = LexicalLeg.load(path / comps["lexical"], manifest.get("lexical"), mmap=mmap,

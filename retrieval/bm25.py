@@ -173,8 +173,8 @@ def lexical_leg(texts: Sequence[str], k1: float = 0.9, b: float = 0.4, stem: boo
                 stopwords: str | None = "en", show_progress: bool = False):
     """The BM25 lexical leg of ``texts`` (row i = doc number i) as an
     :class:`index.lexical.LexicalLeg`: sorted vocabulary, float32 postings, parameters."""
-    from index.lexical import LexicalLeg
-    from index.sparse import SparseIndex
+    from alignir.index.lexical import LexicalLeg
+    from alignir.index.sparse import SparseIndex
 
     if not len(texts):
         raise ValueError("cannot build a lexical leg over an empty corpus")

@@ -13,7 +13,7 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
-    from retrieval.commands import analyze, evaluate, export, indexing, train
+    from alignir.retrieval.commands import analyze, evaluate, export, indexing, train
 
     for module in (indexing, evaluate, export, analyze, train):
         module.register(app)

@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from retrieval.metrics import DEFAULT_METRICS, evaluate, self_hits_apply
-from retrieval.searcher import Searcher, Timings
+from alignir.retrieval.metrics import DEFAULT_METRICS, evaluate, self_hits_apply
+from alignir.retrieval.searcher import Searcher, Timings
 
 Run = dict[str, dict[str, float]]
 

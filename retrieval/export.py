@@ -12,8 +12,8 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from index.store import open_index
-from retrieval.runs import DEFAULT_SCALE, write_json_vector_collection, write_pyserini_queries
+from alignir.index.store import open_index
+from alignir.retrieval.runs import DEFAULT_SCALE, write_json_vector_collection, write_pyserini_queries
 
 
 def stored_doc_matrix(sparse_index: Any) -> sp.csr_matrix:

@@ -15,14 +15,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from encoders.aligned import TermMap
-from index.dense import DenseIndex
-from index.sparse import SparseIndex
-from index.store import (NotAnIndexError, check_fingerprint, open_index, read_manifest,
+from alignir.encoders.aligned import TermMap
+from alignir.index.dense import DenseIndex
+from alignir.index.sparse import SparseIndex
+from alignir.index.store import (NotAnIndexError, check_fingerprint, open_index, read_manifest,
                          replace_lexical, replace_sparse, write_index)
-from retrieval.beir import Corpus, read_corpus_jsonl
-from retrieval.config import SparseConfig
-from retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
+from alignir.retrieval.beir import Corpus, read_corpus_jsonl
+from alignir.retrieval.config import SparseConfig
+from alignir.retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def encode_corpus(embedder: Any, texts: list[str], cache_dir: str | Path | None,
     """Dense document vectors, through the embedding cache (resumes a killed encode)."""
     if not use_cache:
         return embedder.encode_documents(texts)
-    from encoders.cache import EmbeddingCache
+    from alignir.encoders.cache import EmbeddingCache
 
     return EmbeddingCache(cache_dir).encode_cached(embedder, texts, "document",
                                                    shard_size=CHECKPOINT_EVERY, progress=progress)
@@ -111,8 +111,8 @@ def build_index(
     The dense vectors are cached by encoder fingerprint + text hash, so a rebuild (or a
     resumed build after a kill) re-encodes only what is new.
     """
-    from encoders.embedders import get_embedder
-    from encoders.models import load_model
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.models import load_model
 
     stage = on_stage or (lambda s: log.info(s))
     check_target(index_dir)
@@ -137,7 +137,7 @@ def build_index(
     dense_index = DenseIndex.build(H, kind=dense_kind, **dense_opts)
     leg = None
     if lexical:
-        from retrieval.bm25 import lexical_leg
+        from alignir.retrieval.bm25 import lexical_leg
 
         stage("building the lexical leg (BM25)")
         leg = lexical_leg(texts)
@@ -183,8 +183,8 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
                **changes: Any) -> dict[str, Any]:
     """Rebuild the sparse part with new K / M / λ / weighting / folding / quantisation from
     the stored dense vectors (no re-encode). ``changes``: SparseConfig fields."""
-    from encoders.embedders import get_embedder
-    from encoders.models import load_model
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.models import load_model
 
     stored = open_index(index_dir, load_sparse=False, load_dense=False, load_lexical=False)
     old = SparseConfig.from_dict(stored.params.get("sparse", {}))
@@ -216,7 +216,7 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
     the model: ``source`` defaults to the corpus the index was built from (manifest
     ``build.source``). The corpus must hold every indexed document id; texts are taken in
     the index's doc-number order."""
-    from retrieval.bm25 import lexical_leg
+    from alignir.retrieval.bm25 import lexical_leg
 
     manifest = read_manifest(index_dir)
     src = source or manifest.get("build", {}).get("source")

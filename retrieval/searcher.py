@@ -1,6 +1,6 @@
 """Searcher: sparse | dense | bm25 | hybrid | fused leg sets over an index folder, with explanations.
 
-    >>> from retrieval.searcher import Searcher
+    >>> from alignir import Searcher
     >>> s = Searcher.open("indexes/med")
     >>> for hit in s.search("cancer in children", k=5, mode="hybrid", explain=True):
     ...     print(hit.rank, hit.id, round(hit.score, 3), [c.string for c in hit.explanation[:5]])
@@ -34,12 +34,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from encoders.aligned import TermContribution, explain as explain_terms
-from index.store import StoredIndex, open_index
-from retrieval import fusion as fusion_mod
-from retrieval.config import FusionConfig, SparseConfig
-from retrieval.indexer import check_encoder, term_map_from_arrays
-from retrieval.sparsify import Sparsifier
+from alignir.encoders.aligned import TermContribution, explain as explain_terms
+from alignir.index.store import StoredIndex, open_index
+from alignir.retrieval import fusion as fusion_mod
+from alignir.retrieval.config import FusionConfig, SparseConfig
+from alignir.retrieval.indexer import check_encoder, term_map_from_arrays
+from alignir.retrieval.sparsify import Sparsifier
 
 LEGS = ("dense", "sparse", "bm25")
 #: the modes "all" means for an index with its lexical leg (without it: the first three)
@@ -151,7 +151,7 @@ class Searcher:
             raise ValueError(f"{self.index.path}: this index has no lexical (BM25) leg, so the "
                              f"bm25 modes are not available; {LEXICAL_HINT}")
         if self._vectorizer is None or self._vectorizer[0] is not leg:
-            from retrieval.bm25 import QueryVectorizer
+            from alignir.retrieval.bm25 import QueryVectorizer
 
             self._vectorizer = (leg, QueryVectorizer(leg.vocab, leg.params))
         return self._vectorizer
@@ -169,8 +169,8 @@ class Searcher:
         raised naming the fields that differ. ``instruction`` is the query-side task
         instruction (seed 004 Table 7: a task name such as ``"scifact"`` or a literal string).
         """
-        from encoders.embedders import get_embedder
-        from encoders.models import load_model
+        from alignir.encoders.embedders import get_embedder
+        from alignir.encoders.models import load_model
 
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from encoders.aligned import TermMap, adjust, doc_vectors_from_topk, fit_pc1, project_topk, query_vectors
-from retrieval.config import SparseConfig
+from alignir.encoders.aligned import TermMap, adjust, doc_vectors_from_topk, fit_pc1, project_topk, query_vectors
+from alignir.retrieval.config import SparseConfig
 
 #: documents sampled to fit the first principal component u1 (eq.14)
 PC1_SAMPLE = 4096

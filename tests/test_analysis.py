@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.aligned import svd_basis
-from encoders.analysis import (
+from alignir.encoders.aligned import svd_basis
+from alignir.encoders.analysis import (
     LITERAL,
     NOVEL,
     STEM,
@@ -175,7 +175,7 @@ def test_lambda_sweep_moves_alignment_from_stopword_to_key_token():
 def _tiny_loaded(tmp_path=None):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from encoders.models import wrap_model
+    from alignir.encoders.models import wrap_model
 
     tok, vocab = _word_tokenizer(WORDS)
     torch.manual_seed(0)
@@ -194,7 +194,7 @@ TEXTS = ["What diseases are parrots prone to ?", "Plants use light and carbon ."
 
 
 def test_report_and_plots_on_a_tiny_llama(tmp_path):
-    from encoders.embedders import get_embedder
+    from alignir.encoders.embedders import get_embedder
 
     loaded, tok, model = _tiny_loaded()
     H = {n: get_embedder(n, loaded, max_length=64, progress=False).encode_documents(TEXTS)
@@ -239,14 +239,14 @@ def test_analyze_command_on_a_beir_folder(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from retrieval.commands import analyze
+    from alignir.retrieval.commands import analyze
 
     _tiny_loaded(tmp_path / "model")
     beir = tmp_path / "beir"
     beir.mkdir()
     write_corpus(beir / "corpus.jsonl", TEXTS)
     app = typer.Typer()
-    app.callback()(lambda: None)  # a command group, as in retrieval.cli
+    app.callback()(lambda: None)  # a command group, as in alignir.retrieval.cli
     analyze.register(app)
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["analyze", str(beir), "--model", str(tmp_path / "model"), "--n", "4",
@@ -269,8 +269,8 @@ def test_analyze_command_on_a_beir_folder(tmp_path):
 
 @pytest.mark.model
 def test_smollm2_alignment_matches_the_models_own_decoding():
-    from encoders.embedders import get_embedder
-    from encoders.models import load_model
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.models import load_model
 
     loaded = load_model("smollm2-135m", device="cpu")
     texts = ["Photosynthesis lets plants turn sunlight, water and carbon dioxide into sugar.",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.beir import (
+from alignir.retrieval.beir import (
     BeirConsistencyWarning,
     CorpusError,
     Document,
@@ -192,7 +192,7 @@ def test_download_beir_from_a_local_zip_url(tmp_path):
     """The download path (fetch, unzip, atomic rename) over a file:// URL: no network needed."""
     import zipfile
 
-    from retrieval.beir import download_beir
+    from alignir.retrieval.beir import download_beir
 
     src = _make_beir(tmp_path / "src" / "toy", [("d1", "t", "x")], [("q1", "a")], [("q1", "d1", 1)])
     zpath = tmp_path / "toy.zip"

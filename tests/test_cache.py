@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from conftest import TINY_CORPUS
-from encoders.cache import EmbeddingCache, encode_cached, fingerprint_key, shard_rows, text_key
-from encoders.embedders import get_embedder
-from encoders.embedders.base import Embedder
+from alignir.encoders.cache import EmbeddingCache, encode_cached, fingerprint_key, shard_rows, text_key
+from alignir.encoders.embedders import get_embedder
+from alignir.encoders.embedders.base import Embedder
 
 TEXTS = [f"{s} (variant {i})" for i in range(5) for s in TINY_CORPUS]  # 30 distinct texts
 

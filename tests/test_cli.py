@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from retrieval.cli import app
+from alignir.retrieval.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
@@ -136,7 +136,7 @@ def test_killed_build_leaves_old_index_usable(env, tiny_folder):
     idx = env / "idx"
     assert invoke("build-index", small, "--index", idx, "--model", tiny_folder).exit_code == 0
     before = invoke("search", "plants", "--index", idx, "--mode", "sparse", "--json").stdout
-    cmd = [sys.executable, "-m", "retrieval.cli", "build-index", str(big), "--index", str(idx),
+    cmd = [sys.executable, "-m", "alignir.retrieval.cli", "build-index", str(big), "--index", str(idx),
            "--model", str(tiny_folder), "--no-resume"]
     child_env = {**os.environ, "ALIGNIR_CACHE": str(env / "cache")}
     for delay in (1.0, 3.0, 6.0):
@@ -239,10 +239,10 @@ def test_sharded_encode_merge_then_build(env, tiny_folder):
         assert r.exit_code == 0, r.output
     r = invoke("cache-merge", env / "shard0", env / "shard1", "--cache-dir", env / "merged")
     assert r.exit_code == 0 and "copied" in r.output
-    from encoders.cache import EmbeddingCache
-    from encoders.embedders import get_embedder
-    from encoders.models import load_model
-    from retrieval.indexer import read_source
+    from alignir.encoders.cache import EmbeddingCache
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.models import load_model
+    from alignir.retrieval.indexer import read_source
 
     enc = get_embedder("prompteol", load_model(str(tiny_folder)), max_length=512)
     texts = read_source(corpus).texts()

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from index.dense import DenseIndex, Transform
+from alignir.index.dense import DenseIndex, Transform
 
 RNG = np.random.default_rng(7)
 N, D = 600, 24

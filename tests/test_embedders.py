@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import TINY_CORPUS
-from encoders.embedders import EMBEDDERS, embedder_class, get_embedder
-from encoders.embedders.prompteol import FAMILY_DEFAULTS
-from encoders.templates import INSTRUCTIONS, TEMPLATES, get_template
+from alignir.encoders.embedders import EMBEDDERS, embedder_class, get_embedder
+from alignir.encoders.embedders.prompteol import FAMILY_DEFAULTS
+from alignir.encoders.templates import INSTRUCTIONS, TEMPLATES, get_template
 
 FAMILIES = list(FAMILY_DEFAULTS)
 TEXTS = TINY_CORPUS + ["short", "a b", "Light."]
@@ -202,9 +202,9 @@ def test_template_render_spans():
 def test_registry_names_and_targets():
     for name in FAMILIES:
         assert embedder_class(name).family == name
-    assert EMBEDDERS["autoregembed"] == "encoders.embedders.autoregembed:AutoRegEmbedEmbedder"
+    assert EMBEDDERS["autoregembed"] == "alignir.encoders.embedders.autoregembed:AutoRegEmbedEmbedder"
     assert EMBEDDERS["llm2comp"] == "encoders.embedders.llm2comp:LLM2CompEmbedder"
-    assert EMBEDDERS["gircse"] == "encoders.embedders.gircse:GircseEmbedder"
+    assert EMBEDDERS["gircse"] == "alignir.encoders.embedders.gircse:GircseEmbedder"
 
 
 def test_get_embedder_from_spec_string(tiny_model, tmp_path):

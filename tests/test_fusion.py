@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from retrieval.fusion import fuse, fuse_runs, minmax, ranked, rrf, zscore
+from alignir.retrieval.fusion import fuse, fuse_runs, minmax, ranked, rrf, zscore
 
 A = {"a": 3.0, "b": 2.0, "c": 1.0}
 B = {"b": 10.0, "d": 6.0, "a": 2.0}

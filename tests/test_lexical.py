@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from index.store import CorruptIndexError, open_index, replace_lexical
-from retrieval import fusion
-from retrieval.bm25 import BM25, QueryVectorizer, bm25_weights, lexical_leg
-from retrieval.config import FusionConfig, SparseConfig
-from retrieval.indexer import add_lexical, build_index, resparsify
-from retrieval.searcher import Searcher, fuse_legs, parse_mode
+from alignir.index.store import CorruptIndexError, open_index, replace_lexical
+from alignir.retrieval import fusion
+from alignir.retrieval.bm25 import BM25, QueryVectorizer, bm25_weights, lexical_leg
+from alignir.retrieval.config import FusionConfig, SparseConfig
+from alignir.retrieval.indexer import add_lexical, build_index, resparsify
+from alignir.retrieval.searcher import Searcher, fuse_legs, parse_mode
 
 from conftest import TINY_CORPUS, write_corpus, write_queries
 
@@ -247,7 +247,7 @@ def _manual_zscore(lists, weights):
 
 
 def test_leg_sets_with_bm25_default_to_the_transferred_zscore_weights(built, tiny_model):
-    from retrieval.searcher import LEG_SET_DEFAULTS
+    from alignir.retrieval.searcher import LEG_SET_DEFAULTS
 
     s = Searcher.open(built, loaded=tiny_model)
     q = QUERIES[2]
@@ -325,7 +325,7 @@ def test_weights_validated(built, tiny_model):
 def test_cli_lexical_cycle(tmp_path, monkeypatch, tiny_model):
     from typer.testing import CliRunner
 
-    from retrieval.cli import app
+    from alignir.retrieval.cli import app
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
     hf = tmp_path / "tiny-hf"

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from encoders.train.losses import (cda_divergence_loss, cda_loss, ctkd_kl, gircse_loss, icr_regulariser, info_nce,
+from alignir.encoders.train.losses import (cda_divergence_loss, cda_loss, ctkd_kl, gircse_loss, icr_regulariser, info_nce,
                                    sequence_nll, simcse_loss, stepwise_contrastive, token_divergence)
 
 t = torch.tensor

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from retrieval.metrics import drop_self_hits, evaluate, trec_order
+from alignir.retrieval.metrics import drop_self_hits, evaluate, trec_order
 
 L2 = math.log2
 QRELS = {"q1": {"d1": 2, "d2": 1, "d3": 1, "dz": 0}, "q2": {"d5": 1}}
@@ -70,7 +70,7 @@ def test_bad_inputs():
 def test_bm25_scores_match_lucene_formula():
     """bm25s with method="lucene": idf = ln(1 + (N - df + .5)/(df + .5)), tf part
     tf / (tf + k1 (1 - b + b dl/avgdl)) (Lucene >= 8 drops the constant (k1 + 1))."""
-    from retrieval.bm25 import BM25
+    from alignir.retrieval.bm25 import BM25
 
     texts = ["apple banana apple", "banana cherry", "cherry cherry cherry date", "elder"]
     ids = ["d0", "d1", "d2", "d3"]
@@ -97,7 +97,7 @@ def test_bm25_scores_match_lucene_formula():
 
 
 def test_self_hit_policy_only_for_shared_id_collections():
-    from retrieval.metrics import self_hits_apply
+    from alignir.retrieval.metrics import self_hits_apply
 
     assert self_hits_apply("arguana") and self_hits_apply("/data/beir/quora/")
     assert not self_hits_apply("adi") and not self_hits_apply("scifact")

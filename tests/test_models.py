@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.models import (
+from alignir.encoders.models import (
     REGISTERED_MODELS,
     ModelNotFoundError,
     backbone,

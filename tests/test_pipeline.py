@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from index.store import FingerprintMismatch, open_index
-from retrieval.config import SparseConfig
-from retrieval.indexer import build_index, resparsify
-from retrieval.searcher import Searcher
-from retrieval.sparsify import Sparsifier
+from alignir.index.store import FingerprintMismatch, open_index
+from alignir.retrieval.config import SparseConfig
+from alignir.retrieval.indexer import build_index, resparsify
+from alignir.retrieval.searcher import Searcher
+from alignir.retrieval.sparsify import Sparsifier
 
 from conftest import TINY_CORPUS, write_corpus
 
@@ -200,7 +200,7 @@ def test_pc1_remove_sets_lambda_from_corpus(built, tiny_model):
 
 
 def test_run_queries_drops_self_hits_only_when_asked(built, tiny_model):
-    from retrieval.evaluation import run_queries
+    from alignir.retrieval.evaluation import run_queries
 
     s = Searcher.open(built, loaded=tiny_model)
     queries = {"d0": TINY_CORPUS[0]}  # query id equal to a document id (ArguAna-style)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.pooling import last_token_index, pool, pool_last, pool_mean, pool_weighted_mean
+from alignir.encoders.pooling import last_token_index, pool, pool_last, pool_mean, pool_weighted_mean
 
 
 @pytest.fixture

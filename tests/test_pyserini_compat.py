@@ -22,12 +22,11 @@ import pytest
 import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.pyserini_support import _impact_index_job, impact_search, pyserini_missing, run_pyserini_jobs  # noqa: E402
-from retrieval.beir import load_beir  # noqa: E402
-from retrieval.metrics import evaluate  # noqa: E402
-from retrieval.runs import quantize, read_trec, write_json_vector_collection, write_pyserini_queries  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
+from alignir.retrieval.metrics import evaluate  # noqa: E402
+from alignir.retrieval.runs import quantize, read_trec, write_json_vector_collection, write_pyserini_queries  # noqa: E402
 
 ADI = Path("/work/shared/datasets/adi")
 K = 10
@@ -123,7 +122,7 @@ def test_pyserini_impact_search_equals_brute_force(tmp_path):
 
     # alignir's own sparse index on the same integers returns the same scores
     try:
-        from index.sparse import SparseIndex
+        from alignir.index.sparse import SparseIndex
     except ImportError:
         SparseIndex = None
     if SparseIndex is not None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from retrieval.runs import (
+from alignir.retrieval.runs import (
     pyserini_terms,
     quantize,
     read_trec,

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.sparse import SparseIndex
+from alignir.index.sparse import SparseIndex
 
 
 def canon(m) -> sp.csr_matrix:

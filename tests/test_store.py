@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import index.store as store
-from index.dense import DenseIndex
-from index.sparse import SparseIndex
-from index.store import (CorruptIndexError, FingerprintMismatch, NotAnIndexError,
+import alignir.index.store as store
+from alignir.index.dense import DenseIndex
+from alignir.index.sparse import SparseIndex
+from alignir.index.store import (CorruptIndexError, FingerprintMismatch, NotAnIndexError,
                          UnsupportedFormatError, check_fingerprint, open_index, replace_sparse,
                          write_index)
 
@@ -258,9 +258,8 @@ def test_replace_sparse_swaps_only_the_sparse_part(tmp_path):
 
 WRITER = """
 import sys, numpy as np
-sys.path.insert(0, {root!r})
-from index.store import IndexWriteError, write_index
-from index.dense import DenseIndex
+from alignir.index.store import IndexWriteError, write_index
+from alignir.index.dense import DenseIndex
 n, d = {n}, {d}
 vecs = np.random.default_rng(0).standard_normal((n, d), dtype=np.float32)
 ids = ["big-%d" % i for i in range(n)]

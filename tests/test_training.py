@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.train.data import Pair, batch_indices, load_beir_pairs, load_pairs, load_texts
-from encoders.train.trainer import train
+from alignir.encoders.train.data import Pair, batch_indices, load_beir_pairs, load_pairs, load_texts
+from alignir.encoders.train.trainer import train
 
 from conftest import (TINY_CORPUS, TRAIN_CASE_IDS, TRAIN_CASES, TRAIN_QUERIES, train_config, train_losses,
                       write_corpus, write_queries)
@@ -43,8 +43,8 @@ def test_each_loss_goes_down(method, stage, kind, hp, tiny_model, data_files, tm
     ("infonce", "contrastive", "pairs", "infonce", {}),
 ])
 def test_adapter_save_reload_encodes_identically(method, stage, kind, family, opts, tiny_model, data_files, tmp_path):
-    from encoders.embedders import get_embedder
-    from encoders.train.infonce import InfoNCEEmbedder, prompteol_forward
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.train.infonce import InfoNCEEmbedder, prompteol_forward
 
     hp = {k: v for k, v in opts.items()}
     summary = train(_cfg(tmp_path, method, stage, data_files[kind], steps=3, hp=hp), loaded=tiny_model, return_method=True)
@@ -53,14 +53,14 @@ def test_adapter_save_reload_encodes_identically(method, stage, kind, family, op
     texts = TINY_CORPUS[:3]
     with torch.no_grad():
         if family == "autoregembed":
-            from encoders.embedders.autoregembed import compress, role_instruction
+            from alignir.encoders.embedders.autoregembed import compress, role_instruction
             want = compress(live.model, tiny_model.tokenizer, texts, role_instruction("document"), live.soft, 32).mean(1)
         elif family == "llm2comp":
-            from encoders.embedders.llm2comp import memory_states
+            from alignir.encoders.embedders.llm2comp import memory_states
             want = memory_states(live.model, tiny_model.tokenizer, texts, live.soft, 32).mean(1)
         elif family == "gircse":
-            from encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
-            from encoders.train.genbase import left_pad, pad_id
+            from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
+            from alignir.encoders.train.genbase import left_pad, pad_id
             rows = [gircse_input_ids(tiny_model.tokenizer, t, None, 32) for t in texts]
             want = generate_soft_tokens(live.model, *left_pad(rows, pad_id(tiny_model.tokenizer)), K=3).mean(1)
         else:
@@ -157,8 +157,8 @@ def test_batch_indices_resume_and_cover():
 def test_cli_train_runs(tiny_model, data_files, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import encoders.train.trainer as tr
-    from retrieval.cli import app
+    import alignir.encoders.train.trainer as tr
+    from alignir.retrieval.cli import app
 
     real = tr.train
     monkeypatch.setattr(tr, "train", lambda cfg: real(cfg, loaded=tiny_model))  # tiny model instead of a spec

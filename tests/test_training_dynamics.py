@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.train.trainer import train
+from alignir.encoders.train.trainer import train
 
 from conftest import TINY_CORPUS, TRAIN_CASE_IDS, TRAIN_CASES, train_config, train_log, train_losses
 
@@ -31,7 +31,7 @@ _cfg = functools.partial(train_config, steps=5, resume=False)
 @pytest.fixture(scope="module")
 def tiny_lm(tiny_model):
     """The tiny Llama trained (all weights, seeded) as a causal LM on TINY_CORPUS."""
-    from encoders.models import wrap_model
+    from alignir.encoders.models import wrap_model
 
     torch.manual_seed(0)
     m = copy.deepcopy(tiny_model.model).train()
@@ -64,9 +64,9 @@ def test_fixed_batch_loss_falls_steadily(method, stage, kind, hp, tiny_lm, data_
 def test_gircse_kv_cache_gradients_equal_algorithm1(tiny_lm):
     """Training runs the K generation steps with the KV cache; its gradients must be those of
     Algorithm 1 re-running f_θ([X; D]) at every step (seed 003 Alg.1, App. D)."""
-    from encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
-    from encoders.train.adapter import add_lora
-    from encoders.train.genbase import left_pad, pad_id
+    from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
+    from alignir.encoders.train.adapter import add_lora
+    from alignir.encoders.train.genbase import left_pad, pad_id
 
     torch.manual_seed(0)
     m = add_lora(copy.deepcopy(tiny_lm.model), 4, 8).train()

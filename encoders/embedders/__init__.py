@@ -9,23 +9,23 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from encoders.embedders.base import Embedder
+from alignir.encoders.embedders.base import Embedder
 
 __all__ = ["Embedder", "EMBEDDERS", "get_embedder", "register_embedder", "embedder_class"]
 
 EMBEDDERS: dict[str, str] = {
     # training-free (seed 004 §2)
-    "prompteol": "encoders.embedders.prompteol:PromptEOLEmbedder",
-    "last": "encoders.embedders.prompteol:LastTokenEmbedder",
-    "mean": "encoders.embedders.prompteol:MeanEmbedder",
-    "weighted-mean": "encoders.embedders.prompteol:WeightedMeanEmbedder",
-    "echo": "encoders.embedders.prompteol:EchoEmbedder",
+    "prompteol": "alignir.encoders.embedders.prompteol:PromptEOLEmbedder",
+    "last": "alignir.encoders.embedders.prompteol:LastTokenEmbedder",
+    "mean": "alignir.encoders.embedders.prompteol:MeanEmbedder",
+    "weighted-mean": "alignir.encoders.embedders.prompteol:WeightedMeanEmbedder",
+    "echo": "alignir.encoders.embedders.prompteol:EchoEmbedder",
     # trained (seeds 000, 002, 003)
-    "autoregembed": "encoders.embedders.autoregembed:AutoRegEmbedEmbedder",
+    "autoregembed": "alignir.encoders.embedders.autoregembed:AutoRegEmbedEmbedder",
     "llm2comp": "encoders.embedders.llm2comp:LLM2CompEmbedder",
-    "gircse": "encoders.embedders.gircse:GircseEmbedder",
+    "gircse": "alignir.encoders.embedders.gircse:GircseEmbedder",
     # PromptEOL read through an InfoNCE-trained LoRA adapter (the contrastive baseline)
-    "infonce": "encoders.train.infonce:InfoNCEEmbedder",
+    "infonce": "alignir.encoders.train.infonce:InfoNCEEmbedder",
 }
 
 
@@ -57,7 +57,7 @@ def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
     """Build an embedder. ``model`` is a LoadedModel or a model spec for ``load_model``
     (then the options ``device`` and ``dtype`` go to the loader)."""
     cls = embedder_class(name)
-    from encoders.models import LoadedModel, load_model
+    from alignir.encoders.models import LoadedModel, load_model
 
     if isinstance(model, str):
         model = load_model(model, device=options.pop("device", "auto"), dtype=options.pop("dtype", None))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from encoders.templates import I_NEXT, I_SELF, INSTRUCTION_SEPARATOR
-from encoders.train.embedder_base import TrainedEmbedder
-from encoders.train.genbase import (bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone,
+from alignir.encoders.templates import I_NEXT, I_SELF, INSTRUCTION_SEPARATOR
+from alignir.encoders.train.embedder_base import TrainedEmbedder
+from alignir.encoders.train.genbase import (bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone,
                                     token_ids)
 
 __all__ = ["AutoRegEmbedEmbedder", "compress", "autoreg_input_ids", "role_instruction"]

@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from encoders.embedders.base import Embedder
-from encoders.models import LoadedModel, backbone
-from encoders.pooling import POOLINGS, pool
-from encoders.templates import INSTRUCTION_SEPARATOR, Template, get_template, resolve_instruction
+from alignir.encoders.embedders.base import Embedder
+from alignir.encoders.models import LoadedModel, backbone
+from alignir.encoders.pooling import POOLINGS, pool
+from alignir.encoders.templates import INSTRUCTION_SEPARATOR, Template, get_template, resolve_instruction
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ import copy
 
 import torch
 
-from encoders.embedders.autoregembed import compress, role_instruction
-from encoders.train.adapter import frozen
-from encoders.train.base import Method
-from encoders.train.genbase import decoder_logits, init_soft_tokens, pad_id, right_pad, token_ids, token_logprobs
-from encoders.train.losses import SQUASH, cda_divergence_loss, cda_loss, sequence_nll, token_divergence
+from alignir.encoders.embedders.autoregembed import compress, role_instruction
+from alignir.encoders.train.adapter import frozen
+from alignir.encoders.train.base import Method
+from alignir.encoders.train.genbase import decoder_logits, init_soft_tokens, pad_id, right_pad, token_ids, token_logprobs
+from alignir.encoders.train.losses import SQUASH, cda_divergence_loss, cda_loss, sequence_nll, token_divergence
 
 __all__ = ["AutoRegEmbedMethod"]
 

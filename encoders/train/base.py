@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from encoders.train.data import Pair
+from alignir.encoders.train.data import Pair
 
 __all__ = ["Method", "pair_texts"]
 

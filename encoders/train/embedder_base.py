@@ -7,9 +7,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from encoders.embedders.base import Embedder
-from encoders.train.adapter import adapter_hash, load_adapter
-from encoders.train.genbase import init_soft_tokens
+from alignir.encoders.embedders.base import Embedder
+from alignir.encoders.train.adapter import adapter_hash, load_adapter
+from alignir.encoders.train.genbase import init_soft_tokens
 
 __all__ = ["TrainedEmbedder"]
 

@@ -69,7 +69,7 @@ def input_embeddings(model) -> torch.nn.Module:
 
 
 def _backbone(model):
-    from encoders.models import backbone
+    from alignir.encoders.models import backbone
 
     return backbone(model)
 

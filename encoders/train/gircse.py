@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
-from encoders.templates import resolve_instruction
-from encoders.train.base import Method, pair_texts
-from encoders.train.genbase import left_pad, pad_id
-from encoders.train.losses import gircse_loss, stepwise_contrastive
+from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
+from alignir.encoders.templates import resolve_instruction
+from alignir.encoders.train.base import Method, pair_texts
+from alignir.encoders.train.genbase import left_pad, pad_id
+from alignir.encoders.train.losses import gircse_loss, stepwise_contrastive
 
 __all__ = ["GircseMethod"]
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from encoders.embedders.prompteol import PromptEOLEmbedder
-from encoders.models import backbone
-from encoders.pooling import pool
-from encoders.train.adapter import adapter_hash, load_adapter
-from encoders.train.base import Method, pair_texts
-from encoders.train.losses import info_nce
+from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
+from alignir.encoders.models import backbone
+from alignir.encoders.pooling import pool
+from alignir.encoders.train.adapter import adapter_hash, load_adapter
+from alignir.encoders.train.base import Method, pair_texts
+from alignir.encoders.train.losses import info_nce
 
 __all__ = ["InfoNCEMethod", "InfoNCEEmbedder", "prompteol_forward"]
 

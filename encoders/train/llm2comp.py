@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from encoders.embedders.llm2comp import encoder_states, memory_states
-from encoders.templates import resolve_instruction
-from encoders.train.adapter import frozen
-from encoders.train.base import Method, pair_texts
-from encoders.train.genbase import (bos_ids, decoder_logits, init_soft_tokens, input_embeddings, left_pad, pad_id,
+from alignir.encoders.embedders.llm2comp import encoder_states, memory_states
+from alignir.encoders.templates import resolve_instruction
+from alignir.encoders.train.adapter import frozen
+from alignir.encoders.train.base import Method, pair_texts
+from alignir.encoders.train.genbase import (bos_ids, decoder_logits, init_soft_tokens, input_embeddings, left_pad, pad_id,
                                     right_pad, token_ids, token_logprobs)
-from encoders.train.losses import ctkd_kl, info_nce, sequence_nll, simcse_loss
+from alignir.encoders.train.losses import ctkd_kl, info_nce, sequence_nll, simcse_loss
 
 __all__ = ["LLM2CompMethod", "set_dropout"]
 

@@ -24,16 +24,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, save_adapter
-from encoders.train.data import batch_indices, load_pairs, load_texts
+from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, save_adapter
+from alignir.encoders.train.data import batch_indices, load_pairs, load_texts
 
 __all__ = ["TrainConfig", "METHODS", "method_class", "train"]
 
 METHODS = {
-    "infonce": "encoders.train.infonce:InfoNCEMethod",
-    "autoregembed": "encoders.train.autoregembed:AutoRegEmbedMethod",
+    "infonce": "alignir.encoders.train.infonce:InfoNCEMethod",
+    "autoregembed": "alignir.encoders.train.autoregembed:AutoRegEmbedMethod",
     "llm2comp": "encoders.train.llm2comp:LLM2CompMethod",
-    "gircse": "encoders.train.gircse:GircseMethod",
+    "gircse": "alignir.encoders.train.gircse:GircseMethod",
 }
 
 #: learning rates of the papers (seed 000 App. A; seed 002 App. 2.1; seed 003 App. C)
@@ -178,7 +178,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     (its ``model`` is the trained peft model) to the summary under ``"method_obj"``.
     """
     cfg.validate()
-    from encoders.models import load_model
+    from alignir.encoders.models import load_model
 
     _seed_all(cfg.seed)
     if loaded is None:
@@ -207,7 +207,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     method = cls(peft_model, loaded, cfg.stage, dict(cfg.hp), extra, cfg.max_length, cfg.target_length)
     if resume_from is not None and getattr(method, "ref", None) is not None:
         # p_ref must be the model as the stage *started*, not the resumed state
-        from encoders.train.genbase import init_soft_tokens
+        from alignir.encoders.train.genbase import init_soft_tokens
 
         base = copy.deepcopy(loaded.model)
         if cfg.init_adapter:

@@ -71,9 +71,9 @@ def register(app: typer.Typer) -> None:
         import numpy as np
         from rich.console import Console
 
-        from encoders.analysis import alignment_table, analyze_embeddings, write_plots
-        from encoders.embedders import get_embedder
-        from encoders.models import load_model
+        from alignir.encoders.analysis import alignment_table, analyze_embeddings, write_plots
+        from alignir.encoders.embedders import get_embedder
+        from alignir.encoders.models import load_model
 
         names = [p.strip() for p in pooling.split(",") if p.strip()]
         if not names:

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from retrieval.commands.common import echo_json, setup_logging, user_errors
+from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
 
 MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
@@ -17,7 +17,7 @@ WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm
 
 def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:
     """Modes of a --mode value; ``available``: what "all" means (default: every mode)."""
-    from retrieval.searcher import MODES, parse_mode
+    from alignir.retrieval.searcher import MODES, parse_mode
 
     if mode.strip() == "all":
         return list(available or MODES)
@@ -51,10 +51,10 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
 def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Path],
               top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
               bm25: bool, progress: bool = True, weights: Optional[dict] = None) -> dict:
-    from retrieval.beir import load_beir
-    from retrieval.evaluation import evaluate_runs, timed_eval
-    from retrieval.runs import write_trec
-    from retrieval.searcher import Searcher, modes_for
+    from alignir.retrieval.beir import load_beir
+    from alignir.retrieval.evaluation import evaluate_runs, timed_eval
+    from alignir.retrieval.runs import write_trec
+    from alignir.retrieval.searcher import Searcher, modes_for
 
     data = load_beir(dataset, split=split)
     searcher = Searcher.open(index, instruction=instruction)
@@ -62,9 +62,9 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
     out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
                      weights=weights)
     if bm25:
-        from retrieval.bm25 import bm25_run
+        from alignir.retrieval.bm25 import bm25_run
 
-        from retrieval.metrics import drop_self_hits, self_hits_apply
+        from alignir.retrieval.metrics import drop_self_hits, self_hits_apply
 
         run_bm25 = bm25_run(data.corpus, data.queries, k=top, show_progress=progress)
         # the bm25s anchor is "bm25" unless the index's own bm25 leg already is
@@ -85,7 +85,7 @@ def _print_table(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from retrieval.metrics import DEFAULT_METRICS
+    from alignir.retrieval.metrics import DEFAULT_METRICS
 
     table = Table(title=f"{result['dataset']} ({result['split']}, {result['queries']} queries)")
     table.add_column("method")
@@ -143,8 +143,8 @@ def beir_cmd(
     one-command benchmark. The index is kept (re-running reuses the cached encodings)."""
     setup_logging(verbose)
     with user_errors():
-        from retrieval.beir import resolve_dataset
-        from retrieval.indexer import build_index
+        from alignir.retrieval.beir import resolve_dataset
+        from alignir.retrieval.indexer import build_index
 
         _modes(mode)  # a bad --mode fails before the build
         folder = resolve_dataset(dataset)

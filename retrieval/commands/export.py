@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from retrieval.commands.common import echo_json, setup_logging, user_errors
+from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
 
 export_app = typer.Typer(help="Export an index for other engines (Pyserini/Anserini impact search).",
                          no_args_is_help=True)
@@ -25,11 +25,11 @@ def export_pyserini_cmd(
     --index LUCENE_DIR --generator DefaultLuceneDocumentGenerator --impact --pretokenized"""
     setup_logging()
     with user_errors():
-        from retrieval.export import export_documents
+        from alignir.retrieval.export import export_documents
 
         contents = None
         if corpus is not None:
-            from retrieval.indexer import read_source
+            from alignir.retrieval.indexer import read_source
 
             contents = {d: doc.contents for d, doc in read_source(corpus).items()}
         echo_json(export_documents(index, out, scale=scale, contents=contents))
@@ -49,9 +49,9 @@ def export_queries_cmd(
     --encoder OUT/queries.jsonl --impact --min-idf -1 --output run.trec"""
     setup_logging()
     with user_errors():
-        from retrieval.beir import load_beir, read_queries
-        from retrieval.export import export_queries
-        from retrieval.searcher import Searcher
+        from alignir.retrieval.beir import load_beir, read_queries
+        from alignir.retrieval.export import export_queries
+        from alignir.retrieval.searcher import Searcher
 
         src = Path(dataset)
         queries = read_queries(src) if src.is_file() else load_beir(dataset, split=split).queries

@@ -7,13 +7,13 @@ from typing import Optional
 
 import typer
 
-from retrieval.commands.common import echo_json, setup_logging, user_errors
+from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 
 
 def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize):
-    from retrieval.config import SparseConfig
+    from alignir.retrieval.config import SparseConfig
 
     base = SparseConfig()
     if lam is not None or remove is not None:  # an explicit λ or fraction replaces the default
@@ -66,7 +66,7 @@ def build_index_cmd(
     """
     setup_logging(verbose)
     with user_errors():
-        from retrieval.indexer import build_index
+        from alignir.retrieval.indexer import build_index
 
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
         opts = {"max_length": max_length, "batch_tokens": batch_tokens}
@@ -107,8 +107,8 @@ def search_cmd(
     """Search an index from the shell."""
     setup_logging(verbose)
     with user_errors():
-        from retrieval.commands.evaluate import parse_weights
-        from retrieval.searcher import Searcher, parse_mode
+        from alignir.retrieval.commands.evaluate import parse_weights
+        from alignir.retrieval.searcher import Searcher, parse_mode
 
         if not query.strip():
             raise ValueError("the query is empty")
@@ -170,7 +170,7 @@ def resparsify_cmd(
     (seconds; no re-encode). Unset options keep their current values."""
     setup_logging(verbose)
     with user_errors():
-        from retrieval.indexer import resparsify
+        from alignir.retrieval.indexer import resparsify
 
         changes = {name: v for name, v in dict(
             doc_k=k, query_m=m, pc1_lambda=lam, pc1_remove=remove, doc_weighting=doc_weighting,
@@ -187,7 +187,7 @@ def info_cmd(
 ) -> None:
     """What is inside an index: counts, sizes, parameters, encoder fingerprint."""
     with user_errors():
-        from index.store import read_manifest
+        from alignir.index.store import read_manifest
 
         manifest = read_manifest(index)
         size = sum(f.stat().st_size for f in Path(index).rglob("*") if f.is_file())
@@ -232,7 +232,7 @@ def add_lexical_cmd(
     no re-encode (seconds). Indexes built before the leg existed get the bm25 modes."""
     setup_logging(verbose)
     with user_errors():
-        from retrieval.indexer import add_lexical
+        from alignir.retrieval.indexer import add_lexical
 
         manifest = add_lexical(index, source, k1=k1, b=b)
         typer.echo(f"lexical leg added to {index}: {manifest['dims']['lexical_terms']} terms, "
@@ -260,10 +260,10 @@ def encode_cmd(
     encoder fingerprint)."""
     setup_logging(verbose)
     with user_errors():
-        from encoders.cache import EmbeddingCache
-        from encoders.embedders import get_embedder
-        from encoders.models import load_model
-        from retrieval.indexer import read_source
+        from alignir.encoders.cache import EmbeddingCache
+        from alignir.encoders.embedders import get_embedder
+        from alignir.encoders.models import load_model
+        from alignir.retrieval.indexer import read_source
 
         texts = read_source(source, skip_bad=skip_bad).texts()
         enc = get_embedder(embedder, load_model(model, device=device), max_length=max_length,
@@ -279,7 +279,7 @@ def cache_merge_cmd(
 ) -> None:
     """Join embedding caches written by separate `alignir encode --shard-id` runs."""
     with user_errors():
-        from encoders.cache import EmbeddingCache
+        from alignir.encoders.cache import EmbeddingCache
 
         n = EmbeddingCache(cache_dir).merge(sources)
         typer.echo(f"copied {n} cache parts")

@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import torch
 
-        from encoders.train.trainer import TrainConfig, train
+        from alignir.encoders.train.trainer import TrainConfig, train
 
         if threads:
             torch.set_num_threads(threads)

@@ -1,0 +1,58 @@
+"""alignir: sparse/dense hybrid retrieval from LLM embeddings by aligned-token decoding.
+
+The public surface, imported lazily so that ``import alignir`` stays light (no torch, no numba)::
+
+    import alignir
+    alignir.build_index("datasets/adi", "indexes/adi", model="smollm2-135m")
+    searcher = alignir.Searcher.open("indexes/adi")
+    hits = searcher.search("information retrieval systems", k=10, mode="hybrid")
+
+The layers are subpackages: ``alignir.encoders`` (text -> dense h -> aligned tokens),
+``alignir.index`` (storage and scoring; never imports the encoders) and ``alignir.retrieval``
+(what a user calls: searcher, fusion, runs, metrics, the ``alignir`` command line).
+"""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+try:
+    __version__ = version("alignir")
+except PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0+unknown"
+
+#: public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "build_index": "alignir.retrieval.indexer",
+    "resparsify": "alignir.retrieval.indexer",
+    "add_lexical": "alignir.retrieval.indexer",
+    "Searcher": "alignir.retrieval.searcher",
+    "Hit": "alignir.retrieval.searcher",
+    "SparseConfig": "alignir.retrieval.config",
+    "FusionConfig": "alignir.retrieval.config",
+    "load_beir": "alignir.retrieval.beir",
+    "IndexStoreError": "alignir.index.store",
+    "NotAnIndexError": "alignir.index.store",
+    "CorruptIndexError": "alignir.index.store",
+    "UnsupportedFormatError": "alignir.index.store",
+    "FingerprintMismatch": "alignir.index.store",
+    "IndexWriteError": "alignir.index.store",
+    "IndexReadError": "alignir.index.store",
+    "BeirFormatError": "alignir.retrieval.beir",
+    "ModelNotFoundError": "alignir.encoders.models",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'alignir' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
