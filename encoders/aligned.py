@@ -16,6 +16,8 @@ float32 with one column per *term* (a token, or a folded group of token variants
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import hashlib
 import json
 import os
@@ -59,11 +61,11 @@ def _as_weight(lm_head: torch.Tensor | np.ndarray) -> torch.Tensor:
     elif isinstance(lm_head, torch.Tensor):
         W = lm_head.detach()
     else:
-        raise ValueError(f"lm_head must be a torch.Tensor or numpy array, got {type(lm_head).__name__}")
+        raise InvalidInputError(f"lm_head must be a torch.Tensor or numpy array, got {type(lm_head).__name__}")
     if W.ndim != 2 or W.shape[0] == 0 or W.shape[1] == 0:
-        raise ValueError(f"lm_head must have shape [V, d] with V, d > 0, got {tuple(W.shape)}")
+        raise InvalidInputError(f"lm_head must have shape [V, d] with V, d > 0, got {tuple(W.shape)}")
     if not W.is_floating_point():
-        raise ValueError(f"lm_head must be floating point, got {W.dtype}")
+        raise InvalidInputError(f"lm_head must be floating point, got {W.dtype}")
     return W
 
 
@@ -75,14 +77,14 @@ def _as_h(H: np.ndarray | torch.Tensor, d: int, name: str = "H") -> np.ndarray:
     if H.ndim == 1:
         H = H[None, :]
     if H.ndim != 2:
-        raise ValueError(f"{name} must be 2-D [n, d], got shape {H.shape}")
+        raise InvalidInputError(f"{name} must be 2-D [n, d], got shape {H.shape}")
     if H.shape[1] != d:
-        raise ValueError(f"{name} has dimension {H.shape[1]} but lm_head has d={d}")
+        raise InvalidInputError(f"{name} has dimension {H.shape[1]} but lm_head has d={d}")
     if not np.issubdtype(H.dtype, np.floating):
-        raise ValueError(f"{name} must be floating point, got {H.dtype}")
+        raise InvalidInputError(f"{name} must be floating point, got {H.dtype}")
     H = np.ascontiguousarray(H, dtype=np.float32)
     if not np.isfinite(H).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise InvalidInputError(f"{name} contains NaN or infinite values")
     return H
 
 
@@ -94,9 +96,9 @@ def _mask_tensor(mask_ids: Iterable[int] | np.ndarray | None, V: int) -> torch.T
     if ids.size == 0:
         return None
     if not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"mask_ids must be integers, got {ids.dtype}")
+        raise InvalidInputError(f"mask_ids must be integers, got {ids.dtype}")
     if ids.min() < 0 or ids.max() >= V:
-        raise ValueError(f"mask_ids out of range [0, {V}): min {ids.min()}, max {ids.max()}")
+        raise InvalidInputError(f"mask_ids out of range [0, {V}): min {ids.min()}, max {ids.max()}")
     m = torch.zeros(V, dtype=torch.bool)
     m[torch.from_numpy(ids.astype(np.int64))] = True
     return m
@@ -127,11 +129,11 @@ def project_topk(
     X = _as_h(H, d)
     k = int(k)
     if chunk < 1:
-        raise ValueError(f"chunk must be >= 1, got {chunk}")
+        raise InvalidInputError(f"chunk must be >= 1, got {chunk}")
     mask = _mask_tensor(mask_ids, V)
     n_allowed = V - (int(mask.sum()) if mask is not None else 0)
     if k < 1 or k > n_allowed:
-        raise ValueError(f"k must be in [1, {n_allowed}] (vocabulary minus masked ids), got {k}")
+        raise InvalidInputError(f"k must be in [1, {n_allowed}] (vocabulary minus masked ids), got {k}")
     n = X.shape[0]
     out_ids = np.empty((n, k), dtype=np.int32)
     out_val = np.empty((n, k), dtype=np.float32)
@@ -185,7 +187,7 @@ def token_logits(
     V, d = W.shape
     X = _as_h(H, d)
     if len(ids) != X.shape[0]:
-        raise ValueError(f"got {len(ids)} id arrays for {X.shape[0]} rows of H")
+        raise InvalidInputError(f"got {len(ids)} id arrays for {X.shape[0]} rows of H")
     out = []
     for i, t in enumerate(ids):
         t = _check_ids(t, V, f"ids[{i}]")
@@ -202,9 +204,9 @@ def _check_ids(t: Any, V: int, name: str) -> np.ndarray:
     if t.size == 0:
         return t.astype(np.int64)
     if not np.issubdtype(t.dtype, np.integer):
-        raise ValueError(f"{name} must be integer token ids, got {t.dtype}")
+        raise InvalidInputError(f"{name} must be integer token ids, got {t.dtype}")
     if t.min() < 0 or t.max() >= V:
-        raise ValueError(f"{name} has token ids outside [0, {V}): min {t.min()}, max {t.max()}")
+        raise InvalidInputError(f"{name} has token ids outside [0, {V}): min {t.min()}, max {t.max()}")
     return t.astype(np.int64)
 
 
@@ -234,9 +236,9 @@ class TermMap:
     def __post_init__(self) -> None:
         t2t = np.asarray(self.token_to_term)
         if t2t.ndim != 1 or not np.issubdtype(t2t.dtype, np.integer):
-            raise ValueError("token_to_term must be a 1-D integer array")
+            raise InvalidInputError("token_to_term must be a 1-D integer array")
         if t2t.size and (t2t.min() < 0 or t2t.max() >= len(self.term_strings)):
-            raise ValueError("token_to_term refers to terms outside term_strings")
+            raise InvalidInputError("token_to_term refers to terms outside term_strings")
         object.__setattr__(self, "token_to_term", t2t.astype(np.int32))
         object.__setattr__(self, "term_strings", tuple(self.term_strings))
 
@@ -252,7 +254,7 @@ class TermMap:
         """Term ids of token ids (any shape)."""
         ids = np.asarray(ids)
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"token ids outside [0, {self.vocab_size})")
+            raise InvalidInputError(f"token ids outside [0, {self.vocab_size})")
         return self.token_to_term[ids]
 
     # -- construction -------------------------------------------------------------------
@@ -262,7 +264,7 @@ class TermMap:
         """One term per token; strings from the tokenizer's vocabulary when given."""
         vocab_size = int(vocab_size)
         if vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+            raise InvalidInputError(f"vocab_size must be >= 1, got {vocab_size}")
         raw = _raw_tokens(tokenizer, vocab_size) if tokenizer is not None else [None] * vocab_size
         names = _unique_safe_names([(r, i) for i, r in enumerate(raw)])
         return cls(np.arange(vocab_size, dtype=np.int32), tuple(names), "identity")
@@ -322,7 +324,7 @@ class TermMap:
         t2t = np.load(os.path.join(folder, "token_to_term.npy"), allow_pickle=False)
         tm = cls(t2t, tuple(meta["term_strings"]), meta["kind"])
         if meta.get("fingerprint") and meta["fingerprint"] != tm.fingerprint():
-            raise ValueError(f"term map in {folder} is corrupt: fingerprint mismatch")
+            raise InvalidInputError(f"term map in {folder} is corrupt: fingerprint mismatch")
         return tm
 
 
@@ -369,7 +371,7 @@ def _weights(logits: np.ndarray, weighting: str) -> np.ndarray:
         return np.log1p(np.maximum(logits, 0)).astype(np.float32)
     if weighting == "binary":
         return np.ones_like(logits, dtype=np.float32)
-    raise ValueError(f"unknown weighting {weighting!r}")
+    raise InvalidInputError(f"unknown weighting {weighting!r}")
 
 
 def _rows_to_csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, n_cols: int) -> sp.csr_matrix:
@@ -394,7 +396,7 @@ def _n_cols(term_map: TermMap | None, V: int) -> int:
     if term_map is None:
         return V
     if term_map.vocab_size != V:
-        raise ValueError(f"term_map covers {term_map.vocab_size} tokens but lm_head has V={V}")
+        raise InvalidInputError(f"term_map covers {term_map.vocab_size} tokens but lm_head has V={V}")
     return term_map.n_terms
 
 
@@ -412,7 +414,7 @@ def doc_vectors(
     ``term_map`` the weights of variants of one term combine by max (so a row may hold fewer
     than K terms).  Zero weights are not stored.  Returns csr float32 [n, n_terms]."""
     if weighting not in DOC_WEIGHTINGS:
-        raise ValueError(f"doc weighting must be one of {DOC_WEIGHTINGS}, got {weighting!r}")
+        raise InvalidInputError(f"doc weighting must be one of {DOC_WEIGHTINGS}, got {weighting!r}")
     W = _as_weight(lm_head)
     _n_cols(term_map, W.shape[0])  # check the term map before the expensive projection
     ids, logits = project_topk(H, W, K, mask_ids=mask_ids, chunk=chunk)
@@ -430,7 +432,7 @@ def doc_vectors_from_topk(
     [n, K]). The first K' columns of a top-K result are the top-K' (rows are sorted), so a
     sweep over K projects once at the largest K and slices."""
     if weighting not in DOC_WEIGHTINGS:
-        raise ValueError(f"doc weighting must be one of {DOC_WEIGHTINGS}, got {weighting!r}")
+        raise InvalidInputError(f"doc weighting must be one of {DOC_WEIGHTINGS}, got {weighting!r}")
     n_cols = _n_cols(term_map, V)
     n = ids.shape[0]
     cols = ids if term_map is None else term_map.map_ids(ids)
@@ -457,16 +459,16 @@ def query_vectors(
     weight is 0 (e.g. relu of a negative logit) drop out.  Returns csr float32 [n, n_terms].
     """
     if weighting not in QUERY_WEIGHTINGS:
-        raise ValueError(f"query weighting must be one of {QUERY_WEIGHTINGS}, got {weighting!r}")
+        raise InvalidInputError(f"query weighting must be one of {QUERY_WEIGHTINGS}, got {weighting!r}")
     W = _as_weight(lm_head)
     V, d = W.shape
     X = _as_h(H, d)
     n = X.shape[0]
     if len(surface_ids) != n:
-        raise ValueError(f"got {len(surface_ids)} surface id arrays for {n} query vectors")
+        raise InvalidInputError(f"got {len(surface_ids)} surface id arrays for {n} query vectors")
     M = int(M)
     if M < 0:
-        raise ValueError(f"M must be >= 0, got {M}")
+        raise InvalidInputError(f"M must be >= 0, got {M}")
     n_cols = _n_cols(term_map, V)
     maskt = _mask_tensor(mask_ids, V)
     mask = maskt.numpy() if maskt is not None else None
@@ -507,9 +509,9 @@ def svd_basis(H: np.ndarray | torch.Tensor, center: bool = False) -> tuple[np.nd
         H = H.detach().cpu().numpy()
     X = np.asarray(H, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] < 1:
-        raise ValueError(f"H must be 2-D [n, d] with n >= 1, got shape {X.shape}")
+        raise InvalidInputError(f"H must be 2-D [n, d] with n >= 1, got shape {X.shape}")
     if not np.isfinite(X).all():
-        raise ValueError("H contains NaN or infinite values")
+        raise InvalidInputError("H contains NaN or infinite values")
     if center:
         X = X - X.mean(axis=0, keepdims=True)
     G = X.T @ X
@@ -539,7 +541,7 @@ def adjust(H: np.ndarray | torch.Tensor, u1: np.ndarray, lam: float) -> np.ndarr
     u = np.asarray(u1, dtype=np.float32).ravel()
     X = _as_h(H, u.size)
     if not np.isfinite(u).all() or not np.isfinite(lam):
-        raise ValueError("u1 and lam must be finite")
+        raise InvalidInputError("u1 and lam must be finite")
     return (X + np.float32(lam) * u[None, :]).astype(np.float32)
 
 
@@ -564,10 +566,10 @@ def _row(x: Any, name: str) -> sp.csr_matrix:
     else:
         a = np.asarray(x, dtype=np.float32)
         if a.ndim != 1 and not (a.ndim == 2 and a.shape[0] == 1):
-            raise ValueError(f"{name} must be one row, got shape {a.shape}")
+            raise InvalidInputError(f"{name} must be one row, got shape {a.shape}")
         m = sp.csr_matrix(a.reshape(1, -1))
     if m.shape[0] != 1:
-        raise ValueError(f"{name} must be a single row, got shape {m.shape}")
+        raise InvalidInputError(f"{name} must be a single row, got shape {m.shape}")
     m.sum_duplicates()
     return m
 
@@ -578,9 +580,9 @@ def explain(query_row: Any, doc_row: Any, term_map: TermMap | None = None) -> li
     contributions equals the sparse dot product q·d."""
     q, dvec = _row(query_row, "query_row"), _row(doc_row, "doc_row")
     if q.shape[1] != dvec.shape[1]:
-        raise ValueError(f"query_row has {q.shape[1]} terms, doc_row has {dvec.shape[1]}")
+        raise InvalidInputError(f"query_row has {q.shape[1]} terms, doc_row has {dvec.shape[1]}")
     if term_map is not None and term_map.n_terms != q.shape[1]:
-        raise ValueError(f"term_map has {term_map.n_terms} terms, rows have {q.shape[1]}")
+        raise InvalidInputError(f"term_map has {term_map.n_terms} terms, rows have {q.shape[1]}")
     shared, qi, di = np.intersect1d(q.indices, dvec.indices, assume_unique=True, return_indices=True)
     out = []
     for t, a, b in zip(shared, q.data[qi], dvec.data[di]):

@@ -13,6 +13,8 @@ Everything takes arrays (H, lm_head, id sets); a tokenizer is only needed for to
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import logging
 import re
 from dataclasses import dataclass
@@ -65,12 +67,12 @@ def surface_sets(texts: Sequence[str], tokenizer: Any, max_length: int | None = 
     ``exclude`` drops ids (e.g. special ids that literal control strings tokenize into).
     """
     if isinstance(texts, str):
-        raise ValueError("texts must be a sequence of strings, not a single string")
+        raise InvalidInputError("texts must be a sequence of strings, not a single string")
     ex = np.asarray(sorted(set(int(i) for i in exclude)) if exclude is not None else [], dtype=np.int64)
     out = []
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise ValueError(f"texts[{i}] is {type(t).__name__}, expected str")
+            raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str")
         ids = tokenizer(t, add_special_tokens=False)["input_ids"]
         if max_length is not None:
             ids = ids[:max_length]
@@ -87,7 +89,7 @@ def aligned_rankings(H: np.ndarray, lm_head: torch.Tensor | np.ndarray, surface:
     """T̂_s truncated to the first max(k, max_i |T_s_i|) tokens (Process 1, lines 5-10):
     int32 [n, width], each row in descending e_tᵀh order.  Masked ids never appear."""
     if len(surface) != np.asarray(H).shape[0]:
-        raise ValueError(f"got {len(surface)} surface sets for {np.asarray(H).shape[0]} embeddings")
+        raise InvalidInputError(f"got {len(surface)} surface sets for {np.asarray(H).shape[0]} embeddings")
     V = int(lm_head.shape[0])
     n_mask = 0 if mask_ids is None else int(np.unique(np.asarray(list(np.ravel(mask_ids)), dtype=np.int64)).size)
     width = max([int(k)] + [len(s) for s in surface])
@@ -128,9 +130,9 @@ class TokenMatcher:
 
     def __init__(self, tokenizer: Any = None, mode: str = "stem", language: str = "english") -> None:
         if mode not in MATCH_MODES:
-            raise ValueError(f"match mode must be one of {MATCH_MODES}, got {mode!r}")
+            raise InvalidInputError(f"match mode must be one of {MATCH_MODES}, got {mode!r}")
         if mode != "exact" and tokenizer is None:
-            raise ValueError(f"match mode {mode!r} needs a tokenizer (token strings)")
+            raise InvalidInputError(f"match mode {mode!r} needs a tokenizer (token strings)")
         self.tokenizer = tokenizer
         self.mode = mode
         self.stem = "stem" in mode
@@ -196,7 +198,7 @@ class TokenMatcher:
 def _check_pairs(ranked: np.ndarray, surface: Sequence[np.ndarray]) -> np.ndarray:
     ranked = np.asarray(ranked)
     if ranked.ndim != 2 or ranked.shape[0] != len(surface):
-        raise ValueError(f"ranked must be [n, width] with n = {len(surface)} surface sets, got {ranked.shape}")
+        raise InvalidInputError(f"ranked must be [n, width] with n = {len(surface)} surface sets, got {ranked.shape}")
     return ranked
 
 
@@ -230,7 +232,7 @@ def hit_at_k(ranked: np.ndarray, surface: Sequence[np.ndarray], k: int = 10,
     (or, with a normalising matcher, a stem/lemma match).  Texts with empty T_s are skipped."""
     ranked = _check_pairs(ranked, surface)
     if not 1 <= k <= ranked.shape[1]:
-        raise ValueError(f"k must be in [1, {ranked.shape[1]}] (ranking width), got {k}")
+        raise InvalidInputError(f"k must be in [1, {ranked.shape[1]}] (ranking width), got {k}")
     vals = [bool(_matched(ranked[i, :k], s, matcher)[0].any()) for i, s in enumerate(surface) if len(s)]
     return float(np.mean(vals)) if vals else float("nan")
 
@@ -247,7 +249,7 @@ def local_alignment_rate(ranked: np.ndarray, surface: Sequence[np.ndarray],
         if K == 0:
             continue
         if K > ranked.shape[1]:
-            raise ValueError(f"ranking width {ranked.shape[1]} < |T_s| = {K} for text {i}")
+            raise InvalidInputError(f"ranking width {ranked.shape[1]} < |T_s| = {K} for text {i}")
         vals.append(_matched(ranked[i, :K], s, matcher)[0].sum() / K)
     return float(np.mean(vals)) if vals else float("nan")
 
@@ -265,7 +267,7 @@ def global_alignment_rate(ranked: np.ndarray, surface: Sequence[np.ndarray],
         if K == 0:
             continue
         if K > ranked.shape[1]:
-            raise ValueError(f"ranking width {ranked.shape[1]} < |T_s| = {K} for text {i}")
+            raise InvalidInputError(f"ranking width {ranked.shape[1]} < |T_s| = {K} for text {i}")
         den |= set(s.tolist())
         num |= _matched(ranked[i, :K], s, matcher)[1]
     return len(num) / len(den) if den else float("nan")
@@ -298,10 +300,10 @@ def variation(H_hat: np.ndarray, H_base: np.ndarray, U: np.ndarray) -> np.ndarra
     Rows of H_hat and H_base must be the same texts in the same order."""
     A, B = np.asarray(H_hat, dtype=np.float64), np.asarray(H_base, dtype=np.float64)
     if A.shape != B.shape or A.ndim != 2:
-        raise ValueError(f"H_hat and H_base must have the same 2-D shape, got {A.shape} and {B.shape}")
+        raise InvalidInputError(f"H_hat and H_base must have the same 2-D shape, got {A.shape} and {B.shape}")
     U = np.asarray(U, dtype=np.float64)
     if U.ndim != 2 or U.shape[0] != A.shape[1]:
-        raise ValueError(f"U must be [d, m] with d={A.shape[1]}, got {U.shape}")
+        raise InvalidInputError(f"U must be [d, m] with d={A.shape[1]}, got {U.shape}")
     return (A - B).mean(axis=0) @ U
 
 
@@ -329,7 +331,7 @@ def pc_contributions(h: np.ndarray, lm_head: torch.Tensor | np.ndarray, u1: np.n
     h = np.asarray(h, dtype=np.float32).ravel()
     u = np.asarray(u1, dtype=np.float64).ravel()
     if u.size != h.size:
-        raise ValueError(f"u1 has {u.size} dims, h has {h.size}")
+        raise InvalidInputError(f"u1 has {u.size} dims, h has {h.size}")
     ids, total = project_topk(h[None, :], lm_head, k, mask_ids=mask_ids)
     h1 = (float(u @ h) * u).astype(np.float32)
     first = token_logits(h1[None, :], lm_head, [ids[0]])[0]
@@ -498,13 +500,13 @@ def analyze_embeddings(texts: Sequence[str], embeddings: dict[str, np.ndarray], 
     """
     names = list(embeddings)
     if not names:
-        raise ValueError("embeddings is empty")
+        raise InvalidInputError("embeddings is empty")
     n = len(texts)
     for nm, H in embeddings.items():
         if np.asarray(H).shape[0] != n:
-            raise ValueError(f"embeddings[{nm!r}] has {np.asarray(H).shape[0]} rows for {n} texts")
+            raise InvalidInputError(f"embeddings[{nm!r}] has {np.asarray(H).shape[0]} rows for {n} texts")
     if not 0 <= example < n:
-        raise ValueError(f"example must index a text in [0, {n}), got {example}")
+        raise InvalidInputError(f"example must index a text in [0, {n}), got {example}")
     mask = np.asarray(sorted(set(np.ravel(mask_ids).tolist())) if mask_ids is not None else [], dtype=np.int64)
     matcher = TokenMatcher(tokenizer, match) if match != "exact" else None
     surface = surface_sets(texts, tokenizer, max_length=max_length, exclude=mask)
@@ -520,7 +522,7 @@ def analyze_embeddings(texts: Sequence[str], embeddings: dict[str, np.ndarray], 
     if base is None:
         base = "last" if "last" in embeddings else names[0]
     if base not in embeddings:
-        raise ValueError(f"base embedder {base!r} not among {names}")
+        raise InvalidInputError(f"base embedder {base!r} not among {names}")
     Hb = np.asarray(embeddings[base], dtype=np.float32)
     U, s = svd_basis(Hb)
     u1 = U[:, 0].astype(np.float32)
@@ -539,7 +541,7 @@ def analyze_embeddings(texts: Sequence[str], embeddings: dict[str, np.ndarray], 
     if target is None and others:
         target = "prompteol" if "prompteol" in others else others[0]
     if target is not None and target not in embeddings:
-        raise ValueError(f"target embedder {target!r} not among {names}")
+        raise InvalidInputError(f"target embedder {target!r} not among {names}")
     mean_proj = float((Hb @ u1).mean())
     if target is not None:
         unit = float(spectra[f"{target} - {base}"][0])

@@ -18,6 +18,8 @@ Layout under ``root`` (default ``$ALIGNIR_CACHE/embeddings``)::
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import contextlib
 import hashlib
 import json
@@ -45,7 +47,7 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
     try:
         blob = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     except TypeError as e:
-        raise ValueError(f"embedder fingerprint is not JSON-serialisable: {e}") from None
+        raise InvalidInputError(f"embedder fingerprint is not JSON-serialisable: {e}") from None
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -57,24 +59,24 @@ def text_key(text: str) -> bytes:
 def shard_rows(n: int, shard_id: int, shard_num: int) -> np.ndarray:
     """Rows of an n-row input that shard ``shard_id`` of ``shard_num`` handles (contiguous)."""
     if not (isinstance(shard_num, int) and shard_num >= 1):
-        raise ValueError(f"shard_num must be a positive int, got {shard_num!r}")
+        raise InvalidInputError(f"shard_num must be a positive int, got {shard_num!r}")
     if not (isinstance(shard_id, int) and 0 <= shard_id < shard_num):
-        raise ValueError(f"shard_id must be in [0, {shard_num}), got {shard_id!r}")
+        raise InvalidInputError(f"shard_id must be in [0, {shard_num}), got {shard_id!r}")
     return np.array_split(np.arange(n), shard_num)[shard_id]
 
 
 def _check_role(role: str) -> None:
     if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}")
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
     if isinstance(texts, str):
-        raise ValueError("texts must be a sequence of strings, not a single string")
+        raise InvalidInputError("texts must be a sequence of strings, not a single string")
     out = list(texts)
     for i, t in enumerate(out):
         if not isinstance(t, str):
-            raise ValueError(f"texts[{i}] is {type(t).__name__}, expected str")
+            raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str")
     return out
 
 
@@ -100,10 +102,10 @@ class _RoleIndex:
             except (OSError, ValueError, KeyError):  # removed by a concurrent compact: skip
                 continue
             if keys.ndim != 2 or keys.shape[1] != _KEY_BYTES:
-                raise ValueError(f"corrupt cache part {self.folder / name}: keys shape {keys.shape}")
+                raise InvalidInputError(f"corrupt cache part {self.folder / name}: keys shape {keys.shape}")
             if dim is not None:
                 if self.dim is not None and dim != self.dim:
-                    raise ValueError(f"cache part {name} has dim {dim}, others have {self.dim}")
+                    raise InvalidInputError(f"cache part {name} has dim {dim}, others have {self.dim}")
                 self.dim = dim
             for r, k in enumerate(keys):
                 self.where.setdefault(k.tobytes(), (name, r))
@@ -212,9 +214,9 @@ class EmbeddingCache:
         _check_role(role)
         texts = _check_texts(texts)
         if not isinstance(shard_size, int) or shard_size < 1:
-            raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+            raise InvalidInputError(f"shard_size must be a positive int, got {shard_size!r}")
         if (shard_id is None) != (shard_num is None):
-            raise ValueError("give both shard_id and shard_num, or neither")
+            raise InvalidInputError("give both shard_id and shard_num, or neither")
         if shard_num is not None:
             rows = shard_rows(len(texts), shard_id, shard_num)  # type: ignore[arg-type]
             texts = [texts[i] for i in rows]
@@ -247,7 +249,7 @@ class EmbeddingCache:
                 vec = embedder.encode_queries(ctexts) if role == "query" else embedder.encode_documents(ctexts)
                 vec = np.asarray(vec, dtype=np.float32)
                 if vec.shape != (len(chunk), embedder.dim):
-                    raise ValueError(f"embedder returned shape {vec.shape}, expected {(len(chunk), embedder.dim)}")
+                    raise InvalidInputError(f"embedder returned shape {vec.shape}, expected {(len(chunk), embedder.dim)}")
                 self._write_part(folder, tag, seq, [k for k, _ in chunk], vec)
                 seq += 1
                 stats["n_parts_written"] += 1
@@ -266,7 +268,7 @@ class EmbeddingCache:
         for src in sources:
             src = Path(src).expanduser()
             if not src.is_dir():
-                raise ValueError(f"cache root {src} does not exist")
+                raise InvalidInputError(f"cache root {src} does not exist")
             if src.resolve() == self.root.resolve():
                 continue
             for fp_dir in sorted(p for p in src.iterdir() if p.is_dir()):
@@ -275,7 +277,7 @@ class EmbeddingCache:
                     continue
                 fingerprint = json.loads(fp_src.read_text())
                 if fingerprint_key(fingerprint) != fp_dir.name:
-                    raise ValueError(f"{fp_src} does not hash to its folder name {fp_dir.name}")
+                    raise InvalidInputError(f"{fp_src} does not hash to its folder name {fp_dir.name}")
                 self._write_fingerprint(fp_dir.name, fingerprint)
                 for role in ROLES:
                     rdir = fp_dir / role

@@ -17,6 +17,8 @@ which is right for tied and untied heads alike.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import contextlib
 import fcntl
 import hashlib
@@ -54,7 +56,7 @@ __all__ = [
 CONVERT_FORMAT = 1
 
 
-class ModelNotFoundError(ValueError):
+class ModelNotFoundError(InvalidInputError):
     """A model spec could not be resolved; the message lists everything that was tried."""
 
 
@@ -220,9 +222,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     try:
         dev = torch.device(device)
     except RuntimeError as e:
-        raise ValueError(f"unknown device {device!r}: {e}") from None
+        raise InvalidInputError(f"unknown device {device!r}: {e}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
+        raise InvalidInputError(f"device {device!r} requested but CUDA is not available")
     return dev
 
 
@@ -247,7 +249,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     try:
         return _DTYPES[str(dtype).lower()]
     except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'") from None
+        raise InvalidInputError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'") from None
 
 
 _SPECIAL_PATTERN = re.compile(
@@ -289,7 +291,7 @@ def backbone(model: torch.nn.Module) -> torch.nn.Module:
     inner = getattr(model, prefix, None)
     if isinstance(inner, torch.nn.Module):
         return inner
-    raise ValueError(f"cannot find the transformer backbone of {type(model).__name__}")
+    raise InvalidInputError(f"cannot find the transformer backbone of {type(model).__name__}")
 
 
 # --------------------------------------------------------------------------- loaders
@@ -373,7 +375,7 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
     Raises ModelNotFoundError (a ValueError) naming every interpretation that was tried.
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"model spec must be a non-empty string, got {spec!r}")
+        raise InvalidInputError(f"model spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -446,7 +448,7 @@ def wrap_model(name: str, tok, model: torch.nn.Module, identity: dict, dev: str 
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
     head = model.get_output_embeddings()
     if head is None:
-        raise ValueError(f"model {name!r} ({type(model).__name__}) has no output embeddings (LM head)")
+        raise InvalidInputError(f"model {name!r} ({type(model).__name__}) has no output embeddings (LM head)")
     W = head.weight.detach()
     identity = {**identity, "arch": type(model).__name__, "vocab": int(W.shape[0]), "dim": int(W.shape[1])}
     return LoadedModel(

@@ -13,6 +13,8 @@ All pooling is computed in float32.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import torch
 
 __all__ = ["POOLINGS", "last_token_index", "pool_last", "pool_mean", "pool_weighted_mean", "pool"]
@@ -20,13 +22,13 @@ __all__ = ["POOLINGS", "last_token_index", "pool_last", "pool_mean", "pool_weigh
 
 def _check(hidden: torch.Tensor, mask: torch.Tensor, what: str) -> torch.Tensor:
     if hidden.dim() != 3:
-        raise ValueError(f"hidden states must be [batch, seq, dim], got shape {tuple(hidden.shape)}")
+        raise InvalidInputError(f"hidden states must be [batch, seq, dim], got shape {tuple(hidden.shape)}")
     if mask.shape != hidden.shape[:2]:
-        raise ValueError(f"{what} shape {tuple(mask.shape)} does not match hidden {tuple(hidden.shape[:2])}")
+        raise InvalidInputError(f"{what} shape {tuple(mask.shape)} does not match hidden {tuple(hidden.shape[:2])}")
     m = mask.to(device=hidden.device, dtype=torch.bool)
     empty = (~m.any(dim=1)).nonzero().flatten()
     if empty.numel():
-        raise ValueError(f"{what} has no selected token in rows {empty.tolist()[:10]}")
+        raise InvalidInputError(f"{what} has no selected token in rows {empty.tolist()[:10]}")
     return m
 
 
@@ -67,4 +69,4 @@ def pool(kind: str, hidden: torch.Tensor, attention_mask: torch.Tensor, pool_mas
         return pool_mean(hidden, pm)
     if kind == "weighted-mean":
         return pool_weighted_mean(hidden, pm)
-    raise ValueError(f"unknown pooling {kind!r}; use one of {POOLINGS}")
+    raise InvalidInputError(f"unknown pooling {kind!r}; use one of {POOLINGS}")

@@ -12,6 +12,8 @@ and the character span of the occurrence of the text that mean-type pooling read
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from dataclasses import dataclass
 
 __all__ = [
@@ -40,7 +42,7 @@ class Template:
 
     def __post_init__(self) -> None:
         if PLACEHOLDER not in self.pattern:
-            raise ValueError(f"template {self.name!r} has no {PLACEHOLDER} placeholder: {self.pattern!r}")
+            raise InvalidInputError(f"template {self.name!r} has no {PLACEHOLDER} placeholder: {self.pattern!r}")
 
     @property
     def n_slots(self) -> int:
@@ -75,12 +77,12 @@ def get_template(template: str | Template) -> Template:
     if isinstance(template, Template):
         return template
     if not isinstance(template, str):
-        raise ValueError(f"template must be a name or a pattern string, got {type(template).__name__}")
+        raise InvalidInputError(f"template must be a name or a pattern string, got {type(template).__name__}")
     if template in TEMPLATES:
         return TEMPLATES[template]
     if PLACEHOLDER in template:
         return Template("custom", template)
-    raise ValueError(
+    raise InvalidInputError(
         f"unknown template {template!r}: use one of {sorted(TEMPLATES)} or a pattern containing {PLACEHOLDER}"
     )
 
@@ -116,7 +118,7 @@ def resolve_instruction(instruction: str | None) -> str | None:
     if instruction is None:
         return None
     if not isinstance(instruction, str):
-        raise ValueError(f"instruction must be a string or None, got {type(instruction).__name__}")
+        raise InvalidInputError(f"instruction must be a string or None, got {type(instruction).__name__}")
     s = instruction.strip()
     if not s:
         return None

@@ -24,6 +24,8 @@ Files written by ``save`` (no pickle): ``dense.json`` (parameters), ``index.fais
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import json
 import math
 import threading
@@ -91,7 +93,7 @@ class Transform:
         the inverse square root.
         """
         if whiten not in WHITENINGS:
-            raise ValueError(f"whiten must be one of {WHITENINGS}, got {whiten!r}")
+            raise InvalidInputError(f"whiten must be one of {WHITENINGS}, got {whiten!r}")
         if not center and whiten is None:
             return Transform()
         x64 = np.asarray(x, dtype=np.float64)
@@ -99,20 +101,20 @@ class Transform:
         if whiten is None:
             return Transform(mean=mean.astype(np.float32))
         if x64.shape[0] < 2:
-            raise ValueError("whitening needs at least 2 corpus vectors to fit a covariance")
+            raise InvalidInputError("whitening needs at least 2 corpus vectors to fit a covariance")
         xc = x64 - mean
         cov = (xc.T @ xc) / (x64.shape[0] - 1)
         s, u = np.linalg.eigh(cov)
         order = np.argsort(s)[::-1]
         s, u = np.clip(s[order], 0.0, None), u[:, order]
         if s[0] <= 0:
-            raise ValueError("cannot whiten: the corpus vectors have zero variance")
+            raise InvalidInputError("cannot whiten: the corpus vectors have zero variance")
         rank = int((s > rank_tol * s[0]).sum())
         if whiten_dim is not None:
             if not 1 <= whiten_dim <= x64.shape[1]:
-                raise ValueError(f"whiten_dim must be in [1, {x64.shape[1]}], got {whiten_dim}")
+                raise InvalidInputError(f"whiten_dim must be in [1, {x64.shape[1]}], got {whiten_dim}")
             if whiten == "zca":
-                raise ValueError("whiten_dim only applies to whiten='pca' (ZCA keeps the input axes)")
+                raise InvalidInputError("whiten_dim only applies to whiten='pca' (ZCA keeps the input axes)")
             rank = min(rank, whiten_dim)
         s_r, u_r = s[:rank], u[:, :rank]
         w = u_r / np.sqrt(s_r + eps * s[0])
@@ -152,16 +154,16 @@ class DenseParams:
 
     def validate(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+            raise InvalidInputError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.whiten not in WHITENINGS:
-            raise ValueError(f"whiten must be one of {WHITENINGS}, got {self.whiten!r}")
+            raise InvalidInputError(f"whiten must be one of {WHITENINGS}, got {self.whiten!r}")
         if self.whiten is not None and not self.center:
-            raise ValueError("whitening always centres the vectors: pass center=True (or leave it unset)")
+            raise InvalidInputError("whitening always centres the vectors: pass center=True (or leave it unset)")
         for name in ("hnsw_m", "ef_construction", "ef_search", "pq_nbits", "nprobe"):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InvalidInputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.exact_below < 0:
-            raise ValueError(f"exact_below must be >= 0, got {self.exact_below}")
+            raise InvalidInputError(f"exact_below must be >= 0, got {self.exact_below}")
 
 
 def _auto_pq_m(dim: int) -> int:
@@ -218,10 +220,10 @@ class DenseIndex:
         """
         x = _check_matrix(vectors, "vectors")
         if x.shape[0] == 0:
-            raise ValueError("cannot build a dense index from 0 vectors")
+            raise InvalidInputError("cannot build a dense index from 0 vectors")
         unknown = set(options) - set(DenseParams.__dataclass_fields__) - {"extra"}
         if unknown:
-            raise ValueError(f"unknown dense index option(s): {sorted(unknown)}")
+            raise InvalidInputError(f"unknown dense index option(s): {sorted(unknown)}")
         if center is None:
             center = whiten is not None
         params = DenseParams(kind=kind, normalize=bool(normalize), center=bool(center),
@@ -246,7 +248,7 @@ class DenseIndex:
         flat index supports (its vectors are overwritten in place).
         """
         if self.read_only:
-            raise ValueError("this dense index was loaded with mmap=True and is read-only; "
+            raise InvalidInputError("this dense index was loaded with mmap=True and is read-only; "
                              "load it with mmap=False to add documents")
         x = _check_matrix(vectors, "vectors", self.dim_in)
         n_old = self.n_docs
@@ -255,14 +257,14 @@ class DenseIndex:
         else:
             nums = np.asarray(doc_numbers)
             if nums.size and not np.issubdtype(nums.dtype, np.integer):
-                raise ValueError(f"doc_numbers must be integers, got dtype {nums.dtype}")
+                raise InvalidInputError(f"doc_numbers must be integers, got dtype {nums.dtype}")
             nums = nums.astype(np.int64).ravel()
             if nums.shape[0] != x.shape[0]:
-                raise ValueError(f"got {nums.shape[0]} doc_numbers for {x.shape[0]} vectors")
+                raise InvalidInputError(f"got {nums.shape[0]} doc_numbers for {x.shape[0]} vectors")
             if nums.size and nums.min() < 0:
-                raise ValueError(f"doc number {int(nums.min())} is negative")
+                raise InvalidInputError(f"doc number {int(nums.min())} is negative")
             if np.unique(nums).size != nums.size:
-                raise ValueError("duplicate doc numbers in add")
+                raise InvalidInputError("duplicate doc numbers in add")
         if x.shape[0] == 0:
             return nums
         xt = self._prepare(x)
@@ -270,10 +272,10 @@ class DenseIndex:
         if reuse.any():
             live = nums[reuse][~self._deleted[nums[reuse]]]
             if live.size:
-                raise ValueError(f"doc numbers already live in the index: {live[:5].tolist()} "
+                raise InvalidInputError(f"doc numbers already live in the index: {live[:5].tolist()} "
                                  "(remove them first)")
             if self.params.kind != "flat":
-                raise ValueError(f"re-adding removed doc numbers needs kind='flat' "
+                raise InvalidInputError(f"re-adding removed doc numbers needs kind='flat' "
                                  f"({self.params.kind} cannot replace vectors); rebuild instead")
             xb = faiss.rev_swig_ptr(self._index.get_xb(), n_old * self.dim).reshape(n_old, self.dim)
             xb[nums[reuse]] = xt[reuse]
@@ -336,7 +338,7 @@ class DenseIndex:
         the scores are computed exactly over the candidates instead.
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+            raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         k = int(k)
         q = np.asarray(Q)
         if q.ndim == 1:
@@ -474,16 +476,16 @@ class DenseIndex:
         src = Path(directory)
         meta_path = src / "dense.json"
         if not meta_path.is_file():
-            raise ValueError(f"{src} is not a dense index folder (no dense.json)")
+            raise InvalidInputError(f"{src} is not a dense index folder (no dense.json)")
         try:
             meta = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{meta_path} is not valid JSON: {e}") from e
+            raise InvalidInputError(f"{meta_path} is not valid JSON: {e}") from e
         version = meta.get("format_version")
         if not isinstance(version, int) or version < 1:
-            raise ValueError(f"{meta_path}: missing or invalid format_version")
+            raise InvalidInputError(f"{meta_path}: missing or invalid format_version")
         if version > FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: dense index format {version} is newer than supported ({FORMAT_VERSION})")
+            raise InvalidInputError(f"{meta_path}: dense index format {version} is newer than supported ({FORMAT_VERSION})")
         known = set(DenseParams.__dataclass_fields__)
         params = DenseParams(**{k: v for k, v in meta["params"].items() if k in known})
         params.validate()
@@ -491,19 +493,19 @@ class DenseIndex:
         try:
             index = faiss.read_index(str(src / "index.faiss"), flags)
         except RuntimeError as e:
-            raise ValueError(f"{src / 'index.faiss'} is not a readable faiss index: {e}") from e
+            raise InvalidInputError(f"{src / 'index.faiss'} is not a readable faiss index: {e}") from e
         mean = np.load(src / "mean.npy", allow_pickle=False) if meta.get("has_mean") else None
         matrix = np.load(src / "whiten.npy", allow_pickle=False) if meta.get("has_whiten") else None
         deleted = np.load(src / "deleted.npy", allow_pickle=False)
         dim_in = int(meta["dim_in"])
         if index.ntotal != meta["n_docs"] or deleted.shape != (index.ntotal,):
-            raise ValueError(f"{src}: faiss index holds {index.ntotal} vectors, metadata says "
+            raise InvalidInputError(f"{src}: faiss index holds {index.ntotal} vectors, metadata says "
                              f"{meta['n_docs']} and tombstones {deleted.shape}")
         if (mean is not None and mean.shape != (dim_in,)) or (
                 matrix is not None and matrix.shape != (dim_in, index.d)):
-            raise ValueError(f"{src}: transform arrays do not match dimensions {dim_in} -> {index.d}")
+            raise InvalidInputError(f"{src}: transform arrays do not match dimensions {dim_in} -> {index.d}")
         if matrix is None and index.d != dim_in:
-            raise ValueError(f"{src}: faiss dimension {index.d} != input dimension {dim_in}")
+            raise InvalidInputError(f"{src}: faiss dimension {index.d} != input dimension {dim_in}")
         out = cls(params, dim_in, Transform(mean, matrix), index, deleted, use_gpu=use_gpu)
         out.read_only = bool(flags)
         return out
@@ -526,11 +528,11 @@ def _make_faiss_index(params: DenseParams, xt: np.ndarray) -> Any:
     nlist = params.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
     m = params.pq_m or _auto_pq_m(d)
     if d % m:
-        raise ValueError(f"pq_m={m} must divide the vector dimension {d}")
+        raise InvalidInputError(f"pq_m={m} must divide the vector dimension {d}")
     if n < nlist:
-        raise ValueError(f"IVF-PQ with nlist={nlist} needs at least {nlist} corpus vectors, got {n}")
+        raise InvalidInputError(f"IVF-PQ with nlist={nlist} needs at least {nlist} corpus vectors, got {n}")
     if n < 2 ** params.pq_nbits:
-        raise ValueError(f"IVF-PQ with pq_nbits={params.pq_nbits} needs at least "
+        raise InvalidInputError(f"IVF-PQ with pq_nbits={params.pq_nbits} needs at least "
                          f"{2 ** params.pq_nbits} corpus vectors to train, got {n}: lower "
                          "pq_nbits or use kind='flat'")
     params.nlist, params.pq_m = nlist, m
@@ -543,14 +545,14 @@ def _make_faiss_index(params: DenseParams, xt: np.ndarray) -> Any:
 def _check_matrix(x: Any, name: str, dim: int | None = None) -> np.ndarray:
     a = np.asarray(x)
     if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array [n, d], got shape {a.shape}")
+        raise InvalidInputError(f"{name} must be a 2-D array [n, d], got shape {a.shape}")
     if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-        raise ValueError(f"{name} must be numeric, got dtype {a.dtype}")
+        raise InvalidInputError(f"{name} must be numeric, got dtype {a.dtype}")
     if dim is not None and a.shape[1] != dim:
-        raise ValueError(f"{name} has dimension {a.shape[1]}, the index expects {dim}")
+        raise InvalidInputError(f"{name} has dimension {a.shape[1]}, the index expects {dim}")
     a = np.ascontiguousarray(a, dtype=np.float32)
     if not np.isfinite(a).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise InvalidInputError(f"{name} contains NaN or infinite values")
     return a
 
 
@@ -559,11 +561,11 @@ def _check_ids(ids: Any, n: int, name: str) -> np.ndarray:
     if a.size == 0:
         return np.zeros(0, dtype=np.int64)
     if not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"{name} must be integer doc numbers, got dtype {a.dtype}")
+        raise InvalidInputError(f"{name} must be integer doc numbers, got dtype {a.dtype}")
     a = a.astype(np.int64).ravel()
     bad = a[(a < 0) | (a >= n)]
     if bad.size:
-        raise ValueError(f"{name} has doc numbers outside [0, {n}): {bad[:5].tolist()}")
+        raise InvalidInputError(f"{name} has doc numbers outside [0, {n}): {bad[:5].tolist()}")
     return a
 
 

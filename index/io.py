@@ -5,6 +5,8 @@ No other alignir module is imported here, so any module may import this one with
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import hashlib
 import os
 from pathlib import Path
@@ -38,7 +40,7 @@ def save_npy(path: str | Path, array: np.ndarray) -> None:
     """``np.save`` without pickle whose I/O errors carry their errno (disk full...)."""
     arr = np.asarray(array)
     if arr.dtype == object:
-        raise ValueError(f"{path}: object arrays cannot be stored (they would need pickle)")
+        raise InvalidInputError(f"{path}: object arrays cannot be stored (they would need pickle)")
     with open(path, "wb") as f:
         np.lib.format.write_array(_Sink(f), arr, allow_pickle=False)
 

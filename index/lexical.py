@@ -14,6 +14,8 @@ The parameters live in the index manifest (``manifest["lexical"]``), not in this
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +38,10 @@ class LexicalLeg:
     def __post_init__(self) -> None:
         self.vocab = [str(t) for t in self.vocab]
         if int(self.index.n_terms) != len(self.vocab):
-            raise ValueError(f"lexical postings have {self.index.n_terms} terms, the vocabulary "
+            raise InvalidInputError(f"lexical postings have {self.index.n_terms} terms, the vocabulary "
                              f"{len(self.vocab)}")
         if len(set(self.vocab)) != len(self.vocab):
-            raise ValueError("the lexical vocabulary has duplicate terms")
+            raise InvalidInputError("the lexical vocabulary has duplicate terms")
         self.params = json.loads(json.dumps(dict(self.params)))  # JSON-clean for the manifest
 
     @property
@@ -67,13 +69,13 @@ class LexicalLeg:
         path = Path(path)
         vf = path / VOCAB_FILE
         if not vf.is_file():
-            raise ValueError(f"{path}: the lexical vocabulary {VOCAB_FILE} is missing")
+            raise InvalidInputError(f"{path}: the lexical vocabulary {VOCAB_FILE} is missing")
         try:
             vocab = json.loads(vf.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{vf} is not a valid JSON term list: {e}") from None
+            raise InvalidInputError(f"{vf} is not a valid JSON term list: {e}") from None
         if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
-            raise ValueError(f"{vf} must hold a JSON list of strings")
+            raise InvalidInputError(f"{vf} must hold a JSON list of strings")
         index = SparseIndex.load(path / POSTINGS_DIR, mmap=mmap, verify=verify)
         return cls(index, vocab, dict(params or {}))
 

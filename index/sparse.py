@@ -12,6 +12,8 @@ rewrites everything live into one segment. Doc numbers never change.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import hashlib
 import json
 import os
@@ -89,14 +91,14 @@ def _as_csr(matrix, what: str) -> sp.csr_matrix:
     """Canonical float32 CSR (sorted indices, duplicates summed, zeros dropped); rejects
     non-sparse input and NaN/inf values."""
     if not sp.issparse(matrix):
-        raise ValueError(f"{what} must be a scipy.sparse matrix, got {type(matrix).__name__}")
+        raise InvalidInputError(f"{what} must be a scipy.sparse matrix, got {type(matrix).__name__}")
     if matrix.ndim != 2:
-        raise ValueError(f"{what} must be 2-D, got shape {matrix.shape}")
+        raise InvalidInputError(f"{what} must be 2-D, got shape {matrix.shape}")
     csr = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
     if not np.all(np.isfinite(csr.data)):
         bad = int(np.flatnonzero(~np.isfinite(csr.data))[0])
         row = int(np.searchsorted(csr.indptr, bad, side="right") - 1)
-        raise ValueError(f"{what} has a NaN/inf weight (row {row})")
+        raise InvalidInputError(f"{what} has a NaN/inf weight (row {row})")
     csr.sum_duplicates()
     csr.eliminate_zeros()
     csr.sort_indices()
@@ -168,10 +170,10 @@ class SparseIndex:
         holds at least this share of the block's documents (None: 0.5 for float32/uint16,
         1/3 for uint8; > 1 never). Layout only: results are the same either way."""
         if quantize not in (None, *_QUANT_LEVELS):
-            raise ValueError(f"quantize must be None, 'uint8' or 'uint16', got {quantize!r}")
+            raise InvalidInputError(f"quantize must be None, 'uint8' or 'uint16', got {quantize!r}")
         if dense_min is not None and not (isinstance(dense_min, (int, float))
                                           and dense_min >= 0):
-            raise ValueError(f"dense_min must be None or a number >= 0, got {dense_min!r}")
+            raise InvalidInputError(f"dense_min must be None or a number >= 0, got {dense_min!r}")
         m = _as_csr(csr, "documents")
         seg = _build_segment(m, np.arange(m.shape[0], dtype=np.int64), quantize, dense_min)
         return cls([seg], m.shape[0], m.shape[1], quantize, dense_min)
@@ -226,7 +228,7 @@ class SparseIndex:
         """(term ids int32 ascending, weights float32 as scored) of a live document."""
         hits = self._locate(np.array([int(doc_number)], dtype=np.int64))
         if not hits:
-            raise ValueError(f"doc number {doc_number} is not a live document of this index")
+            raise InvalidInputError(f"doc number {doc_number} is not a live document of this index")
         si, _, local = hits[0]
         s = self._segments[si]
         return kernels.doc_terms(*s.kernel_arrays(), s.n_terms, s.nb, int(local[0]))
@@ -243,11 +245,11 @@ class SparseIndex:
         """
         q = _as_csr(queries, "queries")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+            raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         k = int(k)
         if q.nnz and int(q.indices.max()) >= self._n_terms:
             bad = int(q.indices.max())
-            raise ValueError(f"query token id {bad} is out of range: index has "
+            raise InvalidInputError(f"query token id {bad} is out of range: index has "
                              f"{self._n_terms} terms")
         nq = q.shape[0]
         allowed_arr = self._check_allowed(allowed)
@@ -297,15 +299,15 @@ class SparseIndex:
             return None
         arr = np.asarray(allowed)
         if arr.dtype == bool:
-            raise ValueError("allowed must be an array of doc numbers, not a boolean mask")
+            raise InvalidInputError("allowed must be an array of doc numbers, not a boolean mask")
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
         if not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"allowed must hold integer doc numbers, got dtype {arr.dtype}")
+            raise InvalidInputError(f"allowed must hold integer doc numbers, got dtype {arr.dtype}")
         arr = np.unique(arr.astype(np.int64).ravel())
         if arr[0] < 0 or arr[-1] >= self._n_docs:
             bad = arr[0] if arr[0] < 0 else arr[-1]
-            raise ValueError(f"allowed doc number {bad} is out of range [0, {self._n_docs})")
+            raise InvalidInputError(f"allowed doc number {bad} is out of range [0, {self._n_docs})")
         return arr
 
     # ------------------------------------------------------------------ updates
@@ -323,18 +325,18 @@ class SparseIndex:
             nums = np.asarray(list(doc_numbers) if not isinstance(doc_numbers, np.ndarray)
                               else doc_numbers)
             if nums.size and not np.issubdtype(nums.dtype, np.integer):
-                raise ValueError(f"doc_numbers must be integers, got dtype {nums.dtype}")
+                raise InvalidInputError(f"doc_numbers must be integers, got dtype {nums.dtype}")
             nums = nums.astype(np.int64).ravel()
             if nums.shape[0] != n:
-                raise ValueError(f"got {nums.shape[0]} doc_numbers for {n} documents")
+                raise InvalidInputError(f"got {nums.shape[0]} doc_numbers for {n} documents")
             if n and nums.min() < 0:
-                raise ValueError(f"doc number {int(nums.min())} is negative")
+                raise InvalidInputError(f"doc number {int(nums.min())} is negative")
             uniq, counts = np.unique(nums, return_counts=True)
             if (counts > 1).any():
-                raise ValueError(f"duplicate doc numbers in add: {uniq[counts > 1][:5].tolist()}")
+                raise InvalidInputError(f"duplicate doc numbers in add: {uniq[counts > 1][:5].tolist()}")
             live = self._is_live(nums)
             if live.any():
-                raise ValueError(f"doc numbers already live in the index: "
+                raise InvalidInputError(f"doc numbers already live in the index: "
                                  f"{nums[live][:5].tolist()} (delete them first)")
         if n == 0:
             return nums
@@ -356,7 +358,7 @@ class SparseIndex:
         for _, where, _ in hits:
             found[where] = True
         if not found.all():
-            raise ValueError(f"cannot delete doc numbers that are not live: "
+            raise InvalidInputError(f"cannot delete doc numbers that are not live: "
                              f"{nums[~found][:5].tolist()}")
         for si, _, local in hits:
             seg = self._segments[si]
@@ -427,16 +429,16 @@ class SparseIndex:
         path = Path(path)
         mf = path / "manifest.json"
         if not mf.is_file():
-            raise ValueError(f"{path} is not a sparse index directory (no manifest.json)")
+            raise InvalidInputError(f"{path} is not a sparse index directory (no manifest.json)")
         try:
             manifest = json.loads(mf.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"corrupt manifest {mf}: {e}") from None
+            raise InvalidInputError(f"corrupt manifest {mf}: {e}") from None
         if manifest.get("format") != FORMAT or manifest.get("version") not in (1, FORMAT_VERSION):
-            raise ValueError(f"{mf}: unsupported format {manifest.get('format')!r} "
+            raise InvalidInputError(f"{mf}: unsupported format {manifest.get('format')!r} "
                              f"version {manifest.get('version')!r}")
         if manifest.get("block_bits") != kernels.BLOCK_BITS:
-            raise ValueError(f"{mf}: block_bits {manifest.get('block_bits')} != "
+            raise InvalidInputError(f"{mf}: block_bits {manifest.get('block_bits')} != "
                              f"{kernels.BLOCK_BITS}")
         segments = []
         for sm in manifest["segments"]:
@@ -450,13 +452,13 @@ class SparseIndex:
                 entry = sm["files"][a]
                 f = path / entry["file"]
                 if not f.is_file():
-                    raise ValueError(f"sparse index file missing: {f}")
+                    raise InvalidInputError(f"sparse index file missing: {f}")
                 if verify and _sha256(f) != entry["sha256"]:
-                    raise ValueError(f"checksum mismatch for {f}: the index is corrupt")
+                    raise InvalidInputError(f"checksum mismatch for {f}: the index is corrupt")
                 try:
                     arr = np.load(f, mmap_mode="c" if mmap else None, allow_pickle=False)
                 except (ValueError, OSError) as e:
-                    raise ValueError(f"cannot read {f}: {e}") from None
+                    raise InvalidInputError(f"cannot read {f}: {e}") from None
                 arrays[a] = arr
             arrays["deleted"] = np.array(arrays["deleted"])  # small, mutated by delete()
             seg = _Segment(**arrays, n_terms=int(sm["n_terms"]), min_weight=0.0,
@@ -466,7 +468,7 @@ class SparseIndex:
                     or seg.map_.shape[0] not in (0, seg.n)
                     or seg.dense_off.shape[0] != seg.dense_keys.shape[0] + 1
                     or seg.dense.shape[0] != int(seg.dense_off[-1])):
-                raise ValueError(f"{path}: segment arrays do not match the manifest shapes")
+                raise InvalidInputError(f"{path}: segment arrays do not match the manifest shapes")
             if "min_weight" in sm:  # stored: no pass over the mapped weights at load
                 mw = sm["min_weight"]
                 seg.min_weight = float("inf") if mw is None else float(mw)
@@ -483,7 +485,7 @@ class _threads:
     def __init__(self, n: int | None):
         if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer))
                               or not 1 <= n <= numba.config.NUMBA_NUM_THREADS):
-            raise ValueError(f"threads must be an integer in [1, "
+            raise InvalidInputError(f"threads must be an integer in [1, "
                              f"{numba.config.NUMBA_NUM_THREADS}], got {n!r}")
         self.n = n
 

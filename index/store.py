@@ -24,6 +24,8 @@ previous index is untouched. Nothing is pickled: arrays load with
 """
 from __future__ import annotations
 
+from alignir.errors import AlignirError, InvalidInputError
+
 import ctypes
 import errno
 import hashlib
@@ -64,7 +66,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 # errors
 
 
-class IndexStoreError(Exception):
+class IndexStoreError(AlignirError):
     """Base class of the index-directory errors."""
 
 
@@ -301,7 +303,7 @@ class IndexWriter:
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
             dup = next(x for x in ids if x in seen or seen.add(x))  # type: ignore[func-returns-value]
-            raise ValueError(f"duplicate document id {dup!r}: document ids must be unique")
+            raise InvalidInputError(f"duplicate document id {dup!r}: document ids must be unique")
         table = pa.table({"doc_id": pa.array(ids, type=pa.string())})
         with self._guard(f"writing {DOC_IDS}"):
             pq.write_table(table, self.file(DOC_IDS))
@@ -311,7 +313,7 @@ class IndexWriter:
             raise RuntimeError("this IndexWriter is closed")
         p = (self.tmp / rel).resolve()
         if self.tmp.resolve() not in p.parents:
-            raise ValueError(f"{rel!r} is not a path inside the index")
+            raise InvalidInputError(f"{rel!r} is not a path inside the index")
         return p
 
     # ---- commit / abort ----------------------------------------------------------
@@ -406,23 +408,23 @@ class IndexWriter:
 
 def _check_name(name: str) -> str:
     if not _NAME_RE.match(name) or "/" in name:
-        raise ValueError(f"invalid array name {name!r}: use letters, digits, '_', '-', '.'")
+        raise InvalidInputError(f"invalid array name {name!r}: use letters, digits, '_', '-', '.'")
     return name
 
 
 def _base_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(manifest, Mapping):
-        raise ValueError("manifest must be a dict")
+        raise InvalidInputError("manifest must be a dict")
     clash = [k for k in RESERVED if k in manifest]
     if clash:
-        raise ValueError(f"manifest keys {clash} are computed by the store; do not pass them")
+        raise InvalidInputError(f"manifest keys {clash} are computed by the store; do not pass them")
     enc = manifest.get("encoder")
     if not isinstance(enc, Mapping):
-        raise ValueError("manifest['encoder'] must be the encoder fingerprint dict")
+        raise InvalidInputError("manifest['encoder'] must be the encoder fingerprint dict")
     try:
         out = json.loads(json.dumps(dict(manifest)))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"manifest must be JSON-serialisable: {e}") from e
+        raise InvalidInputError(f"manifest must be JSON-serialisable: {e}") from e
     return out
 
 
@@ -455,25 +457,25 @@ def write_index(
     ids = list(doc_ids)
     n = len(ids)
     if n == 0:
-        raise ValueError("cannot write an index with 0 documents")
+        raise InvalidInputError("cannot write an index with 0 documents")
     vec = np.asarray(dense_vectors)
     if vec.ndim != 2 or vec.shape[0] != n:
-        raise ValueError(f"dense_vectors must be [n_docs={n}, d], got shape {vec.shape}")
+        raise InvalidInputError(f"dense_vectors must be [n_docs={n}, d], got shape {vec.shape}")
     if dense_dtype not in ("float32", "float16"):
-        raise ValueError(f"dense_dtype must be 'float32' or 'float16', got {dense_dtype!r}")
+        raise InvalidInputError(f"dense_dtype must be 'float32' or 'float16', got {dense_dtype!r}")
     if not np.isfinite(vec).all():
-        raise ValueError("dense_vectors contain NaN or infinite values")
+        raise InvalidInputError("dense_vectors contain NaN or infinite values")
     if dense_dtype == "float16" and np.abs(vec).max(initial=0) > np.finfo(np.float16).max:
-        raise ValueError("dense_vectors exceed the float16 range; store them as float32")
+        raise InvalidInputError("dense_vectors exceed the float16 range; store them as float32")
     vec = vec.astype(dense_dtype, copy=False)
     for name, obj, attr in (("sparse_index", sparse_index, "n_docs"), ("dense_index", dense_index, "n_docs"),
                             ("lexical", lexical, "n_docs")):
         if obj is not None and int(getattr(obj, attr)) != n:
-            raise ValueError(f"{name} holds {getattr(obj, attr)} documents, doc_ids has {n}")
+            raise InvalidInputError(f"{name} holds {getattr(obj, attr)} documents, doc_ids has {n}")
     if pc1 is not None:
         pc1 = np.asarray(pc1, dtype=np.float32)
         if pc1.shape != (vec.shape[1],):
-            raise ValueError(f"pc1 must have shape ({vec.shape[1]},), got {pc1.shape}")
+            raise InvalidInputError(f"pc1 must have shape ({vec.shape[1]},), got {pc1.shape}")
     extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
 
     components: dict[str, Any] = {"doc_ids": DOC_IDS, "dense_vectors": DENSE_VECTORS}
@@ -567,7 +569,7 @@ class StoredIndex:
             self._numbers = {d: i for i, d in enumerate(self.doc_ids)}
         missing = [d for d in ids if d not in self._numbers]
         if missing:
-            raise ValueError(f"unknown document id(s): {missing[:5]}")
+            raise InvalidInputError(f"unknown document id(s): {missing[:5]}")
         return np.fromiter((self._numbers[d] for d in ids), dtype=np.int64, count=len(ids))
 
     @property
@@ -729,13 +731,13 @@ def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, A
     verify_index(path, old)
     n = old["counts"]["docs"]
     if int(new_sparse.n_docs) != n:
-        raise ValueError(f"new sparse index holds {new_sparse.n_docs} documents, the index has {n}")
+        raise InvalidInputError(f"new sparse index holds {new_sparse.n_docs} documents, the index has {n}")
     if not isinstance(new_params, Mapping):
-        raise ValueError("new_params must be a dict")
+        raise InvalidInputError("new_params must be a dict")
     if pc1 is not None:
         pc1 = np.asarray(pc1, dtype=np.float32)
         if pc1.shape != (old["dims"]["dense"],):
-            raise ValueError(f"pc1 must have shape ({old['dims']['dense']},), got {pc1.shape}")
+            raise InvalidInputError(f"pc1 must have shape ({old['dims']['dense']},), got {pc1.shape}")
     extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
     replaced = {f"{EXTRA_DIR}/{k}.npy" for k in extras}
     manifest = {k: v for k, v in old.items() if k != "files"}
@@ -774,7 +776,7 @@ def replace_lexical(path: str | Path, lexical: Any, fsync: bool = True) -> Path:
     verify_index(path, old)
     n = old["counts"]["docs"]
     if lexical is not None and int(lexical.n_docs) != n:
-        raise ValueError(f"lexical index holds {lexical.n_docs} documents, the index has {n}")
+        raise InvalidInputError(f"lexical index holds {lexical.n_docs} documents, the index has {n}")
     manifest = {k: v for k, v in old.items() if k not in ("files", "lexical")}
     manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     manifest["counts"] = {k: v for k, v in old["counts"].items() if k != "lexical_postings"}

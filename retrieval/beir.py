@@ -13,6 +13,8 @@ records them in ``.skipped`` instead.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import json
 import os
 import shutil
@@ -50,7 +52,7 @@ DATA_ENV = "ALIGNIR_DATA"
 _MAX_SHOWN = 25
 
 
-class BeirFormatError(ValueError):
+class BeirFormatError(InvalidInputError):
     """A BEIR file is malformed. ``problems`` lists every (line, reason) found."""
 
     kind = "file"
@@ -190,7 +192,7 @@ def read_corpus_jsonl(path: str | Path, skip_bad: bool = False, empty: str = "er
     Cranfield docs 471 and 995) or ``"keep"``.
     """
     if empty not in ("error", "skip", "keep"):
-        raise ValueError(f"empty must be 'error', 'skip' or 'keep', got {empty!r}")
+        raise InvalidInputError(f"empty must be 'error', 'skip' or 'keep', got {empty!r}")
     p = _check_file(path, "corpus")
     docs: dict[str, Document] = {}
     first_line: dict[str, int] = {}
@@ -374,7 +376,7 @@ def load_beir(
             f"(e.g. {', '.join(sorted(missing_d)[:5])}); they count as never retrieved"
         )
     if issues and strict:
-        raise ValueError(f"{root}: inconsistent BEIR folder (split {split!r}):\n  " + "\n  ".join(issues))
+        raise InvalidInputError(f"{root}: inconsistent BEIR folder (split {split!r}):\n  " + "\n  ".join(issues))
     if corpus.skipped:
         lines = ", ".join(str(s.line) for s in corpus.skipped[:10])
         more = ", ..." if len(corpus.skipped) > 10 else ""
@@ -383,7 +385,7 @@ def load_beir(
         warnings.warn(f"{root.name}/{split}: {msg}", BeirConsistencyWarning, stacklevel=2)
     qrels = {q: judged for q, judged in qrels.items() if q in all_queries}
     if not qrels:
-        raise ValueError(f"{root}: none of the judged queries of split {split!r} is in queries.jsonl")
+        raise InvalidInputError(f"{root}: none of the judged queries of split {split!r} is in queries.jsonl")
     queries = {q: t for q, t in all_queries.items() if q in qrels}
     return BeirDataset(corpus, queries, qrels, name=root.name, folder=str(root), split=split, issues=issues)
 
@@ -454,11 +456,11 @@ def download_beir(name: str, target_dir: str | Path, url: str | None = None, tim
             base = unpacked.resolve()
             for member in zf.namelist():
                 if not (unpacked / member).resolve().is_relative_to(base):
-                    raise ValueError(f"{url}: zip member {member!r} escapes the target folder")
+                    raise InvalidInputError(f"{url}: zip member {member!r} escapes the target folder")
             zf.extractall(unpacked)
         found = [c for c in [unpacked / name, unpacked] + list(unpacked.iterdir()) if _is_beir_folder(c)]
         if not found:
-            raise ValueError(f"{url}: the archive holds no corpus.jsonl/queries.jsonl")
+            raise InvalidInputError(f"{url}: the archive holds no corpus.jsonl/queries.jsonl")
         os.replace(found[0], dest)
         return dest
     finally:

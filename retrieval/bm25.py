@@ -19,6 +19,8 @@ float32 as bm25s does, so they are bitwise equal to its score matrix.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -66,7 +68,7 @@ class Analyzer:
     def from_dict(cls, d: Mapping[str, Any]) -> "Analyzer":
         stemmer = d.get("stemmer")
         if d.get("tokenizer", "bm25s") != "bm25s" or stemmer not in (None, "porter (nltk)"):
-            raise ValueError(f"unknown lexical analyser {dict(d)!r}: this alignir knows the bm25s "
+            raise InvalidInputError(f"unknown lexical analyser {dict(d)!r}: this alignir knows the bm25s "
                              "tokenizer with the nltk Porter stemmer or none")
         return cls(stopwords=d.get("stopwords"), stem=stemmer is not None)
 
@@ -90,9 +92,9 @@ class BM25:
         import bm25s
 
         if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids for {len(texts)} texts")
+            raise InvalidInputError(f"{len(doc_ids)} doc ids for {len(texts)} texts")
         if not doc_ids:
-            raise ValueError("cannot index an empty corpus")
+            raise InvalidInputError("cannot index an empty corpus")
         self.doc_ids = [str(d) for d in doc_ids]
         self._model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
         self._model.index(self._tokenize(texts, show_progress=show_progress), show_progress=show_progress)
@@ -101,9 +103,9 @@ class BM25:
     def search(self, queries: Mapping[str, str], k: int = 1000, show_progress: bool = True) -> dict[str, dict[str, float]]:
         """Top-``k`` BM25 hits per query ``{qid: {doc_id: score}}``."""
         if self._model is None:
-            raise ValueError("BM25.search called before index()")
+            raise InvalidInputError("BM25.search called before index()")
         if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+            raise InvalidInputError(f"k must be >= 1, got {k}")
         qids = list(queries)
         if not qids:
             return {}
@@ -135,7 +137,7 @@ def bm25_run(
 
 def _check_kb(k1: float, b: float) -> None:
     if not k1 >= 0 or not 0 <= b <= 1:
-        raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        raise InvalidInputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
 
 
 def bm25_weights(token_ids: Sequence[Sequence[int]], n_terms: int, k1: float = 0.9,
@@ -150,7 +152,7 @@ def bm25_weights(token_ids: Sequence[Sequence[int]], n_terms: int, k1: float = 0
     flat = (np.concatenate([np.asarray(t, dtype=np.int64) for t in token_ids])
             if lengths.sum() else np.zeros(0, dtype=np.int64))
     if flat.size and (flat.min() < 0 or flat.max() >= n_terms):
-        raise ValueError(f"token ids must lie in [0, {n_terms})")
+        raise InvalidInputError(f"token ids must lie in [0, {n_terms})")
     rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
     tf = sp.csr_matrix((np.ones(flat.size, dtype=np.float64), (rows, flat)), shape=(n, n_terms))
     tf.sum_duplicates()
@@ -177,7 +179,7 @@ def lexical_leg(texts: Sequence[str], k1: float = 0.9, b: float = 0.4, stem: boo
     from alignir.index.sparse import SparseIndex
 
     if not len(texts):
-        raise ValueError("cannot build a lexical leg over an empty corpus")
+        raise InvalidInputError("cannot build a lexical leg over an empty corpus")
     analyzer = Analyzer(stopwords, stem)
     tok = analyzer.ids(texts, show_progress=show_progress)
     vocab = sorted(tok.vocab)  # bm25s numbers terms in set order: sort for a stable file

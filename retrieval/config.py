@@ -1,6 +1,8 @@
 """Parameters of an index that decide its sparse and fused scores (recorded in the manifest)."""
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -49,16 +51,16 @@ class SparseConfig:
 
     def __post_init__(self) -> None:
         if self.doc_k <= 0:
-            raise ValueError(f"doc_k (K) must be positive, got {self.doc_k}")
+            raise InvalidInputError(f"doc_k (K) must be positive, got {self.doc_k}")
         if self.query_m < 0:
-            raise ValueError(f"query_m (M) must be >= 0, got {self.query_m}")
+            raise InvalidInputError(f"query_m (M) must be >= 0, got {self.query_m}")
         if self.doc_weighting not in DOC_WEIGHTINGS:
-            raise ValueError(f"doc_weighting must be one of {DOC_WEIGHTINGS}, got {self.doc_weighting!r}")
+            raise InvalidInputError(f"doc_weighting must be one of {DOC_WEIGHTINGS}, got {self.doc_weighting!r}")
         if self.query_weighting not in QUERY_WEIGHTINGS:
-            raise ValueError(
+            raise InvalidInputError(
                 f"query_weighting must be one of {QUERY_WEIGHTINGS}, got {self.query_weighting!r}")
         if self.quantize not in (None, "uint8", "uint16"):
-            raise ValueError(f"quantize must be None, 'uint8' or 'uint16', got {self.quantize!r}")
+            raise InvalidInputError(f"quantize must be None, 'uint8' or 'uint16', got {self.quantize!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,11 +90,11 @@ class FusionConfig:
 
     def __post_init__(self) -> None:
         if self.method not in FUSION_METHODS:
-            raise ValueError(f"fusion method must be one of {FUSION_METHODS}, got {self.method!r}")
+            raise InvalidInputError(f"fusion method must be one of {FUSION_METHODS}, got {self.method!r}")
         if not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1], got {self.alpha}")
+            raise InvalidInputError(f"alpha must lie in [0, 1], got {self.alpha}")
         if self.depth <= 0:
-            raise ValueError(f"fusion depth must be positive, got {self.depth}")
+            raise InvalidInputError(f"fusion depth must be positive, got {self.depth}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

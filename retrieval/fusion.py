@@ -22,6 +22,8 @@ descending, doc id ascending), so RRF ranks are well defined.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import math
 from typing import Mapping, Sequence
 
@@ -42,31 +44,31 @@ def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
 def _weights(n: int, weights: Sequence[float] | None, alpha: float | None) -> list[float]:
     if alpha is not None:
         if weights is not None:
-            raise ValueError("give either weights or alpha, not both")
+            raise InvalidInputError("give either weights or alpha, not both")
         if n != 2:
-            raise ValueError(f"alpha needs exactly two runs, got {n}")
+            raise InvalidInputError(f"alpha needs exactly two runs, got {n}")
         if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+            raise InvalidInputError(f"alpha must be in [0, 1], got {alpha}")
         return [alpha, 1.0 - alpha]
     if weights is None:
         return [1.0] * n
     if len(weights) != n:
-        raise ValueError(f"{len(weights)} weights for {n} runs")
+        raise InvalidInputError(f"{len(weights)} weights for {n} runs")
     if any(not math.isfinite(w) for w in weights):
-        raise ValueError(f"weights must be finite, got {list(weights)}")
+        raise InvalidInputError(f"weights must be finite, got {list(weights)}")
     return [float(w) for w in weights]
 
 
 def _check(runs: Sequence[Ranking]) -> list[Ranking]:
     if isinstance(runs, Mapping):
-        raise ValueError("pass a sequence of runs ([run_a, run_b]), not a single run")
+        raise InvalidInputError("pass a sequence of runs ([run_a, run_b]), not a single run")
     runs = list(runs)
     if not runs:
-        raise ValueError("no runs to fuse")
+        raise InvalidInputError("no runs to fuse")
     for i, r in enumerate(runs):
         for d, s in r.items():
             if not math.isfinite(float(s)):
-                raise ValueError(f"run {i}: doc {d!r} has non-finite score {s}")
+                raise InvalidInputError(f"run {i}: doc {d!r} has non-finite score {s}")
     return runs
 
 
@@ -84,7 +86,7 @@ def rrf(
     """Reciprocal rank fusion: ``Σ_i w_i / (k + rank_i(d))`` over the first ``depth`` hits of each list."""
     runs = _check(runs)
     if k < 0:
-        raise ValueError(f"RRF k must be >= 0, got {k}")
+        raise InvalidInputError(f"RRF k must be >= 0, got {k}")
     w = _weights(len(runs), weights, None)
     fused: dict[str, float] = {}
     for wi, run in zip(w, runs):
@@ -111,7 +113,7 @@ def _normalised(run: Ranking, how: str) -> tuple[dict[str, float], float]:
 def _convex(runs, how, weights, alpha, missing, top) -> dict[str, float]:
     runs = _check(runs)
     if missing not in ("min", "zero"):
-        raise ValueError(f"missing must be 'min' or 'zero', got {missing!r}")
+        raise InvalidInputError(f"missing must be 'min' or 'zero', got {missing!r}")
     w = _weights(len(runs), weights, alpha)
     normed = [_normalised(r, how) for r in runs]
     docs = {d for r in runs for d in r}
@@ -150,7 +152,7 @@ def fuse(runs: Sequence[Ranking], method: str = "rrf", **kw) -> dict[str, float]
     """Dispatch by name: ``"rrf"``, ``"minmax"`` or ``"zscore"``."""
     fn = {"rrf": rrf, "minmax": minmax, "zscore": zscore}.get(method)
     if fn is None:
-        raise ValueError(f"unknown fusion method {method!r}; choose from {', '.join(FUSION_METHODS)}")
+        raise InvalidInputError(f"unknown fusion method {method!r}; choose from {', '.join(FUSION_METHODS)}")
     return fn(runs, **kw)
 
 

@@ -7,6 +7,8 @@ By default the folder also gets the lexical leg: BM25 weights of the same texts
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import logging
 import time
 from dataclasses import replace
@@ -43,7 +45,7 @@ def read_source(source: str | Path, skip_bad: bool = False) -> Corpus:
     if p.is_dir():
         corpus_file = p / "corpus.jsonl"
         if not corpus_file.is_file():
-            raise ValueError(f"{p} is a folder without corpus.jsonl: not a BEIR folder")
+            raise InvalidInputError(f"{p} is a folder without corpus.jsonl: not a BEIR folder")
         p = corpus_file
     # Documents with empty title and text carry nothing to retrieve by (Cranfield has two):
     # they are skipped and reported rather than indexed as zero vectors.
@@ -57,7 +59,7 @@ def check_target(index_dir: str | Path) -> None:
         try:
             read_manifest(p)
         except NotAnIndexError:
-            raise ValueError(f"{p} exists and is not an alignir index: refusing to overwrite it "
+            raise InvalidInputError(f"{p} exists and is not an alignir index: refusing to overwrite it "
                              "(choose an empty or new folder)") from None
 
 
@@ -221,13 +223,13 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
     manifest = read_manifest(index_dir)
     src = source or manifest.get("build", {}).get("source")
     if not src:
-        raise ValueError(f"{index_dir}: the manifest does not record its corpus; pass the source")
+        raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
     corpus = read_source(src, skip_bad=skip_bad)
     stored = open_index(index_dir, verify=False, load_sparse=False, load_dense=False,
                         load_lexical=False)
     missing = [d for d in stored.doc_ids if d not in corpus]
     if missing:
-        raise ValueError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
+        raise InvalidInputError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
                          "not the corpus of this index")
     leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=k1, b=b)
     replace_lexical(index_dir, leg)

@@ -10,6 +10,8 @@ flatter a system that fails on some queries.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import math
 import re
 from typing import Iterable, Mapping
@@ -32,20 +34,20 @@ def _measure(name: str) -> tuple[str, str, int | None]:
     """metric name -> (pytrec_eval measure, result key, run cutoff applied before eval)."""
     m = _NAME.match(name.lower())
     if not m:
-        raise ValueError(f"unknown metric {name!r}: use ndcg@k, recall@k, p@k, map, map@k, mrr, mrr@k")
+        raise InvalidInputError(f"unknown metric {name!r}: use ndcg@k, recall@k, p@k, map, map@k, mrr, mrr@k")
     kind, k = m.group(1), m.group(2)
     k = int(k) if k is not None else None
     if k is not None and k < 1:
-        raise ValueError(f"metric {name!r}: cutoff must be >= 1")
+        raise InvalidInputError(f"metric {name!r}: cutoff must be >= 1")
     if kind == "ndcg":
         return ("ndcg_cut." + str(k), f"ndcg_cut_{k}", None) if k else ("ndcg", "ndcg", None)
     if kind == "recall":
         if not k:
-            raise ValueError("recall needs a cutoff, e.g. recall@100")
+            raise InvalidInputError("recall needs a cutoff, e.g. recall@100")
         return "recall." + str(k), f"recall_{k}", None
     if kind == "p":
         if not k:
-            raise ValueError("precision needs a cutoff, e.g. p@10")
+            raise InvalidInputError("precision needs a cutoff, e.g. p@10")
         return "P." + str(k), f"P_{k}", None
     if kind == "map":
         return ("map_cut." + str(k), f"map_cut_{k}", None) if k else ("map", "map", None)
@@ -65,7 +67,7 @@ def _check_run(run: Run) -> dict[str, dict[str, float]]:
         for did, s in hits.items():
             s = float(s)
             if math.isnan(s):
-                raise ValueError(f"run: query {qid!r}, doc {did!r} has a NaN score")
+                raise InvalidInputError(f"run: query {qid!r}, doc {did!r} has a NaN score")
             row[str(did)] = s
         out[str(qid)] = row
     return out
@@ -86,9 +88,9 @@ def evaluate(
     """
     metrics = list(metrics)
     if not metrics:
-        raise ValueError("no metrics requested")
+        raise InvalidInputError("no metrics requested")
     if not qrels:
-        raise ValueError("qrels are empty")
+        raise InvalidInputError("qrels are empty")
     qrels = {str(q): {str(d): int(r) for d, r in j.items()} for q, j in qrels.items()}
     run = _check_run(run)
     if ignore_self_hits:

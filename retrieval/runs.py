@@ -17,6 +17,8 @@ tokens. Queries for ``pyserini.search.lucene --impact --encoder FILE`` are
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import json
 import math
 import os
@@ -44,7 +46,7 @@ Run = Mapping[str, Mapping[str, float]]
 
 def _no_ws(kind: str, value: str) -> None:
     if not value or any(c.isspace() for c in value):
-        raise ValueError(f"{kind} {value!r} is empty or contains whitespace; TREC runs cannot hold it")
+        raise InvalidInputError(f"{kind} {value!r} is empty or contains whitespace; TREC runs cannot hold it")
 
 
 def write_trec(
@@ -64,7 +66,7 @@ def write_trec(
             for rank, (did, score) in enumerate(items[:top] if top else items, start=1):
                 _no_ws("doc id", did)
                 if not math.isfinite(score):
-                    raise ValueError(f"query {qid!r}, doc {did!r}: non-finite score {score}")
+                    raise InvalidInputError(f"query {qid!r}, doc {did!r}: non-finite score {score}")
                 fh.write(f"{qid} Q0 {did} {rank} {score!r} {tag}\n")
                 n += 1
     os.replace(tmp, path)
@@ -104,7 +106,7 @@ def read_trec(path: str | Path) -> dict[str, dict[str, float]]:
             hits[did] = s
     if problems:
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        raise ValueError(f"{path}: {len(problems)} malformed line(s):\n  " + "\n  ".join(problems[:20]) + more)
+        raise InvalidInputError(f"{path}: {len(problems)} malformed line(s):\n  " + "\n  ".join(problems[:20]) + more)
     return run
 
 
@@ -116,7 +118,7 @@ def run_from_topk(
     docs = np.asarray(docs)
     scores = np.asarray(scores)
     if docs.shape != scores.shape or docs.ndim != 2 or docs.shape[0] != len(query_ids):
-        raise ValueError(f"docs {docs.shape} and scores {scores.shape} must both be [{len(query_ids)}, k]")
+        raise InvalidInputError(f"docs {docs.shape} and scores {scores.shape} must both be [{len(query_ids)}, k]")
     run = {}
     for qid, drow, srow in zip(query_ids, docs, scores):
         keep = (drow >= 0) & np.isfinite(srow)
@@ -151,13 +153,13 @@ def pyserini_terms(term_strings: Sequence[str]) -> list[str]:
 def quantize(csr: sp.spmatrix, scale: float = DEFAULT_SCALE) -> sp.csr_matrix:
     """``round(w * scale)`` as int32 CSR, entries <= 0 removed (what the export writes)."""
     if not (scale > 0 and math.isfinite(scale)):
-        raise ValueError(f"scale must be a positive finite number, got {scale}")
+        raise InvalidInputError(f"scale must be a positive finite number, got {scale}")
     m = sp.csr_matrix(csr, copy=True)
     if m.nnz and not np.all(np.isfinite(m.data)):
-        raise ValueError("sparse weights contain NaN or inf")
+        raise InvalidInputError("sparse weights contain NaN or inf")
     q = np.rint(m.data.astype(np.float64) * scale)
     if q.size and q.max() > np.iinfo(np.int32).max:
-        raise ValueError(f"weight {q.max():.0f} overflows a Java int; use a smaller scale")
+        raise InvalidInputError(f"weight {q.max():.0f} overflows a Java int; use a smaller scale")
     m.data = q.astype(np.int32)
     m.eliminate_zeros()
     m.data[m.data < 0] = 0
@@ -174,9 +176,9 @@ def _vectors(csr: sp.csr_matrix, terms: Sequence[str]) -> Iterable[dict[str, int
 
 def _check_shapes(n_rows: int, ids: Sequence[str], csr: sp.spmatrix, terms: Sequence[str], what: str):
     if csr.shape[0] != len(ids):
-        raise ValueError(f"{len(ids)} {what} ids but the matrix has {csr.shape[0]} rows")
+        raise InvalidInputError(f"{len(ids)} {what} ids but the matrix has {csr.shape[0]} rows")
     if csr.shape[1] != len(terms):
-        raise ValueError(f"{len(terms)} term strings but the matrix has {csr.shape[1]} columns")
+        raise InvalidInputError(f"{len(terms)} term strings but the matrix has {csr.shape[1]} columns")
 
 
 def write_json_vector_collection(
@@ -193,11 +195,11 @@ def write_json_vector_collection(
     dropped non-positive weights, scale, files). ``contents`` defaults to ``""``."""
     _check_shapes(csr.shape[0], doc_ids, csr, term_strings, "doc")
     if contents is not None and len(contents) != len(doc_ids):
-        raise ValueError(f"{len(contents)} contents for {len(doc_ids)} docs")
+        raise InvalidInputError(f"{len(contents)} contents for {len(doc_ids)} docs")
     for d in doc_ids:
         _no_ws("doc id", str(d))
     if len(set(doc_ids)) != len(doc_ids):
-        raise ValueError("doc ids are not unique")
+        raise InvalidInputError("doc ids are not unique")
     src = sp.csr_matrix(csr)
     q = quantize(src, scale)
     terms = pyserini_terms(term_strings)
@@ -245,7 +247,7 @@ def write_pyserini_queries(
     ("007" -> "7"). Use ``scale=1`` for binary query weights."""
     _check_shapes(csr.shape[0], query_ids, csr, term_strings, "query")
     if len(texts) != len(query_ids):
-        raise ValueError(f"{len(texts)} texts for {len(query_ids)} queries")
+        raise InvalidInputError(f"{len(texts)} texts for {len(query_ids)} queries")
     q = quantize(csr, scale)
     terms = pyserini_terms(term_strings)
     by_text: dict[str, dict[str, int]] = {}
@@ -254,9 +256,9 @@ def write_pyserini_queries(
         _no_ws("query id", str(qid))
         t = _clean_text(text)
         if not t:
-            raise ValueError(f"query {qid!r} has empty text; Pyserini looks vectors up by text")
+            raise InvalidInputError(f"query {qid!r} has empty text; Pyserini looks vectors up by text")
         if t in by_text and by_text[t] != vec:
-            raise ValueError(f"two queries share the text {t!r} but have different vectors")
+            raise InvalidInputError(f"two queries share the text {t!r} but have different vectors")
         by_text[t] = vec
         lines_t.append(f"{qid}\t{t}\n")
     Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)

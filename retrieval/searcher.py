@@ -25,6 +25,8 @@ searches only read.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -63,12 +65,12 @@ def parse_mode(mode: str) -> tuple[str, ...]:
     """The legs of a mode, in LEGS order: "hybrid" -> (dense, sparse); "bm25" -> (bm25,);
     "bm25+dense" -> (dense, bm25)."""
     if not isinstance(mode, str):
-        raise ValueError(f"mode must be a string, got {type(mode).__name__}")
+        raise InvalidInputError(f"mode must be a string, got {type(mode).__name__}")
     if mode == "hybrid":
         return ("dense", "sparse")
     parts = [p.strip() for p in mode.split("+")]
     if not all(p in LEGS for p in parts) or len(set(parts)) != len(parts):
-        raise ValueError(f"mode must be one of {MODES} or a '+'-joined set of the legs "
+        raise InvalidInputError(f"mode must be one of {MODES} or a '+'-joined set of the legs "
                          f"{LEGS}, got {mode!r}")
     return tuple(leg for leg in LEGS if leg in parts)
 
@@ -148,7 +150,7 @@ class Searcher:
         """The lexical leg and its query vectoriser (raises when the index has no leg)."""
         leg = self.index.lexical
         if leg is None:
-            raise ValueError(f"{self.index.path}: this index has no lexical (BM25) leg, so the "
+            raise InvalidInputError(f"{self.index.path}: this index has no lexical (BM25) leg, so the "
                              f"bm25 modes are not available; {LEXICAL_HINT}")
         if self._vectorizer is None or self._vectorizer[0] is not leg:
             from alignir.retrieval.bm25 import QueryVectorizer
@@ -174,10 +176,10 @@ class Searcher:
 
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:
-            raise ValueError(f"{path}: the index lacks its sparse or dense part; rebuild it")
+            raise InvalidInputError(f"{path}: the index lacks its sparse or dense part; rebuild it")
         spec = stored.manifest.get("embedder")
         if not spec:
-            raise ValueError(f"{path}: the manifest does not say which encoder built it")
+            raise InvalidInputError(f"{path}: the manifest does not say which encoder built it")
         if loaded is None:
             loaded = load_model(model or spec["model"], device=device)
         options = dict(spec.get("options", {}))
@@ -213,7 +215,7 @@ class Searcher:
     def search(self, query: str, k: int = 10, mode: str = "hybrid", **kw: Any) -> list[Hit]:
         """Top-``k`` hits of one query. See :meth:`batch_search` for the options."""
         if not isinstance(query, str):
-            raise ValueError(f"query must be a string, got {type(query).__name__}")
+            raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
         return self.batch_search([query], k=k, mode=mode, **kw)[0]
 
     def batch_search(
@@ -250,7 +252,7 @@ class Searcher:
         """
         legs = parse_mode(mode)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+            raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         if "bm25" in legs:
             self._lexical()  # a clear error before any work when the index lacks the leg
         if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
@@ -299,11 +301,11 @@ class Searcher:
         n = len(queries)
         for leg, part in (("dense", batch.dense), ("sparse", batch.sparse)):
             if leg in legs and (part is None or part.shape[0] != n):
-                raise ValueError(f"encoded batch lacks the {leg} vectors of {n} queries")
+                raise InvalidInputError(f"encoded batch lacks the {leg} vectors of {n} queries")
         if batch.lexical is None and "bm25" in legs:
             batch.lexical = self._lexical()[1](_check_queries(queries))
         if batch.lexical is not None and "bm25" in legs and batch.lexical.shape[0] != n:
-            raise ValueError("encoded batch and queries differ in length")
+            raise InvalidInputError("encoded batch and queries differ in length")
         allowed = self._allowed_numbers(allowed_ids)
         tm.encode = batch.seconds
         lists: dict[str, list[dict[int, float]]] = {}
@@ -350,19 +352,19 @@ class Searcher:
         ids = list(allowed_ids)
         unknown = [d for d in ids if d not in self._numbers]
         if unknown:
-            raise ValueError(f"{len(unknown)} allowed ids are not in the index, e.g. {unknown[:5]}")
+            raise InvalidInputError(f"{len(unknown)} allowed ids are not in the index, e.g. {unknown[:5]}")
         return np.array(sorted(self._numbers[d] for d in ids), dtype=np.int64)
 
 
 def _check_queries(queries: Sequence[str]) -> list[str]:
     if isinstance(queries, str):
-        raise ValueError("queries must be a list of strings, not a single string")
+        raise InvalidInputError("queries must be a list of strings, not a single string")
     texts = list(queries)
     for i, q in enumerate(texts):
         if not isinstance(q, str):
-            raise ValueError(f"queries[{i}] is {type(q).__name__}, expected str")
+            raise InvalidInputError(f"queries[{i}] is {type(q).__name__}, expected str")
         if not q.strip():
-            raise ValueError(f"queries[{i}] is empty: nothing to search for")
+            raise InvalidInputError(f"queries[{i}] is empty: nothing to search for")
     return texts
 
 
@@ -385,11 +387,11 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
         unknown = sorted(set(weights) - set(LEGS))
         missing = [leg for leg in legs if leg not in weights]
         if unknown or missing:
-            raise ValueError(f"weights must name the legs of mode {mode!r} ({', '.join(legs)}); "
+            raise InvalidInputError(f"weights must name the legs of mode {mode!r} ({', '.join(legs)}); "
                              f"unknown {unknown}, missing {missing}")
         w = [float(weights[leg]) for leg in legs]
         if any(not np.isfinite(x) or x < 0 for x in w) or sum(w) <= 0:
-            raise ValueError(f"weights must be finite, >= 0 and not all 0, got {dict(weights)}")
+            raise InvalidInputError(f"weights must be finite, >= 0 and not all 0, got {dict(weights)}")
         return [x / sum(w) for x in w], w
     if mode == "hybrid" or (alpha_given and "dense" in legs and len(legs) > 1):
         rest = (1.0 - alpha) / (len(legs) - 1)

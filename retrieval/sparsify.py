@@ -6,6 +6,8 @@ can never disagree about K, M, λ, weighting or folding.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -47,7 +49,7 @@ class Sparsifier:
         if lam == 0.0:
             return H
         if self.pc1 is None:
-            raise ValueError("pc1_lambda is set but no first principal component u1 was fitted")
+            raise InvalidInputError("pc1_lambda is set but no first principal component u1 was fitted")
         return adjust(H, self.pc1, lam)
 
     def documents(self, H: np.ndarray) -> sp.csr_matrix:
@@ -62,7 +64,7 @@ class Sparsifier:
         """:meth:`documents` from a :meth:`document_topk` result with K ≥ doc_k (sliced to doc_k)."""
         c = self.config
         if ids.shape[1] < c.doc_k:
-            raise ValueError(f"the top-k result has {ids.shape[1]} columns, fewer than doc_k={c.doc_k}")
+            raise InvalidInputError(f"the top-k result has {ids.shape[1]} columns, fewer than doc_k={c.doc_k}")
         return doc_vectors_from_topk(ids[:, :c.doc_k], logits[:, :c.doc_k], int(self.lm_head.shape[0]),
                                      c.doc_weighting, self.term_map)
 

@@ -6,6 +6,8 @@ constructed as ``Class(loaded: LoadedModel, **options)``.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import importlib
 from typing import Any
 
@@ -32,25 +34,25 @@ EMBEDDERS: dict[str, str] = {
 def register_embedder(name: str, target: str) -> None:
     """Add or replace a family: ``target`` is ``"package.module:ClassName"``."""
     if ":" not in target:
-        raise ValueError(f"embedder target must look like 'module:Class', got {target!r}")
+        raise InvalidInputError(f"embedder target must look like 'module:Class', got {target!r}")
     EMBEDDERS[name] = target
 
 
 def embedder_class(name: str) -> type[Embedder]:
     """Import and return the class registered under ``name``."""
     if name not in EMBEDDERS:
-        raise ValueError(f"unknown embedder {name!r}; known: {', '.join(sorted(EMBEDDERS))}")
+        raise InvalidInputError(f"unknown embedder {name!r}; known: {', '.join(sorted(EMBEDDERS))}")
     module, _, cls = EMBEDDERS[name].partition(":")
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
         if e.name and module.startswith(e.name):
-            raise ValueError(f"embedder {name!r} is registered but its module {module} does not exist yet") from e
+            raise InvalidInputError(f"embedder {name!r} is registered but its module {module} does not exist yet") from e
         raise
     try:
         return getattr(mod, cls)
     except AttributeError:
-        raise ValueError(f"embedder {name!r}: module {module} has no class {cls}") from None
+        raise InvalidInputError(f"embedder {name!r}: module {module} has no class {cls}") from None
 
 
 def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
@@ -62,5 +64,5 @@ def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
     if isinstance(model, str):
         model = load_model(model, device=options.pop("device", "auto"), dtype=options.pop("dtype", None))
     elif not isinstance(model, LoadedModel):
-        raise ValueError(f"model must be a LoadedModel or a model spec string, got {type(model).__name__}")
+        raise InvalidInputError(f"model must be a LoadedModel or a model spec string, got {type(model).__name__}")
     return cls(model, **options)

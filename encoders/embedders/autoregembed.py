@@ -8,6 +8,8 @@ k = 5 (App. A). Compress-token embeddings are learned and stored with the adapte
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import torch
 
 from alignir.encoders.templates import I_NEXT, I_SELF, INSTRUCTION_SEPARATOR
@@ -21,12 +23,12 @@ __all__ = ["AutoRegEmbedEmbedder", "compress", "autoreg_input_ids", "role_instru
 def role_instruction(role: str, task: str = "retrieval") -> str:
     """I_next for queries, I_self for documents (seed 000 Table 5)."""
     if task not in I_NEXT:
-        raise ValueError(f"unknown AutoRegEmbed task {task!r}; use one of {sorted(I_NEXT)}")
+        raise InvalidInputError(f"unknown AutoRegEmbed task {task!r}; use one of {sorted(I_NEXT)}")
     if role == "query":
         return I_NEXT[task]
     if role == "document":
         return I_SELF[task]
-    raise ValueError(f"role must be 'query' or 'document', got {role!r}")
+    raise InvalidInputError(f"role must be 'query' or 'document', got {role!r}")
 
 
 def autoreg_input_ids(tokenizer, text: str, instruction: str, max_length: int) -> list[int]:
@@ -53,7 +55,7 @@ def pool_compress(e_c: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
         return e_c.float().mean(1)
     if pooling == "last":
         return e_c[:, -1].float()
-    raise ValueError(f"unknown AutoRegEmbed pooling {pooling!r}; use 'mean' or 'last'")
+    raise InvalidInputError(f"unknown AutoRegEmbed pooling {pooling!r}; use 'mean' or 'last'")
 
 
 class AutoRegEmbedEmbedder(TrainedEmbedder):
@@ -65,7 +67,7 @@ class AutoRegEmbedEmbedder(TrainedEmbedder):
 
     def validate_options(self) -> None:
         if int(self.options["k"]) < 1:
-            raise ValueError(f"k (compress tokens) must be >= 1, got {self.options['k']}")
+            raise InvalidInputError(f"k (compress tokens) must be >= 1, got {self.options['k']}")
         role_instruction("query", self.options["task"])
         pool_compress(torch.zeros(1, 1, 1), self.options["pooling"])
 

@@ -9,6 +9,8 @@ K is an inference option (paper: K=5 in training, K=20 at test time, App. C).
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import torch
 
 from alignir.encoders.templates import INSTRUCTION_SEPARATOR, resolve_instruction
@@ -44,7 +46,7 @@ def generate_soft_tokens(model, ids: torch.Tensor, mask: torch.Tensor, K: int, u
     G[:, j] = h_{N+1+j}, the final hidden state at the position of the (j+1)-th generated token.
     """
     if K < 1:
-        raise ValueError(f"K (generated soft tokens) must be >= 1, got {K}")
+        raise InvalidInputError(f"K (generated soft tokens) must be >= 1, got {K}")
     W, b = _head(model)
     E = input_embeddings(model).weight
     X = input_embeddings(model)(ids)
@@ -90,7 +92,7 @@ class GircseEmbedder(TrainedEmbedder):
 
     def validate_options(self) -> None:
         if int(self.options["K"]) < 1:
-            raise ValueError(f"K (generated soft tokens) must be >= 1, got {self.options['K']}")
+            raise InvalidInputError(f"K (generated soft tokens) must be >= 1, got {self.options['K']}")
 
     def fingerprint(self):
         fp = super().fingerprint()

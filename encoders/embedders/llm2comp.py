@@ -8,6 +8,8 @@ are learned (App. 2.1 keeps the embedding layer trainable for them) and stored w
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import torch
 
 from alignir.encoders.templates import INSTRUCTION_SEPARATOR, resolve_instruction
@@ -50,7 +52,7 @@ class LLM2CompEmbedder(TrainedEmbedder):
 
     def validate_options(self) -> None:
         if int(self.options["k"]) < 1:
-            raise ValueError(f"k (memory tokens) must be >= 1, got {self.options['k']}")
+            raise InvalidInputError(f"k (memory tokens) must be >= 1, got {self.options['k']}")
 
     def embed_batch(self, texts: list[str], role: str) -> torch.Tensor:
         instr = resolve_instruction(self.instruction) if role == "query" else None

@@ -28,6 +28,8 @@ Mechanics shared by all of them:
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import logging
 import re
 import time
@@ -104,33 +106,33 @@ class PromptEmbedder(Embedder):
         adapter: str | None = None,
     ) -> None:
         if adapter is not None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the training-free family {self.family!r} takes no adapter; for PromptEOL read through a "
                 "trained LoRA use get_embedder('infonce', model, adapter=...)"
             )
         if not isinstance(loaded, LoadedModel):
-            raise ValueError(f"loaded must be an encoders.models.LoadedModel, got {type(loaded).__name__}")
+            raise InvalidInputError(f"loaded must be an encoders.models.LoadedModel, got {type(loaded).__name__}")
         if family is not None:
             if family not in FAMILY_DEFAULTS:
-                raise ValueError(f"unknown family {family!r}; use one of {sorted(FAMILY_DEFAULTS)}")
+                raise InvalidInputError(f"unknown family {family!r}; use one of {sorted(FAMILY_DEFAULTS)}")
             self.family = family
         t_default, p_default = FAMILY_DEFAULTS[self.family]
         self.loaded = loaded
         self.template = get_template(template if template is not None else t_default)
         self.pooling = pooling if pooling is not None else p_default
         if self.pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {self.pooling!r}; use one of {POOLINGS}")
+            raise InvalidInputError(f"unknown pooling {self.pooling!r}; use one of {POOLINGS}")
         self.instructions = {
             "query": resolve_instruction(instruction),
             "document": resolve_instruction(document_instruction),
         }
         for nm, v in (("max_length", max_length), ("batch_tokens", batch_tokens), ("max_batch_size", max_batch_size)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{nm} must be a positive int, got {v!r}")
+                raise InvalidInputError(f"{nm} must be a positive int, got {v!r}")
         if padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+            raise InvalidInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
         if empty not in ("zero", "error"):
-            raise ValueError(f"empty must be 'zero' or 'error', got {empty!r}")
+            raise InvalidInputError(f"empty must be 'zero' or 'error', got {empty!r}")
         self.max_length = max_length
         self.batch_tokens = batch_tokens
         self.max_batch_size = max_batch_size
@@ -179,7 +181,7 @@ class PromptEmbedder(Embedder):
         empty = np.array([not t.strip() for t in texts], dtype=bool)
         budget = (self.max_length - self._template_overhead(role)) // self.template.n_slots
         if budget < 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"max_length={self.max_length} leaves no room for text: the {self.template.name!r} template "
                 f"and instruction already take {self._template_overhead(role)} tokens"
             )
@@ -211,7 +213,7 @@ class PromptEmbedder(Embedder):
                 pos_out[i] = [j for j, (a, b) in enumerate(offs) if b > a and a < e and b > s]
             pending = retry
         if pending:
-            raise ValueError(f"could not fit texts {pending[:5]} into max_length={self.max_length} tokens")
+            raise InvalidInputError(f"could not fit texts {pending[:5]} into max_length={self.max_length} tokens")
         return ids_out, pos_out, empty, n_trunc
 
     def _shorten(self, text: str, n_tokens: int) -> str:
@@ -274,25 +276,25 @@ class PromptEmbedder(Embedder):
 
     def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
         if isinstance(texts, str):
-            raise ValueError("texts must be a sequence of strings, not a single string")
+            raise InvalidInputError("texts must be a sequence of strings, not a single string")
         return self._encode(list(texts), role="query", **kw)
 
     def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
         if isinstance(texts, str):
-            raise ValueError("texts must be a sequence of strings, not a single string")
+            raise InvalidInputError("texts must be a sequence of strings, not a single string")
         return self._encode(list(texts), role="document", **kw)
 
     def _encode(self, texts: list[str], role: str, progress: bool | None = None, **kw) -> np.ndarray:
         if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+            raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}")
         if kw:
-            raise ValueError(f"unknown encode options: {sorted(kw)}")
+            raise InvalidInputError(f"unknown encode options: {sorted(kw)}")
         if isinstance(texts, str):
-            raise ValueError("texts must be a sequence of strings, not a single string")
+            raise InvalidInputError("texts must be a sequence of strings, not a single string")
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 hint = " (decode bytes to str first)" if isinstance(t, (bytes, bytearray)) else ""
-                raise ValueError(f"texts[{i}] is {type(t).__name__}, expected str{hint}")
+                raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str{hint}")
         t0 = time.perf_counter()
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)
@@ -305,7 +307,7 @@ class PromptEmbedder(Embedder):
         stats["n_truncated"] = n_trunc
         if stats["n_empty"] and self.empty == "error":
             where = np.flatnonzero(empty)[:10].tolist()
-            raise ValueError(f"{stats['n_empty']} empty or whitespace-only texts (positions {where}...)")
+            raise InvalidInputError(f"{stats['n_empty']} empty or whitespace-only texts (positions {where}...)")
         if n_trunc:
             log.warning("%d of %d %s texts truncated to max_length=%d tokens", n_trunc, n, role, self.max_length)
         live = np.flatnonzero(~empty)

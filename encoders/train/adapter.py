@@ -6,6 +6,8 @@ LLM2Comp memory tokens) and ``alignir_train.json`` (method, stage, hyper-paramet
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import contextlib
 import copy
 import hashlib
@@ -42,11 +44,11 @@ def add_lora(model: torch.nn.Module, r: int = 16, alpha: int = 32, dropout: floa
     from peft import LoraConfig, get_peft_model
 
     if r < 1:
-        raise ValueError(f"LoRA rank must be >= 1, got {r}")
+        raise InvalidInputError(f"LoRA rank must be >= 1, got {r}")
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
     targets = [t for t in (target_modules or DEFAULT_TARGETS) if t in names]
     if not targets:
-        raise ValueError(f"none of the LoRA target modules {list(target_modules or DEFAULT_TARGETS)} exist in the model")
+        raise InvalidInputError(f"none of the LoRA target modules {list(target_modules or DEFAULT_TARGETS)} exist in the model")
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none")
     return get_peft_model(model, cfg)
 
@@ -80,7 +82,7 @@ def _read_extra(path: Path, device, dtype) -> dict[str, torch.Tensor]:
 def _check_dir(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if not (p / "adapter_config.json").is_file():
-        raise ValueError(f"adapter {str(path)!r} is not a peft adapter directory (no adapter_config.json)")
+        raise InvalidInputError(f"adapter {str(path)!r} is not a peft adapter directory (no adapter_config.json)")
     return p
 
 

@@ -13,6 +13,8 @@ Hard negatives come with the pairs; rows lacking them borrow other rows' positiv
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import copy
 
 import torch
@@ -40,7 +42,7 @@ class AutoRegEmbedMethod(Method):
         k = int(self.hp["k"])
         init = extra.get(self.soft_key)
         if init is not None and init.shape[0] != k:
-            raise ValueError(f"the initial adapter has {init.shape[0]} compress tokens, k={k} requested")
+            raise InvalidInputError(f"the initial adapter has {init.shape[0]} compress tokens, k={k} requested")
         base = init if init is not None else init_soft_tokens(self.model, k)
         self.soft = torch.nn.Parameter(base.detach().float().clone().to(self.device))
         self.i_next = role_instruction("query", self.hp["task"])
@@ -48,9 +50,9 @@ class AutoRegEmbedMethod(Method):
         self.ref = None
         if self.stage == "cda":
             if self.hp["squash"] not in SQUASH:
-                raise ValueError(f"squash must be one of {SQUASH}, got {self.hp['squash']!r}")
+                raise InvalidInputError(f"squash must be one of {SQUASH}, got {self.hp['squash']!r}")
             if self.hp["divergence"] not in ("logratio", "kl", "js"):
-                raise ValueError(f"divergence must be logratio, kl or js, got {self.hp['divergence']!r}")
+                raise InvalidInputError(f"divergence must be logratio, kl or js, got {self.hp['divergence']!r}")
             # p_ref: the encoder as it is when CDA starts (after IC), frozen
             self.ref = copy.deepcopy(self.model).eval()
             for p in self.ref.parameters():
@@ -104,7 +106,7 @@ class AutoRegEmbedMethod(Method):
             while len(negs) < n and others:
                 negs.append(others[len(negs) % len(others)])
             if len(negs) < n:
-                raise ValueError("CDA needs hard negatives or a batch of at least 2 pairs")
+                raise InvalidInputError("CDA needs hard negatives or a batch of at least 2 pairs")
             out.append(negs)
         return out
 

@@ -1,6 +1,8 @@
 """The interface every training method implements, and what they share."""
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from typing import Any
 
 import torch
@@ -26,11 +28,11 @@ class Method:
     def __init__(self, model, loaded, stage: str, hp: dict[str, Any], extra: dict[str, torch.Tensor],
                  max_length: int = 128, target_length: int = 128) -> None:
         if stage not in self.STAGES:
-            raise ValueError(f"unknown stage {stage!r} for method {self.name!r}; use one of {list(self.STAGES)}")
+            raise InvalidInputError(f"unknown stage {stage!r} for method {self.name!r}; use one of {list(self.STAGES)}")
         defaults = dict(self.DEFAULTS.get(stage, {}))
         unknown = sorted(set(hp) - set(defaults))
         if unknown:
-            raise ValueError(f"unknown hyper-parameter(s) {unknown} for {self.name}/{stage}; known: {sorted(defaults)}")
+            raise InvalidInputError(f"unknown hyper-parameter(s) {unknown} for {self.name}/{stage}; known: {sorted(defaults)}")
         self.model = model
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer

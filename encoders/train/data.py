@@ -10,6 +10,8 @@ Sources:
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import csv
 import json
 from dataclasses import dataclass, field
@@ -43,18 +45,18 @@ def _read_jsonl(path: Path) -> list[dict]:
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+                raise InvalidInputError(f"{path}:{n}: not valid JSON ({e.msg})") from None
     return out
 
 
 def _beir(folder: Path, split: str):
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not (folder / name).is_file():
-            raise ValueError(f"{folder} is not a BEIR folder: {name} is missing")
+            raise InvalidInputError(f"{folder} is not a BEIR folder: {name} is missing")
     qrels_file = folder / "qrels" / f"{split}.tsv"
     if not qrels_file.is_file():
         have = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
-        raise ValueError(f"no qrels for split {split!r} in {folder} (have: {have})")
+        raise InvalidInputError(f"no qrels for split {split!r} in {folder} (have: {have})")
     corpus = {str(d["_id"]): doc_text(d) for d in _read_jsonl(folder / "corpus.jsonl")}
     queries = {str(q["_id"]): q.get("text", "") for q in _read_jsonl(folder / "queries.jsonl")}
     qrels: dict[str, dict[str, int]] = {}
@@ -77,7 +79,7 @@ def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int =
     if max_queries:
         qids = qids[:max_queries]
     if not qids:
-        raise ValueError(f"no judged queries with relevant documents in {folder} split {split!r}")
+        raise InvalidInputError(f"no judged queries with relevant documents in {folder} split {split!r}")
     doc_ids = list(corpus)
     mined: dict[str, list[str]] = {q: [] for q in qids}
     if n_negatives > 0:
@@ -114,11 +116,11 @@ def load_triples(path: str | Path) -> list[Pair]:
         if isinstance(p, list):
             p = p[0] if p else None
         if not isinstance(q, str) or not isinstance(p, str):
-            raise ValueError(f"{path}:{n}: a triple needs string 'query' and 'positive' fields")
+            raise InvalidInputError(f"{path}:{n}: a triple needs string 'query' and 'positive' fields")
         negs = [neg] if isinstance(neg, str) else list(neg or [])
         out.append(Pair(q, p, [str(x) for x in negs]))
     if not out:
-        raise ValueError(f"{path}: no triples")
+        raise InvalidInputError(f"{path}: no triples")
     return out
 
 
@@ -131,7 +133,7 @@ def load_pairs(path: str | Path, split: str = "train", n_negatives: int = 1, see
     if p.is_file() and p.suffix == ".jsonl":
         pairs = load_triples(p)
         return pairs[:max_queries] if max_queries else pairs
-    raise ValueError(f"pair data must be a BEIR folder or a .jsonl of triples, got {str(path)!r}")
+    raise InvalidInputError(f"pair data must be a BEIR folder or a .jsonl of triples, got {str(path)!r}")
 
 
 def load_texts(path: str | Path, max_texts: int | None = None, min_chars: int = 1) -> list[str]:
@@ -139,23 +141,23 @@ def load_texts(path: str | Path, max_texts: int | None = None, min_chars: int = 
     p = Path(path)
     if p.is_dir():
         if not (p / "corpus.jsonl").is_file():
-            raise ValueError(f"{p}: a text folder must be a BEIR folder with corpus.jsonl")
+            raise InvalidInputError(f"{p}: a text folder must be a BEIR folder with corpus.jsonl")
         texts = [doc_text(d) for d in _read_jsonl(p / "corpus.jsonl")]
     elif p.is_file() and p.suffix == ".jsonl":
         texts = []
         for n, r in enumerate(_read_jsonl(p), 1):
             if "text" not in r:
-                raise ValueError(f"{p}:{n}: no 'text' field")
+                raise InvalidInputError(f"{p}:{n}: no 'text' field")
             texts.append(doc_text(r))
     elif p.is_file():
         texts = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines()]
     else:
-        raise ValueError(f"text data {str(path)!r} does not exist")
+        raise InvalidInputError(f"text data {str(path)!r} does not exist")
     texts = [t for t in texts if len(t) >= min_chars]
     if max_texts:
         texts = texts[:max_texts]
     if not texts:
-        raise ValueError(f"{path}: no texts")
+        raise InvalidInputError(f"{path}: no texts")
     return texts
 
 
@@ -165,7 +167,7 @@ def batch_indices(n: int, batch_size: int, seed: int, start_step: int = 0) -> It
     Batch s covers stream positions s*B .. s*B+B-1, so resuming at ``start_step`` continues exactly.
     """
     if n < 1 or batch_size < 1:
-        raise ValueError(f"need n >= 1 and batch_size >= 1, got {n}, {batch_size}")
+        raise InvalidInputError(f"need n >= 1 and batch_size >= 1, got {n}, {batch_size}")
     perms: dict[int, np.ndarray] = {}
 
     def at(p: int) -> int:

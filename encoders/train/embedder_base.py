@@ -1,6 +1,8 @@
 """Common inference shell of the trained embedders: options, adapter by path, batching, fingerprint."""
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from typing import Any
 
 import numpy as np
@@ -31,12 +33,12 @@ class TrainedEmbedder(Embedder):
                  batch_size: int = 8, instruction: str | None = None, progress: bool = False, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
-            raise ValueError(f"unknown option(s) {unknown} for embedder {self.family!r}; "
+            raise InvalidInputError(f"unknown option(s) {unknown} for embedder {self.family!r}; "
                              f"known: {sorted(set(self.OPTIONS) | set(COMMON_OPTIONS))}")
         if int(max_length) < 1 or int(batch_size) < 1:
-            raise ValueError(f"max_length and batch_size must be >= 1, got {max_length}, {batch_size}")
+            raise InvalidInputError(f"max_length and batch_size must be >= 1, got {max_length}, {batch_size}")
         if batch_tokens is not None and int(batch_tokens) < 1:
-            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+            raise InvalidInputError(f"batch_tokens must be >= 1, got {batch_tokens}")
         self.loaded = loaded
         self.max_length = int(max_length)
         self.batch_size = int(batch_size)
@@ -63,7 +65,7 @@ class TrainedEmbedder(Embedder):
             if self.soft_key in extra:
                 soft = extra[self.soft_key]
                 if soft.shape[0] != n:
-                    raise ValueError(f"adapter {self.adapter!r} was trained with k={soft.shape[0]} {self.soft_key}, "
+                    raise InvalidInputError(f"adapter {self.adapter!r} was trained with k={soft.shape[0]} {self.soft_key}, "
                                      f"but k={n} was requested")
                 self.soft = soft
             else:
@@ -82,10 +84,10 @@ class TrainedEmbedder(Embedder):
     # -- Embedder API
     def _encode(self, texts: list[str], role: str, **kw) -> np.ndarray:
         if role not in ("query", "document"):
-            raise ValueError(f"role must be 'query' or 'document', got {role!r}")
+            raise InvalidInputError(f"role must be 'query' or 'document', got {role!r}")
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:
-            raise ValueError(f"texts must be strings; rows {bad[:10]} are not")
+            raise InvalidInputError(f"texts must be strings; rows {bad[:10]} are not")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out

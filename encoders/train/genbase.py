@@ -8,6 +8,8 @@ trainers call them with gradients.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from typing import Sequence
 
 import torch
@@ -38,7 +40,7 @@ def bos_ids(tokenizer) -> list[int]:
 def token_ids(tokenizer, text: str, max_length: int | None = None) -> list[int]:
     """Tokenizer ids of ``text`` without special tokens, truncated to ``max_length``."""
     if not isinstance(text, str):
-        raise ValueError(f"texts must be strings, got {type(text).__name__}")
+        raise InvalidInputError(f"texts must be strings, got {type(text).__name__}")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return list(ids[:max_length] if max_length else ids)
 
@@ -46,10 +48,10 @@ def token_ids(tokenizer, text: str, max_length: int | None = None) -> list[int]:
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad id lists into (ids [B, L] int64, attention mask [B, L] int64)."""
     if not rows:
-        raise ValueError("no sequences to pad")
+        raise InvalidInputError("no sequences to pad")
     L = max(len(r) for r in rows)
     if L == 0:
-        raise ValueError("all sequences are empty")
+        raise InvalidInputError("all sequences are empty")
     ids = torch.full((len(rows), L), int(pad_id), dtype=torch.long)
     mask = torch.zeros((len(rows), L), dtype=torch.long)
     for i, r in enumerate(rows):
@@ -105,7 +107,7 @@ def init_soft_tokens(model, k: int) -> torch.Tensor:
     still differ in their states because their positions differ.
     """
     if k < 1:
-        raise ValueError(f"number of soft tokens must be >= 1, got {k}")
+        raise InvalidInputError(f"number of soft tokens must be >= 1, got {k}")
     E = input_embeddings(model).weight.detach()
     return E.float().mean(0, keepdim=True).repeat(k, 1).to(E.dtype)
 

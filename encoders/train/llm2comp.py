@@ -14,6 +14,8 @@ Contrastive post-training (§5.1): ``ucl`` SimCSE with dropout views (eq.8, drop
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import torch
 
 from alignir.encoders.embedders.llm2comp import encoder_states, memory_states
@@ -54,14 +56,14 @@ class LLM2CompMethod(Method):
         k = int(self.hp["k"])
         init = extra.get(self.soft_key)
         if init is not None and init.shape[0] != k:
-            raise ValueError(f"the initial adapter has {init.shape[0]} memory tokens, k={k} requested")
+            raise InvalidInputError(f"the initial adapter has {init.shape[0]} memory tokens, k={k} requested")
         base = init if init is not None else init_soft_tokens(self.model, k)
         self.soft = torch.nn.Parameter(base.detach().float().clone().to(self.device))
         if self.stage == "ucl":
             if not 0.0 <= float(self.hp["dropout"]) < 1.0:
-                raise ValueError(f"dropout must be in [0, 1), got {self.hp['dropout']}")
+                raise InvalidInputError(f"dropout must be in [0, 1), got {self.hp['dropout']}")
             if set_dropout(self.model, float(self.hp["dropout"])) == 0:
-                raise ValueError("the model has no attention dropout to create SimCSE views with")
+                raise InvalidInputError("the model has no attention dropout to create SimCSE views with")
 
     def embedder_options(self):
         return {"k": int(self.hp["k"]), "bidirectional": bool(self.hp["bidirectional"])}
@@ -107,7 +109,7 @@ class LLM2CompMethod(Method):
             pre.append(r[:a])
             cont.append(r[a:a + self.target_length])
         if not pre:
-            raise ValueError("continuation tasks need texts of at least 2 tokens")
+            raise InvalidInputError("continuation tasks need texts of at least 2 tokens")
         ids, mask = left_pad([bos + r for r in pre], pid, self.device)
         m = self._mem(ids, mask)
         tgt = right_pad(cont, pid, self.device)

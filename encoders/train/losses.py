@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import torch
 import torch.nn.functional as F
 
@@ -40,9 +42,9 @@ def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float 
     other queries' positives act as in-batch negatives; ``pos`` [B] is each query's positive row.
     """
     if q.dim() != 2 or docs.dim() != 2 or q.shape[1] != docs.shape[1]:
-        raise ValueError(f"q [B, d] and docs [M, d] needed, got {tuple(q.shape)} and {tuple(docs.shape)}")
+        raise InvalidInputError(f"q [B, d] and docs [M, d] needed, got {tuple(q.shape)} and {tuple(docs.shape)}")
     if tau <= 0:
-        raise ValueError(f"temperature tau must be > 0, got {tau}")
+        raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
     return F.cross_entropy(_cos(q, docs) / tau, pos.to(q.device).long())
 
 
@@ -53,7 +55,7 @@ def _squash(name: str):
         return F.logsigmoid
     if name == "tanh":
         return torch.tanh
-    raise ValueError(f"unknown CDA squashing {name!r}; use one of {SQUASH}")
+    raise InvalidInputError(f"unknown CDA squashing {name!r}; use one of {SQUASH}")
 
 
 SQUASH = ("sigmoid", "logsigmoid", "tanh")
@@ -73,7 +75,7 @@ def cda_loss(lp_q_pos: torch.Tensor, lp_d_pos: torch.Tensor, ref_q_pos: torch.Te
     L = mean_B -log e^{S1/τ} / (e^{S1/τ} + Σ_i e^{S2_i/τ}).
     """
     if tau <= 0:
-        raise ValueError(f"temperature tau must be > 0, got {tau}")
+        raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
     f = _squash(squash)
     s1 = -f(beta * (lp_q_pos - lp_d_pos).abs())
     s2 = -f(beta * (lp_q_pos - ref_q_pos).unsqueeze(1) - beta * (lp_q_neg - ref_q_neg))
@@ -103,7 +105,7 @@ def token_divergence(logits_p: torch.Tensor, logits_q: torch.Tensor, mask: torch
         lm = torch.logsumexp(torch.stack([lp, lq]), 0) - torch.log(torch.tensor(2.0))
         d = 0.5 * (lp.exp() * (lp - lm)).sum(-1) + 0.5 * (lq.exp() * (lq - lm)).sum(-1)
     else:
-        raise ValueError(f"unknown divergence {kind!r}; use 'kl' or 'js'")
+        raise InvalidInputError(f"unknown divergence {kind!r}; use 'kl' or 'js'")
     m = mask.float()
     return (d * m).sum(1) / m.sum(1).clamp(min=1)
 
@@ -129,7 +131,7 @@ def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, tau: float = 0.05) -> torch.
     except z_i itself (the 1[k≠i] of SimCLR's NT-Xent, which eq.8's Σ_{k=1}^{2B} leaves implicit:
     the self term cos=1 would be a constant e^{1/τ})."""
     if z1.shape != z2.shape:
-        raise ValueError(f"the two views must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
+        raise InvalidInputError(f"the two views must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
     B = z1.shape[0]
     z = torch.cat([z1, z2], 0)
     sim = _cos(z, z) / tau
@@ -142,7 +144,7 @@ def stepwise_contrastive(Gq: torch.Tensor, Gd: torch.Tensor, pos: torch.Tensor, 
     """Per-step losses L_k [K] of seed 003 eq.7: z_k = mean of the first k generated states
     (eq.4 on G_{1:k}); L_k = InfoNCE(z_k^q, z_k^d over the batch's documents B)."""
     if Gq.dim() != 3 or Gd.dim() != 3 or Gq.shape[1:] != Gd.shape[1:]:
-        raise ValueError(f"Gq [B, K, d] and Gd [M, K, d] needed, got {tuple(Gq.shape)}, {tuple(Gd.shape)}")
+        raise InvalidInputError(f"Gq [B, K, d] and Gd [M, K, d] needed, got {tuple(Gq.shape)}, {tuple(Gd.shape)}")
     K = Gq.shape[1]
     steps = torch.arange(1, K + 1, device=Gq.device, dtype=torch.float32).view(1, K, 1)
     zq = Gq.float().cumsum(1) / steps

@@ -9,6 +9,8 @@ training curve) and ``checkpoint/`` (latest state, for ``resume``).
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import copy
 import json
 import math
@@ -50,7 +52,7 @@ def method_class(name: str):
     import importlib
 
     if name not in METHODS:
-        raise ValueError(f"unknown training method {name!r}; use one of {sorted(METHODS)}")
+        raise InvalidInputError(f"unknown training method {name!r}; use one of {sorted(METHODS)}")
     mod, _, cls = METHODS[name].partition(":")
     return getattr(importlib.import_module(mod), cls)
 
@@ -95,18 +97,18 @@ class TrainConfig:
         if self.stage is None:
             self.stage = next(iter(cls.STAGES))
         if self.stage not in cls.STAGES:
-            raise ValueError(f"unknown stage {self.stage!r} for {self.method}; use one of {list(cls.STAGES)}")
+            raise InvalidInputError(f"unknown stage {self.stage!r} for {self.method}; use one of {list(cls.STAGES)}")
         for nm in ("steps", "batch_size", "grad_accum", "lora_r", "max_length", "target_length"):
             if int(getattr(self, nm)) < 1:
-                raise ValueError(f"{nm} must be >= 1, got {getattr(self, nm)}")
+                raise InvalidInputError(f"{nm} must be >= 1, got {getattr(self, nm)}")
         if self.lr is not None and self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+            raise InvalidInputError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+            raise InvalidInputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not Path(self.data).exists():
-            raise ValueError(f"training data {self.data!r} does not exist")
+            raise InvalidInputError(f"training data {self.data!r} does not exist")
         if self.eval_examples < 0 or self.eval_every < 0:
-            raise ValueError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
+            raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
 
 def _seed_all(seed: int) -> None:
@@ -134,7 +136,7 @@ def split_heldout(data: list, n: int, seed: int) -> tuple[list, list]:
     if n <= 0:
         return data, []
     if n >= len(data):
-        raise ValueError(f"eval_examples={n} leaves no training data (only {len(data)} examples)")
+        raise InvalidInputError(f"eval_examples={n} leaves no training data (only {len(data)} examples)")
     held = set(int(i) for i in np.random.default_rng([seed, 1]).permutation(len(data))[:n])
     return [x for i, x in enumerate(data) if i not in held], [x for i, x in enumerate(data) if i in held]
 

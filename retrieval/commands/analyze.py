@@ -7,6 +7,8 @@ and prints a table of top aligned tokens marked literal / stem / novel.
 """
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 import json
 import os
 import random
@@ -20,12 +22,12 @@ def sample_texts(beir_dir: str | os.PathLike, n: int, seed: int = 0, source: str
     or queries.jsonl, in file order.  Empty texts are skipped."""
     name = {"corpus": "corpus.jsonl", "queries": "queries.jsonl"}.get(source)
     if name is None:
-        raise ValueError(f"source must be 'corpus' or 'queries', got {source!r}")
+        raise InvalidInputError(f"source must be 'corpus' or 'queries', got {source!r}")
     path = Path(beir_dir) / name
     if not path.is_file():
-        raise ValueError(f"{path} not found: {beir_dir} is not a BEIR folder")
+        raise InvalidInputError(f"{path} not found: {beir_dir} is not a BEIR folder")
     if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+        raise InvalidInputError(f"n must be >= 1, got {n}")
     ids, texts = [], []
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
@@ -34,13 +36,13 @@ def sample_texts(beir_dir: str | os.PathLike, n: int, seed: int = 0, source: str
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+                raise InvalidInputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
             text = " ".join(x for x in (rec.get("title") or "", rec.get("text") or "") if x).strip()
             if text:
                 ids.append(str(rec.get("_id", lineno)))
                 texts.append(text)
     if not texts:
-        raise ValueError(f"{path} holds no non-empty texts")
+        raise InvalidInputError(f"{path} holds no non-empty texts")
     pick = sorted(random.Random(seed).sample(range(len(texts)), min(n, len(texts))))
     return [ids[i] for i in pick], [texts[i] for i in pick]
 
@@ -90,7 +92,7 @@ def register(app: typer.Typer) -> None:
                 try:
                     emb = get_embedder(family, loaded, max_length=max_length, progress=not as_json, **opts)
                 except TypeError as e:
-                    raise ValueError(f"embedder {family!r} does not take these options ({e})") from None
+                    raise InvalidInputError(f"embedder {family!r} does not take these options ({e})") from None
                 H[name] = emb.encode_documents(texts)
             report = analyze_embeddings(texts, H, loaded.tokenizer, loaded.lm_head, loaded.special_ids,
                                         base=base, k=k, match=match, max_length=max_length)

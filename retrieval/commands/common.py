@@ -9,6 +9,8 @@ from typing import Any, Iterator
 
 import typer
 
+from alignir.errors import AlignirError
+
 #: exit code for bad input / a failed operation (typer uses 2 for usage errors)
 EXIT_FAILURE = 1
 
@@ -28,21 +30,31 @@ def fail(message: str, code: int = EXIT_FAILURE) -> None:
 
 
 @contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn the errors a user can cause (bad files, bad options, a corrupt or foreign index,
-    disk full, no permission) into one clear line on stderr and exit code 1 — never a
-    traceback from deep inside a library."""
+def user_errors(verbose: bool = False) -> Iterator[None]:
+    """Turn the errors a user can cause (:class:`alignir.errors.AlignirError`: bad files, bad
+    options, a corrupt or foreign index; ``OSError``: disk full, no permission, a missing file)
+    into one clear line on stderr and exit code 1. Anything else is a bug: it propagates with
+    its full traceback, and so does everything under ``-v``."""
     try:
         yield
     except typer.Exit:
         raise
     except KeyboardInterrupt:
         fail("interrupted", 130)
-    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
-            PermissionError) as e:
+    except AlignirError as e:
+        if verbose:
+            raise
         fail(str(e))
     except OSError as e:  # disk full and friends
-        fail(f"{e.strerror or e} ({getattr(e, 'filename', '') or ''})".strip())
+        if verbose:
+            raise
+        fail(_describe_oserror(e))
+
+
+def _describe_oserror(e: OSError) -> str:
+    """"No such file or directory: 'x'" — the reason, then the file when there is one."""
+    reason = e.strerror or str(e)
+    return f"{reason}: {e.filename!r}" if getattr(e, "filename", None) else reason
 
 
 def echo_json(obj: Any) -> None:

@@ -1,6 +1,8 @@
 """`alignir eval` (score an index on a BEIR split) and `alignir beir` (build + eval in one go)."""
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from pathlib import Path
 from typing import Optional
 
@@ -23,12 +25,12 @@ def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:
         return list(available or MODES)
     modes = [m.strip() for m in mode.split(",") if m.strip()]
     if not modes:
-        raise ValueError(f"no mode given; use {MODES_HELP}")
+        raise InvalidInputError(f"no mode given; use {MODES_HELP}")
     for m in modes:
         try:
             parse_mode(m)
         except ValueError:
-            raise ValueError(f"unknown mode {m!r}; use {MODES_HELP}") from None
+            raise InvalidInputError(f"unknown mode {m!r}; use {MODES_HELP}") from None
     return modes
 
 
@@ -44,7 +46,7 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
         except ValueError:
             sep = ""
         if not sep or not name.strip():
-            raise ValueError(f"--weights wants LEG=WEIGHT pairs like dense=0.5,bm25=0.5, got {text!r}")
+            raise InvalidInputError(f"--weights wants LEG=WEIGHT pairs like dense=0.5,bm25=0.5, got {text!r}")
     return out
 
 
@@ -116,7 +118,7 @@ def eval_cmd(
     pytrec_eval. On ArguAna/Quora, hits whose doc id equals the query id are dropped, as
     BEIR and Pyserini do."""
     setup_logging(verbose)
-    with user_errors():
+    with user_errors(verbose):
         result = _evaluate(index, dataset, split, mode, run, top, instruction, fusion,
                            alpha, bm25, progress=not as_json, weights=parse_weights(weights))
         echo_json(result) if as_json else _print_table(result)
@@ -142,7 +144,7 @@ def beir_cmd(
     """Build an index over a BEIR folder with the default model, then evaluate it: the
     one-command benchmark. The index is kept (re-running reuses the cached encodings)."""
     setup_logging(verbose)
-    with user_errors():
+    with user_errors(verbose):
         from alignir.retrieval.beir import resolve_dataset
         from alignir.retrieval.indexer import build_index
 

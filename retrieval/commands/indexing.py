@@ -1,6 +1,8 @@
 """`alignir build-index | search | resparsify | info`."""
 from __future__ import annotations
 
+from alignir.errors import InvalidInputError
+
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -65,7 +67,7 @@ def build_index_cmd(
     an older index there intact. Re-running after a kill resumes from the encoded shards.
     """
     setup_logging(verbose)
-    with user_errors():
+    with user_errors(verbose):
         from alignir.retrieval.indexer import build_index
 
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
@@ -106,12 +108,12 @@ def search_cmd(
 ) -> None:
     """Search an index from the shell."""
     setup_logging(verbose)
-    with user_errors():
+    with user_errors(verbose):
         from alignir.retrieval.commands.evaluate import parse_weights
         from alignir.retrieval.searcher import Searcher, parse_mode
 
         if not query.strip():
-            raise ValueError("the query is empty")
+            raise InvalidInputError("the query is empty")
         parse_mode(mode)
         searcher = Searcher.open(index, model=model, instruction=instruction)
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
@@ -169,7 +171,7 @@ def resparsify_cmd(
     """Rebuild the sparse side with new K / M / λ / weighting from the stored dense vectors
     (seconds; no re-encode). Unset options keep their current values."""
     setup_logging(verbose)
-    with user_errors():
+    with user_errors(verbose):
         from alignir.retrieval.indexer import resparsify
 
         changes = {name: v for name, v in dict(
@@ -231,7 +233,7 @@ def add_lexical_cmd(
     """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus: no model,
     no re-encode (seconds). Indexes built before the leg existed get the bm25 modes."""
     setup_logging(verbose)
-    with user_errors():
+    with user_errors(verbose):
         from alignir.retrieval.indexer import add_lexical
 
         manifest = add_lexical(index, source, k1=k1, b=b)
@@ -259,7 +261,7 @@ def encode_cmd(
     Use the same --max-length/--batch-tokens here as in build-index (max-length is part of the
     encoder fingerprint)."""
     setup_logging(verbose)
-    with user_errors():
+    with user_errors(verbose):
         from alignir.encoders.cache import EmbeddingCache
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model

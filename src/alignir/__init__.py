@@ -32,6 +32,8 @@ _EXPORTS: dict[str, str] = {
     "SparseConfig": "alignir.retrieval.config",
     "FusionConfig": "alignir.retrieval.config",
     "load_beir": "alignir.retrieval.beir",
+    "AlignirError": "alignir.errors",
+    "InvalidInputError": "alignir.errors",
     "IndexStoreError": "alignir.index.store",
     "NotAnIndexError": "alignir.index.store",
     "CorruptIndexError": "alignir.index.store",

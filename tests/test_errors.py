@@ -1,0 +1,57 @@
+"""One base class for the errors a user can cause (issue 14): the CLI prints those (and
+OSError) as one line with exit status 1, and shows the traceback of anything else (a bug),
+and of everything under -v."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import alignir
+from alignir.errors import AlignirError, InvalidInputError
+from alignir.retrieval.cli import app
+
+runner = CliRunner()
+
+
+def test_public_errors_share_the_base():
+    for name in ("NotAnIndexError", "CorruptIndexError", "UnsupportedFormatError", "FingerprintMismatch",
+                 "IndexWriteError", "IndexReadError", "BeirFormatError", "ModelNotFoundError"):
+        assert issubclass(getattr(alignir, name), AlignirError), name
+    assert issubclass(InvalidInputError, ValueError)  # `except ValueError` callers keep working
+
+
+def test_validation_errors_are_user_errors():
+    with pytest.raises(AlignirError):
+        alignir.SparseConfig(doc_k=0)
+
+
+def test_user_error_is_one_line(tmp_path):
+    r = runner.invoke(app, ["info", "--index", str(tmp_path)])
+    assert r.exit_code == 1
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+
+
+def test_missing_file_is_one_line(tmp_path):
+    r = runner.invoke(app, ["info", "--index", str(tmp_path / "nowhere")])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert len([ln for ln in r.output.splitlines() if ln.strip()]) == 1, r.output
+
+
+def _bug(*_a, **_k):
+    raise ValueError("an internal bug, not the user's fault")
+
+
+def test_a_bug_shows_its_traceback(tmp_path, monkeypatch):
+    import alignir.index.store as store
+
+    monkeypatch.setattr(store, "read_manifest", _bug)
+    r = runner.invoke(app, ["info", "--index", str(tmp_path)])
+    assert r.exit_code == 1 and isinstance(r.exception, ValueError)
+    assert "internal bug" in str(r.exception)
+
+
+def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
+    r = runner.invoke(app, ["resparsify", "--index", str(tmp_path), "--k", "10", "-v"])
+    assert r.exit_code == 1 and isinstance(r.exception, AlignirError)
