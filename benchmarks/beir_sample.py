@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

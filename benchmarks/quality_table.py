@@ -38,7 +38,7 @@ def render(quality_rows: list[dict], fusion: list[dict]) -> str:
              "| hybrid (dense+sparse) | hybrid ≥ both inputs | dense+sparse+bm25 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for dataset, model in pairs:
-        def get(method: str) -> float | None:
+        def get(method: str, dataset: str = dataset, model: str = model) -> float | None:
             row = q.get((dataset, model, method))
             return row["ndcg@10"] if row else None
         bm25, dense, paper = get("bm25"), get("dense-centered-cosine"), get("sparse-paper")

@@ -29,7 +29,8 @@ def stored_doc_matrix(sparse_index: Any) -> sp.csr_matrix:
             indptr.append(indptr[-1] + len(terms))
         else:
             indptr.append(indptr[-1])
-    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
+    def cat(xs, dt):
+        return (np.concatenate(xs) if xs else np.zeros(0, dt))
     return sp.csr_matrix((cat(data, np.float32), cat(indices, np.int64), np.array(indptr)),
                          shape=(n, n_terms))
 

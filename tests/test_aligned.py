@@ -320,10 +320,10 @@ def test_adjust_moves_rankings_as_the_algebra_says():
     np.testing.assert_allclose(Ha, H + lam * u1, rtol=1e-6)
     ids, logits = project_topk(Ha, W, 30)
     np.testing.assert_allclose(logits[0], (W @ H[0] + lam * (W @ u1))[ids[0]], rtol=1e-4, atol=1e-5)
-    l, c = W @ H[0], W @ u1
-    a = int(np.argmax(l))
+    lg, c = W @ H[0], W @ u1
+    a = int(np.argmax(lg))
     b = max((t for t in range(30) if t != a), key=lambda t: abs(c[t] - c[a]))
-    lam_star = (l[a] - l[b]) / (c[b] - c[a])  # any sign: a leads b on (0, λ*), b leads beyond
+    lam_star = (lg[a] - lg[b]) / (c[b] - c[a])  # any sign: a leads b on (0, λ*), b leads beyond
     def rank(lam_):
         r = project_topk(adjust(H, u1, lam_), W, 30)[0][0].tolist()
         return r.index(a), r.index(b)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import warnings
 from pathlib import Path
 

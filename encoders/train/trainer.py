@@ -13,7 +13,6 @@ from alignir.errors import InvalidInputError
 
 import copy
 import json
-import math
 import os
 import random
 import shutil
