@@ -4,6 +4,7 @@ alignir.encoders, alignir.index and alignir.retrieval, in a wheel and in the edi
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -30,9 +31,13 @@ def _source_modules() -> dict[str, Path]:
 
 
 def test_wheel_holds_one_alignir_namespace(tmp_path):
+    # build from a clean copy of the sources (an in-tree build/ could hold stale modules)
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__",
+                                                            "tests", "benchmarks", "docs"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("alignir-*.whl")
+                    "-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("alignir-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"alignir"}, f"only the alignir package goes into site-packages, got {tops}"
