@@ -212,11 +212,28 @@ class Searcher:
         return QueryBatch(H, Q, time.perf_counter() - t0, L)
 
     # ------------------------------------------------------------------ search
-    def search(self, query: str, k: int = 10, mode: str = "hybrid", **kw: Any) -> list[Hit]:
-        """Top-``k`` hits of one query. See :meth:`batch_search` for the options."""
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        mode: str = "hybrid",
+        *,
+        explain: bool = False,
+        fusion: str | None = None,
+        alpha: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        depth: int | None = None,
+        allowed_ids: Iterable[str] | None = None,
+        threads: int | None = None,
+        timings: Timings | None = None,
+        encoded: QueryBatch | None = None,
+    ) -> list[Hit]:
+        """Top-``k`` hits of one query; the options are :meth:`batch_search`'s."""
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
-        return self.batch_search([query], k=k, mode=mode, **kw)[0]
+        return self.batch_search([query], k=k, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
+                                 weights=weights, depth=depth, allowed_ids=allowed_ids, threads=threads,
+                                 timings=timings, encoded=encoded)[0]
 
     def batch_search(
         self,
