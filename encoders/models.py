@@ -382,6 +382,13 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
     tried: list[str] = []
 
     key = spec.lower()
+    from alignir.encoders.shipped import SHIPPED
+
+    if key in SHIPPED:
+        raise ModelNotFoundError(
+            f"{spec!r} is a trained embedder (base model {SHIPPED[key].base_model!r} + a shipped adapter): "
+            f"use it through build_index / alignir build-index --model {spec}, or load the base model and "
+            f"get_embedder({SHIPPED[key].family!r}, loaded, adapter='builtin:{key}')")
     if key in REGISTERED_MODELS:
         reg = REGISTERED_MODELS[key]
         root = cache_dir()

@@ -115,8 +115,10 @@ def build_index(
     """
     from alignir.encoders.embedders import get_embedder
     from alignir.encoders.models import load_model
+    from alignir.encoders.shipped import resolve_shipped
 
     stage = on_stage or (lambda s: log.info(s))
+    model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
     check_target(index_dir)
     stage(f"reading {source}")
     corpus = read_source(source, skip_bad=skip_bad)

@@ -181,6 +181,9 @@ class Searcher:
         if not spec:
             raise InvalidInputError(f"{path}: the manifest does not say which encoder built it")
         if loaded is None:
+            from alignir.encoders.shipped import SHIPPED
+
+            model = SHIPPED[model].base_model if model in SHIPPED else model
             loaded = load_model(model or spec["model"], device=device)
         options = dict(spec.get("options", {}))
         if instruction is not None:

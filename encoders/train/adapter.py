@@ -80,7 +80,9 @@ def _read_extra(path: Path, device, dtype) -> dict[str, torch.Tensor]:
 
 
 def _check_dir(path: str | Path) -> Path:
-    p = Path(path).expanduser()
+    from alignir.encoders.shipped import resolve_adapter
+
+    p = resolve_adapter(path)
     if not (p / "adapter_config.json").is_file():
         raise InvalidInputError(f"adapter {str(path)!r} is not a peft adapter directory (no adapter_config.json)")
     return p

@@ -30,7 +30,8 @@ def build_index_cmd(
                                   "file with `_id`, `title`, `text` per line."),
     index: Path = INDEX_OPT,
     model: str = typer.Option("smollm2-135m", help="Model: registered name (smollm2-135m, "
-                              "gemma3-270m), local HF folder, .gguf file, or hub id."),
+                              "gemma3-270m; smollm2-135m-alignir = SmolLM2 with the shipped trained adapter), "
+                              "local HF folder, .gguf file, or hub id."),
     embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
                                  "weighted-mean, echo, autoregembed, llm2comp, gircse."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
@@ -265,11 +266,13 @@ def encode_cmd(
         from alignir.encoders.cache import EmbeddingCache
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
+        from alignir.encoders.shipped import resolve_shipped
         from alignir.retrieval.indexer import read_source
 
         texts = read_source(source, skip_bad=skip_bad).texts()
+        model, embedder, opts = resolve_shipped(model, embedder, {})
         enc = get_embedder(embedder, load_model(model, device=device), max_length=max_length,
-                           batch_tokens=batch_tokens)
+                           batch_tokens=batch_tokens, **opts)
         H = EmbeddingCache(cache_dir).encode_cached(enc, texts, "document", shard_size=128,
                                                     shard_id=shard_id, shard_num=shard_num)
         typer.echo(f"encoded {H.shape[0]} of {len(texts)} documents into the cache")

@@ -1,0 +1,66 @@
+"""Trained embedders that ship inside the package: a registered name that stands for a base
+model, an embedder family and a LoRA adapter stored in ``encoders/adapters/NAME/``.
+
+``alignir build-index --model smollm2-135m-alignir`` (or ``alignir beir``, or
+``build_index(model="smollm2-135m-alignir")``) indexes with the trained embedder, no training
+step needed; the index records the base model, the family and the adapter as ``builtin:NAME``,
+and its encoder fingerprint holds the adapter's sha256, so a searcher refuses any other encoder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alignir.errors import InvalidInputError
+
+__all__ = ["ShippedEmbedder", "SHIPPED", "BUILTIN_PREFIX", "adapter_dir", "resolve_adapter", "resolve_shipped"]
+
+BUILTIN_PREFIX = "builtin:"
+ADAPTERS = Path(__file__).resolve().parent / "adapters"
+
+
+@dataclass(frozen=True)
+class ShippedEmbedder:
+    name: str
+    base_model: str  # a registered model name (encoders.models.REGISTERED_MODELS)
+    family: str  # the embedder family that reads through the adapter
+    description: str
+
+
+SHIPPED: dict[str, ShippedEmbedder] = {
+    "smollm2-135m-alignir": ShippedEmbedder(
+        name="smollm2-135m-alignir", base_model="smollm2-135m", family="infonce",
+        description="SmolLM2-135M-Instruct, PromptEOL read through a LoRA adapter (r 16, fp16, 9.8 MB) trained "
+                    "with InfoNCE on SciFact train pairs + BM25 hard negatives (360 steps of batch 8)"),
+}
+
+
+def adapter_dir(name: str) -> Path:
+    """The folder of a shipped adapter."""
+    if name not in SHIPPED:
+        raise InvalidInputError(f"no shipped adapter {name!r}; shipped: {', '.join(sorted(SHIPPED))}")
+    return ADAPTERS / name
+
+
+def resolve_adapter(path: str | Path) -> Path:
+    """An adapter location as a folder: ``builtin:NAME`` is a shipped adapter, anything else a path."""
+    s = str(path)
+    return adapter_dir(s[len(BUILTIN_PREFIX):]) if s.startswith(BUILTIN_PREFIX) else Path(s).expanduser()
+
+
+def resolve_shipped(model: str, embedder: str, options: dict[str, Any] | None,
+                    default_embedder: str = "prompteol") -> tuple[str, str, dict[str, Any]]:
+    """(model spec to load, embedder family, embedder options) for ``model``; a shipped name
+    becomes its base model, family and ``adapter=builtin:NAME``. Other models pass unchanged."""
+    opts = dict(options or {})
+    shipped = SHIPPED.get(model) if isinstance(model, str) else None
+    if shipped is None:
+        return model, embedder, opts
+    if embedder not in (default_embedder, shipped.family):
+        raise InvalidInputError(f"model {model!r} is a trained {shipped.family!r} embedder; "
+                                f"leave --embedder unset (got {embedder!r})")
+    if opts.get("adapter") not in (None, BUILTIN_PREFIX + shipped.name):
+        raise InvalidInputError(f"model {model!r} brings its own adapter; leave --adapter unset")
+    opts["adapter"] = BUILTIN_PREFIX + shipped.name
+    return shipped.base_model, shipped.family, opts
