@@ -1,4 +1,4 @@
-"""Reproduce seed 004 §3.5 (Fig.2) and §4 (Fig.3-4) with the shipped models.
+"""Reproduce “A Text is Worth Several Tokens” §3.5 (Fig.2) and §4 (Fig.3-4) with the shipped models.
 
 For each model and embedder (pooling): Hit@10, LAR, GAR (eq.6-8, exact ids and stem
 matches), v_j spectrum against the base embedder (eq.10) with v1_share = |v1| / Σ|v_j|, the

@@ -1,7 +1,7 @@
 """Dense retrieval quality with and without centering / whitening (index.dense, issue 4).
 
-PromptEOL vectors of a small LLM are strongly anisotropic (one dominant direction, seed 004
-§4 eq.14); centering or whitening the corpus (the BERT-whitening idea cited in seed 001 §2)
+PromptEOL vectors of a small LLM are strongly anisotropic (one dominant direction, “A Text is Worth Several Tokens”
+§4 eq.14); centering or whitening the corpus (the BERT-whitening idea cited in AutoRegEmbed §2)
 may or may not help retrieval. This measures nDCG@10 / recall@20 / recall@100 of the exact flat index
 under each option on the same cached vectors. The anchor is the plain inner product of the
 raw vectors (no transform); every variant also gets its ratio to the anchor.

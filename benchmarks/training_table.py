@@ -3,8 +3,8 @@
 
 For each evaluation collection: one row per run (steps, training seconds, dense and sparse
 nDCG@10, the untrained PromptEOL baseline of the same run), then the checks issue 6 asks for:
-does CDA beat IC-only (seed 000), does CTKD beat NLL / RC (seed 002), does GIRCSE improve with
-a larger test-time K (seed 003), and which methods beat the untrained baseline.
+does CDA beat IC-only (AutoRegEmbed), does CTKD beat NLL / RC (LLM2Comp), does GIRCSE improve with
+a larger test-time K (GIRCSE), and which methods beat the untrained baseline.
 
     python benchmarks/training_table.py [--collection scifact-sample1000]
 """
@@ -52,18 +52,18 @@ def checks(runs: dict[str, dict]) -> list[str]:
     out = []
     cda = _versus(runs, "autoregembed-cda", "autoregembed-ic")
     if cda:
-        out.append(f"CDA beats IC-only (seed 000 §4.4): {cda}")
+        out.append(f"CDA beats IC-only (AutoRegEmbed §4.4): {cda}")
     for other in ("llm2comp-nll", "llm2comp-rc"):
         ctkd = _versus(runs, "llm2comp-ctkd", other)
         if ctkd:
-            out.append(f"CTKD beats {other.split('-')[1].upper()} (seed 002 §3.3): {ctkd}")
+            out.append(f"CTKD beats {other.split('-')[1].upper()} (LLM2Comp §3.3): {ctkd}")
     for name in ("gircse", "gircse-lr1e-4"):
         ks = runs.get(name, {}).get("test_time_K")
         if ks:
             order = sorted(ks, key=lambda k: int(k.split("=")[1]))
             vals = [ks[k]["ndcg@10_dense"] for k in order]
             mono = all(b >= a for a, b in zip(vals, vals[1:]))
-            out.append(f"GIRCSE ({name}) improves with test-time K (seed 003 §5.1): dense "
+            out.append(f"GIRCSE ({name}) improves with test-time K (GIRCSE §5.1): dense "
                        + ", ".join(f"{k} {v:.3f}" for k, v in zip(order, vals))
                        + f" ({'yes' if mono else 'no, not monotone'})")
     base = runs.get("prompteol-untrained")

@@ -115,7 +115,7 @@ def project_topk(
     mask_ids: Iterable[int] | np.ndarray | None = None,
     chunk: int = 8192,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k aligned tokens of each row of H (seed 004 Process 1, lines 6-10).
+    """Top-k aligned tokens of each row of H (“A Text is Worth Several Tokens” Process 1, lines 6-10).
 
     Logits e_tᵀh are computed for ``chunk`` vocabulary rows at a time (fp32) and merged into
     a running top-k, so memory is O(n·(k + chunk)) and never O(n·V).  Masked ids (special /
@@ -409,7 +409,7 @@ def doc_vectors(
     mask_ids: Iterable[int] | np.ndarray | None = None,
     chunk: int = 8192,
 ) -> sp.csr_matrix:
-    """Document sparse vectors, seed 004 eq.15: the top-K aligned *tokens* of each row keep
+    """Document sparse vectors, “A Text is Worth Several Tokens” eq.15: the top-K aligned *tokens* of each row keep
     w_t = e_tᵀh ("raw", the paper), relu(w_t), or log1p(relu(w_t)).  With a folding
     ``term_map`` the weights of variants of one term combine by max (so a row may hold fewer
     than K terms).  Zero weights are not stored.  Returns csr float32 [n, n_terms]."""
@@ -450,7 +450,7 @@ def query_vectors(
     mask_ids: Iterable[int] | np.ndarray | None = None,
     chunk: int = 8192,
 ) -> sp.csr_matrix:
-    """Query sparse vectors, seed 004 eq.16: token set T̃_q = T_q ∪ T̂_q^M (deduplicated
+    """Query sparse vectors, “A Text is Worth Several Tokens” eq.16: token set T̃_q = T_q ∪ T̂_q^M (deduplicated
     surface ids ∪ top-M aligned ids; masked ids dropped from both).
 
     ``weighting="binary"`` (the paper: score = Σ of document weights over shared tokens)
@@ -497,7 +497,7 @@ def query_vectors(
 
 
 def svd_basis(H: np.ndarray | torch.Tensor, center: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Right singular vectors of the embedding matrix H [n, d] (seed 004 eq.9).
+    """Right singular vectors of the embedding matrix H [n, d] (“A Text is Worth Several Tokens” eq.9).
 
     Returns ``(U float64 [d, d], s float64 [d])``: column j is u_j, the singular vector of
     the j-th largest singular value s_j.  Computed from the d×d Gram matrix HᵀH in float64.
@@ -529,7 +529,7 @@ def svd_basis(H: np.ndarray | torch.Tensor, center: bool = False) -> tuple[np.nd
 
 
 def fit_pc1(H_sample: np.ndarray | torch.Tensor, center: bool = False) -> np.ndarray:
-    """u1: top singular vector of a sample of corpus embeddings (seed 004 §4, eq.9), float32
+    """u1: top singular vector of a sample of corpus embeddings (“A Text is Worth Several Tokens” §4, eq.9), float32
     [d], unit norm, oriented so the sample projects positively onto it (so λ < 0 in
     :func:`adjust` removes the common component)."""
     U, _ = svd_basis(H_sample, center=center)
@@ -537,7 +537,7 @@ def fit_pc1(H_sample: np.ndarray | torch.Tensor, center: bool = False) -> np.nda
 
 
 def adjust(H: np.ndarray | torch.Tensor, u1: np.ndarray, lam: float) -> np.ndarray:
-    """h_adj = h + λ·u1 for every row (seed 004 eq.14).  Returns float32 [n, d]."""
+    """h_adj = h + λ·u1 for every row (“A Text is Worth Several Tokens” eq.14).  Returns float32 [n, d]."""
     u = np.asarray(u1, dtype=np.float32).ravel()
     X = _as_h(H, u.size)
     if not np.isfinite(u).all() or not np.isfinite(lam):
@@ -551,7 +551,7 @@ def adjust(H: np.ndarray | torch.Tensor, u1: np.ndarray, lam: float) -> np.ndarr
 @dataclass(frozen=True)
 class TermContribution:
     """One shared term of a (query, document) pair: contribution = query_weight·doc_weight
-    (with a binary query this is the document weight summed in seed 004 eq.16)."""
+    (with a binary query this is the document weight summed in “A Text is Worth Several Tokens” eq.16)."""
 
     term: int
     string: str

@@ -1,4 +1,4 @@
-"""Embedding-token alignment analysis (seed 004 §3-4, App. D-E).
+"""Embedding-token alignment analysis (“A Text is Worth Several Tokens” §3-4, App. D-E).
 
 * Process 1 (§3.2): surface token sets T_s (tokenizer ids, deduplicated) and aligned rankings
   T̂_s (vocabulary sorted by e_tᵀh; only the top max(K, |T_s|) are needed).
@@ -120,7 +120,7 @@ def wordnet_available() -> bool:
 
 class TokenMatcher:
     """Decides whether an aligned token is literal (id in T_s), a stem/lemma match (same
-    normalised word as a surface token, seed 004 §3.4 "yellow"), or novel.
+    normalised word as a surface token, “A Text is Worth Several Tokens” §3.4 "yellow"), or novel.
 
     ``mode``: "exact" (ids only), "stem" (NLTK Snowball, no data needed), "lemma" (WordNet)
     or "stem+lemma".  If WordNet data is missing, lemma matching is skipped with a warning
@@ -228,7 +228,7 @@ def _matched(ranked_row: np.ndarray, s: np.ndarray, matcher: TokenMatcher | None
 
 def hit_at_k(ranked: np.ndarray, surface: Sequence[np.ndarray], k: int = 10,
              matcher: TokenMatcher | None = None) -> float:
-    """Hit@K, seed 004 eq.6: share of texts whose top-K aligned tokens contain a surface token
+    """Hit@K, “A Text is Worth Several Tokens” eq.6: share of texts whose top-K aligned tokens contain a surface token
     (or, with a normalising matcher, a stem/lemma match).  Texts with empty T_s are skipped."""
     ranked = _check_pairs(ranked, surface)
     if not 1 <= k <= ranked.shape[1]:
@@ -239,7 +239,7 @@ def hit_at_k(ranked: np.ndarray, surface: Sequence[np.ndarray], k: int = 10,
 
 def local_alignment_rate(ranked: np.ndarray, surface: Sequence[np.ndarray],
                          matcher: TokenMatcher | None = None) -> float:
-    """LAR, seed 004 eq.7: mean over texts of |T̂^{K_i} ∩ T_s| / K_i with K_i = |T_s|.
+    """LAR, “A Text is Worth Several Tokens” eq.7: mean over texts of |T̂^{K_i} ∩ T_s| / K_i with K_i = |T_s|.
     With a normalising matcher the numerator counts aligned tokens that are literal or
     stem/lemma matches.  Texts with empty T_s are skipped."""
     ranked = _check_pairs(ranked, surface)
@@ -256,7 +256,7 @@ def local_alignment_rate(ranked: np.ndarray, surface: Sequence[np.ndarray],
 
 def global_alignment_rate(ranked: np.ndarray, surface: Sequence[np.ndarray],
                           matcher: TokenMatcher | None = None) -> float:
-    """GAR, seed 004 eq.8: |∪_i (T̂^{K_i} ∩ T_s_i)| / |∪_i T_s_i|.  With a normalising
+    """GAR, “A Text is Worth Several Tokens” eq.8: |∪_i (T̂^{K_i} ∩ T_s_i)| / |∪_i T_s_i|.  With a normalising
     matcher a surface token counts as aligned when some top-K_i token matches it by
     stem/lemma."""
     ranked = _check_pairs(ranked, surface)
@@ -296,7 +296,7 @@ def alignment_metrics(ranked: np.ndarray, surface: Sequence[np.ndarray], k: int 
 
 
 def variation(H_hat: np.ndarray, H_base: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """v_j = E_i[(ĥ_i − h_i)ᵀ u_j] for every basis vector (seed 004 eq.10): float64 [d].
+    """v_j = E_i[(ĥ_i − h_i)ᵀ u_j] for every basis vector (“A Text is Worth Several Tokens” eq.10): float64 [d].
     Rows of H_hat and H_base must be the same texts in the same order."""
     A, B = np.asarray(H_hat, dtype=np.float64), np.asarray(H_base, dtype=np.float64)
     if A.shape != B.shape or A.ndim != 2:
@@ -342,7 +342,7 @@ def lambda_sweep(H: np.ndarray, u1: np.ndarray, lm_head: torch.Tensor | np.ndarr
                  lams: Sequence[float], surface: Sequence[np.ndarray] | None = None, k: int = 10,
                  mask_ids: Iterable[int] | np.ndarray | None = None,
                  matcher: TokenMatcher | None = None) -> list[dict[str, Any]]:
-    """Aligned tokens of h + λ·u1 (seed 004 eq.14) for each λ: per λ the top-k ids and
+    """Aligned tokens of h + λ·u1 (“A Text is Worth Several Tokens” eq.14) for each λ: per λ the top-k ids and
     logits of every row, and (when ``surface`` is given) the alignment metrics."""
     out = []
     for lam in lams:
@@ -379,7 +379,7 @@ def alignment_table(texts: Sequence[str], ranked: np.ndarray, surface: Sequence[
                     k: int = 10, matcher: TokenMatcher | None = None, title: str | None = None,
                     text_width: int = 60):
     """A rich Table: per text, its top-k aligned tokens coloured literal (green), stem/lemma
-    match (yellow), novel (red) — seed 004 Table 2's colour code.  The markers [=], [~], [+]
+    match (yellow), novel (red) — “A Text is Worth Several Tokens” Table 2's colour code.  The markers [=], [~], [+]
     keep the classes readable without colour."""
     from rich.table import Table
     from rich.text import Text
@@ -412,7 +412,7 @@ def _plt():
 
 
 def plot_spectrum(vs: dict[str, np.ndarray], path: str, top: int | None = None) -> None:
-    """v_j against j for each (base, embedder) pair (seed 004 Fig.3)."""
+    """v_j against j for each (base, embedder) pair (“A Text is Worth Several Tokens” Fig.3)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, v in vs.items():
@@ -429,7 +429,7 @@ def plot_spectrum(vs: dict[str, np.ndarray], path: str, top: int | None = None) 
 
 
 def plot_metrics(results: dict[str, dict[str, float]], path: str, keys: Sequence[str] = ("hit@10", "lar", "gar")) -> None:
-    """Grouped bars of Hit@K / LAR / GAR per embedder (seed 004 Fig.2)."""
+    """Grouped bars of Hit@K / LAR / GAR per embedder (“A Text is Worth Several Tokens” Fig.2)."""
     plt = _plt()
     names = list(results)
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(names) + 2), 4))
@@ -447,7 +447,7 @@ def plot_metrics(results: dict[str, dict[str, float]], path: str, keys: Sequence
 
 
 def plot_contributions(c: Contributions, tokenizer: Any, path: str, title: str = "") -> None:
-    """Stacked bars of C^1st and C^rest for the top tokens (seed 004 Fig.4a, eq.12)."""
+    """Stacked bars of C^1st and C^rest for the top tokens (“A Text is Worth Several Tokens” Fig.4a, eq.12)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 0.3 * len(c.ids) + 1.5))
     y = np.arange(len(c.ids))[::-1]
@@ -467,7 +467,7 @@ def plot_contributions(c: Contributions, tokenizer: Any, path: str, title: str =
 
 # ----------------------------------------------------------------------------- one report
 
-#: λ = factor · v1 (seed 004 Fig.4b uses 0.95, 1, 1.05)
+#: λ = factor · v1 (“A Text is Worth Several Tokens” Fig.4b uses 0.95, 1, 1.05)
 LAMBDA_FACTORS = (0.0, 0.5, 0.9, 0.95, 1.0, 1.05, 1.1, 1.5)
 
 
@@ -599,7 +599,7 @@ def plot_lambda_sweep(all_rows: list[dict[str, Any]], token_rows: list[dict[str,
                       path: str, surface: np.ndarray, row: int = 0, k: int = 10, label: str = "λ") -> None:
     """Left: Hit@k / LAR / GAR of h + λ·u1 against λ (``all_rows`` from :func:`lambda_sweep`
     with metrics).  Right: the top-k tokens of text ``row`` with their logits at each λ of
-    ``token_rows`` (seed 004 Fig.4b), coloured literal / stem / novel."""
+    ``token_rows`` (“A Text is Worth Several Tokens” Fig.4b), coloured literal / stem / novel."""
     plt = _plt()
     fig, axes = plt.subplots(1, 1 + len(token_rows), figsize=(4 + 2.6 * len(token_rows), 4.2),
                              gridspec_kw={"width_ratios": [1.6] + [1] * len(token_rows)})

@@ -12,7 +12,7 @@ keyed by the GGUF file's sha256; later loads read that folder in seconds. The co
 written to a temporary folder and renamed into place, under a file lock, so parallel processes
 never see a half-written model.
 
-The LM head E_g (seed 004 §2, eq.1: the decoder layer g) is ``model.get_output_embeddings().weight``,
+The LM head E_g (“A Text is Worth Several Tokens” §2, eq.1: the decoder layer g) is ``model.get_output_embeddings().weight``,
 which is right for tied and untied heads alike.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pooling of last hidden states H = f(s) into one text embedding h (seed 004 §2.1, eq.3).
+"""Pooling of last hidden states H = f(s) into one text embedding h (“A Text is Worth Several Tokens” §2.1, eq.3).
 
 h = Σ_j α_j h_j with Σ_j α_j = 1:
 - last:           α_j = 1 at the last real token, else 0;

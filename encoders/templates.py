@@ -1,11 +1,11 @@
 """Prompt templates and task instructions for the training-free embedders.
 
-- PromptEOL (Jiang et al. 2023b, as described in seed 004 §2.2): ``This sentence: "[text]" means in
+- PromptEOL (Jiang et al. 2023b, as described in “A Text is Worth Several Tokens” §2.2): ``This sentence: "[text]" means in
   one word: "`` read out at the last token.
-- Echo embeddings (Springer et al. 2024, seed 004 §2.2): ``Rewrite the sentence: [text], rewritten
+- Echo embeddings (Springer et al. 2024, “A Text is Worth Several Tokens” §2.2): ``Rewrite the sentence: [text], rewritten
   sentence: [text]``, mean-pooled over the *second* occurrence of the text only.
-- Per-task query instructions, seed 004 App. C.2 / Table 7 (following LLM2Vec: queries only).
-- I_next / I_self of AutoRegEmbed (seed 000 App. D, Table 5).
+- Per-task query instructions, “A Text is Worth Several Tokens” App. C.2 / Table 7 (following LLM2Vec: queries only).
+- I_next / I_self of AutoRegEmbed (AutoRegEmbed App. D, Table 5).
 
 A template is a string with ``{text}`` placeholders. :meth:`Template.render` returns the prompt
 and the character span of the occurrence of the text that mean-type pooling reads.
@@ -87,10 +87,10 @@ def get_template(template: str | Template) -> Template:
     )
 
 
-#: seed 004 Table 7 (verbatim), plus alignir's own wording for the classic collections here
+#: “A Text is Worth Several Tokens” Table 7 (verbatim), plus alignir's own wording for the classic collections here
 #: (marked: not from the paper).
 INSTRUCTIONS: dict[str, str] = {
-    # seed 004, App. C.2, Table 7
+    # “A Text is Worth Several Tokens”, App. C.2, Table 7
     "fiqa": "Given a financial question, retrieve user replies that best answer the question",
     "nfcorpus": "Given a question, retrieve relevant documents that best answer the question",
     "scifact": "Given a scientific claim, retrieve documents that support or refute the claim",
@@ -102,7 +102,7 @@ INSTRUCTIONS: dict[str, str] = {
     "adi": "Given a question about documentation, retrieve abstracts that answer the question",
 }
 
-#: seed 000 App. D, Table 5 (retrieval task), keys by role
+#: AutoRegEmbed App. D, Table 5 (retrieval task), keys by role
 I_NEXT = {
     "retrieval": "Use one word to represent the query in a retrieval task. The word is: \u201c",
     "sts": "This sentence means in one word: \u201c",

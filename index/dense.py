@@ -2,10 +2,10 @@
 
 Scores are inner products ``<T(q), T(d)>`` where ``T`` is an optional corpus-fitted
 affine map (centering, or whitening in the spirit of BERT-whitening, the anisotropy
-fix cited in seed 001 §2) followed by an optional L2 normalisation (cosine). The
+fix cited in AutoRegEmbed §2) followed by an optional L2 normalisation (cosine). The
 map is fitted once on the corpus vectors at ``build`` and applied identically to
 queries and to documents added later. PromptEOL vectors are dominated by their first
-principal component (seed 004 §4, eq.14), which is what centering/whitening targets.
+principal component (“A Text is Worth Several Tokens” §4, eq.14), which is what centering/whitening targets.
 
 Doc numbers are row indices of the collection, as in ``index.sparse.SparseIndex``:
 ``build`` gives rows ``0..n-1``, ``add`` appends (or takes explicit numbers, see

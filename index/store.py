@@ -6,8 +6,8 @@ Layout (all paths relative to the index folder)::
                        folding...), counts, dims, sha256 + size of every other file
     doc_ids.parquet    column ``doc_id`` (string): row i = doc number i
     dense.npy          the encoder's vectors h [n, d], float32 or float16 — what a
-                       re-sparsify (new K/M/λ/weighting, seed 004 eq.14-16) starts from
-    pc1.npy            the corpus first principal component u1 (seed 004 eq.14), optional
+                       re-sparsify (new K/M/λ/weighting, “A Text is Worth Several Tokens” eq.14-16) starts from
+    pc1.npy            the corpus first principal component u1 (“A Text is Worth Several Tokens” eq.14), optional
     sparse/            ``index.sparse.SparseIndex.save`` output, optional
     lexical/           ``index.lexical.LexicalLeg.save`` output (BM25 word-term postings +
                        vocab.json), optional; its parameters in ``manifest["lexical"]``

@@ -1,6 +1,6 @@
 """BEIR folder loading with validation.
 
-Layout (Thakur et al., BEIR, NeurIPS 2021 datasets track; DESIGN.md §5)::
+Layout (Thakur et al., BEIR, NeurIPS 2021 datasets track)::
 
     FOLDER/corpus.jsonl       {"_id", "title", "text"} one object per line
     FOLDER/queries.jsonl      {"_id", "text"}

@@ -13,7 +13,7 @@ FUSION_METHODS = ("minmax", "rrf", "zscore")
 
 @dataclass(frozen=True)
 class SparseConfig:
-    """How dense vectors become sparse ones (seed 004 §5).
+    """How dense vectors become sparse ones (“A Text is Worth Several Tokens” §5).
 
     The defaults are alignir's, chosen by the sweeps in benchmarks/results/sweeps (ADI, MED):
     removing 75 % of the common first component (eq.14) before projecting, log1p document

@@ -3,13 +3,13 @@
 TREC run line: ``qid Q0 docid rank score tag`` (trec_eval re-sorts by score, so ``rank`` is
 informative only). Scores are written with ``repr(float)``, which round-trips exactly.
 
-Pyserini/Anserini impact search (DESIGN.md §5): documents go in a JsonVectorCollection,
+Pyserini/Anserini impact search: documents go in a JsonVectorCollection,
 ``{"id", "contents", "vector": {term: int}}``; Anserini stores each weight as a Lucene term
 frequency, so weights must be positive integers. Export weight = ``round(w * scale)``
 (``DEFAULT_SCALE = 100``: two decimals of the float weight survive); weights that round
 to <= 0 cannot be represented and are dropped (:func:`quantize` does exactly what the
 export does, so a brute-force check can use the same integers). Impact scoring is then
-``score(q, d) = Σ_t q_t · d_t`` over shared terms (seed 004 eq.16 with integer weights).
+``score(q, d) = Σ_t q_t · d_t`` over shared terms (“A Text is Worth Several Tokens” eq.16 with integer weights).
 Terms must hold no whitespace: :func:`pyserini_terms` maps term strings to safe, unique
 tokens. Queries for ``pyserini.search.lucene --impact --encoder FILE`` are
 ``{"contents": text, "vector": {...}}`` lines, looked up by their text, with a topics tsv

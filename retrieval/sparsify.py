@@ -1,4 +1,4 @@
-"""Dense vectors -> aligned-token sparse vectors for an index (seed 004 §5, eq.14-16).
+"""Dense vectors -> aligned-token sparse vectors for an index (“A Text is Worth Several Tokens” §5, eq.14-16).
 
 The one place where an index's :class:`~retrieval.config.SparseConfig` is turned into calls of
 ``encoders.aligned``: building, re-sparsifying and querying all go through here, so the three

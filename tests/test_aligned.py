@@ -90,7 +90,7 @@ def _tiny_llama(vocab=64, seed=0):
 
 
 def test_projection_matches_the_models_own_next_token_logits():
-    """E_g·h with h = last hidden state is exactly what the causal LM decodes (seed 004 §3.2)."""
+    """E_g·h with h = last hidden state is exactly what the causal LM decodes (“A Text is Worth Several Tokens” §3.2)."""
     model = _tiny_llama()
     x = torch.tensor([[5, 9, 11, 3, 40], [7, 7, 8, 1, 2]])
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""encoders.analysis: Hit@K / LAR / GAR (seed 004 eq.6-8), spectral variation (eq.9-12),
+"""encoders.analysis: Hit@K / LAR / GAR (“A Text is Worth Several Tokens” eq.6-8), spectral variation (eq.9-12),
 PC1 sweep (eq.14), report + plots, and the ``alignir analyze`` command."""
 from __future__ import annotations
 
@@ -286,7 +286,7 @@ def test_smollm2_alignment_matches_the_models_own_decoding():
         logits = loaded.model(**enc).logits[0, -1].numpy()
     logits[loaded.special_ids] = -np.inf
     np.testing.assert_array_equal(rep.rankings["last"][1, :5], np.argsort(-logits)[:5])
-    # PromptEOL aligns with the texts' own words once case/space variants count (seed 004 §3.4)
+    # PromptEOL aligns with the texts' own words once case/space variants count (“A Text is Worth Several Tokens” §3.4)
     m = rep.summary["embedders"]["prompteol"]
     assert m["hit@10_stem"] == 1.0
     assert m["lar_stem"] > m["lar"]

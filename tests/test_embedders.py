@@ -68,7 +68,7 @@ def test_prompteol_is_last_token_of_template(loaded):
 
 @pytest.mark.parametrize("family", ["mean", "weighted-mean"])
 def test_mean_pools_text_tokens_only(loaded, family):
-    """BOS (Gemma-style tokenizer) is not part of the pooled text; alpha as in seed 004 eq.3."""
+    """BOS (Gemma-style tokenizer) is not part of the pooled text; alpha as in “A Text is Worth Several Tokens” eq.3."""
     emb = get_embedder(family, loaded, progress=False)
     got = emb.encode_documents(TEXTS[:3])
     tok = loaded.tokenizer

@@ -1,4 +1,4 @@
-"""Pooling (seed 004 eq.3) against hand computation, left and right padding."""
+"""Pooling (“A Text is Worth Several Tokens” eq.3) against hand computation, left and right padding."""
 import numpy as np
 import pytest
 import torch
@@ -41,7 +41,7 @@ def test_mean_matches_hand(hidden, mask):
 
 @pytest.mark.parametrize("mask", [RIGHT, LEFT])
 def test_weighted_mean_matches_hand(hidden, mask):
-    """alpha_j = j / sum_j j with j = 1..L over the pooled positions (seed 004 eq.3)."""
+    """alpha_j = j / sum_j j with j = 1..L over the pooled positions (“A Text is Worth Several Tokens” eq.3)."""
     got = pool_weighted_mean(hidden, mask).numpy()
     H = hidden.numpy()
     for r in range(3):

@@ -1,4 +1,4 @@
-"""SparseIndex against a brute-force scipy ``Q @ D.T`` top-k (seed 004 eq.16 scoring)."""
+"""SparseIndex against a brute-force scipy ``Q @ D.T`` top-k (“A Text is Worth Several Tokens” eq.16 scoring)."""
 from __future__ import annotations
 
 import json

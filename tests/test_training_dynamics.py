@@ -63,7 +63,7 @@ def test_fixed_batch_loss_falls_steadily(method, stage, kind, hp, tiny_lm, data_
 
 def test_gircse_kv_cache_gradients_equal_algorithm1(tiny_lm):
     """Training runs the K generation steps with the KV cache; its gradients must be those of
-    Algorithm 1 re-running f_θ([X; D]) at every step (seed 003 Alg.1, App. D)."""
+    Algorithm 1 re-running f_θ([X; D]) at every step (GIRCSE Alg.1, App. D)."""
     from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
     from alignir.encoders.train.adapter import add_lora
     from alignir.encoders.train.genbase import left_pad, pad_id

@@ -16,13 +16,13 @@ from alignir.encoders.embedders.base import Embedder
 __all__ = ["Embedder", "EMBEDDERS", "get_embedder", "register_embedder", "embedder_class"]
 
 EMBEDDERS: dict[str, str] = {
-    # training-free (seed 004 §2)
+    # training-free (“A Text is Worth Several Tokens” §2)
     "prompteol": "alignir.encoders.embedders.prompteol:PromptEOLEmbedder",
     "last": "alignir.encoders.embedders.prompteol:LastTokenEmbedder",
     "mean": "alignir.encoders.embedders.prompteol:MeanEmbedder",
     "weighted-mean": "alignir.encoders.embedders.prompteol:WeightedMeanEmbedder",
     "echo": "alignir.encoders.embedders.prompteol:EchoEmbedder",
-    # trained (seeds 000, 002, 003)
+    # trained (AutoRegEmbed, LLM2Comp, GIRCSE)
     "autoregembed": "alignir.encoders.embedders.autoregembed:AutoRegEmbedEmbedder",
     "llm2comp": "encoders.embedders.llm2comp:LLM2CompEmbedder",
     "gircse": "alignir.encoders.embedders.gircse:GircseEmbedder",

@@ -1,4 +1,4 @@
-"""AutoRegEmbed embedder (seed 000 §3.2, App. A, App. D Table 5).
+"""AutoRegEmbed embedder (AutoRegEmbed §3.2, App. A, App. D Table 5).
 
 Input: text q, then instruction t, then k compress tokens c (the combined (q, t, c) of §3.2);
 e_c = (e_{c_1}, ..., e_{c_k}) are the compress tokens' final hidden states. Queries use I_next,
@@ -21,7 +21,7 @@ __all__ = ["AutoRegEmbedEmbedder", "compress", "autoreg_input_ids", "role_instru
 
 
 def role_instruction(role: str, task: str = "retrieval") -> str:
-    """I_next for queries, I_self for documents (seed 000 Table 5)."""
+    """I_next for queries, I_self for documents (AutoRegEmbed Table 5)."""
     if task not in I_NEXT:
         raise InvalidInputError(f"unknown AutoRegEmbed task {task!r}; use one of {sorted(I_NEXT)}")
     if role == "query":

@@ -2,7 +2,7 @@
 
 An embedder maps texts to dense float32 vectors h (one row per text, input order kept)
 and exposes the LM head E_g of its causal LM so that h can be projected onto the
-vocabulary (seed 004 §2, eq.15-16: aligned tokens are the top entries of E_g·h).
+vocabulary (“A Text is Worth Several Tokens” §2, eq.15-16: aligned tokens are the top entries of E_g·h).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class Embedder(ABC):
 
     def surface_token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Deduplicated tokenizer ids of each raw text (no template, no special tokens):
-        the surface token set T_q of seed 004 eq.16."""
+        the surface token set T_q of “A Text is Worth Several Tokens” eq.16."""
         out = []
         for t in texts:
             ids = self.tokenizer(t, add_special_tokens=False)["input_ids"]

@@ -1,4 +1,4 @@
-"""GIRCSE embedder (seed 003 §3.1-3.2, Algorithm 1).
+"""GIRCSE embedder (GIRCSE §3.1-3.2, Algorithm 1).
 
 K soft tokens are generated autoregressively through the LM head:
 s_k = softmax(W_φ h'_{k-1} + b_φ) (eq.5), d_k = Σ_i s_{k,i} e_i (eq.6), appended to the input;

@@ -1,4 +1,4 @@
-"""LLM2Comp embedder (seed 002 §3.1 eq.1/3 and eq.6, App. 2.1).
+"""LLM2Comp embedder (LLM2Comp §3.1 eq.1/3 and eq.6, App. 2.1).
 
 The causal LLM is switched to bidirectional attention (every token attends to every real token)
 and k memory tokens m_1..m_k (default 8, §3.2) are appended after the text; their final hidden

@@ -1,17 +1,17 @@
-"""Training-free embedders: a frozen causal LM, a prompt template and a pooling (seed 004 §2).
+"""Training-free embedders: a frozen causal LM, a prompt template and a pooling (“A Text is Worth Several Tokens” §2).
 
 Families (registry name -> template + pooling):
 
 - ``prompteol``      PromptEOL ``This sentence: "[text]" means in one word: "`` + last token
 - ``last``           raw text + last token
 - ``mean``           raw text + mean over the text's tokens
-- ``weighted-mean``  raw text + position-weighted mean (seed 004 eq.3, α_j = j/Σj)
+- ``weighted-mean``  raw text + position-weighted mean (“A Text is Worth Several Tokens” eq.3, α_j = j/Σj)
 - ``echo``           ``Rewrite the sentence: [text], rewritten sentence: [text]`` + mean over
                      the second copy only
 
 Mechanics shared by all of them:
 
-- Queries get an optional task instruction in front of the prompt (seed 004 App. C.2, Table 7;
+- Queries get an optional task instruction in front of the prompt (“A Text is Worth Several Tokens” App. C.2, Table 7;
   ``instruction="scifact"`` or a literal string); documents get ``document_instruction`` (default none).
 - Mean-type pooling reads only the tokens of the text itself (not instruction, template or BOS);
   last-token pooling reads the last *real* token, found through the attention mask.
@@ -333,30 +333,30 @@ class PromptEmbedder(Embedder):
 
 
 class PromptEOLEmbedder(PromptEmbedder):
-    """PromptEOL template + last-token pooling (seed 004 §2.2)."""
+    """PromptEOL template + last-token pooling (“A Text is Worth Several Tokens” §2.2)."""
 
     family = "prompteol"
 
 
 class LastTokenEmbedder(PromptEmbedder):
-    """Raw text, last real token (seed 004 eq.3, last pooling)."""
+    """Raw text, last real token (“A Text is Worth Several Tokens” eq.3, last pooling)."""
 
     family = "last"
 
 
 class MeanEmbedder(PromptEmbedder):
-    """Raw text, mean over the text's tokens (seed 004 eq.3, α_j = 1/L)."""
+    """Raw text, mean over the text's tokens (“A Text is Worth Several Tokens” eq.3, α_j = 1/L)."""
 
     family = "mean"
 
 
 class WeightedMeanEmbedder(PromptEmbedder):
-    """Raw text, position-weighted mean (seed 004 eq.3, α_j = j/Σj)."""
+    """Raw text, position-weighted mean (“A Text is Worth Several Tokens” eq.3, α_j = j/Σj)."""
 
     family = "weighted-mean"
 
 
 class EchoEmbedder(PromptEmbedder):
-    """Echo template, mean over the second copy of the text (seed 004 §2.2, Springer et al.)."""
+    """Echo template, mean over the second copy of the text (“A Text is Worth Several Tokens” §2.2, Springer et al.)."""
 
     family = "echo"

@@ -1,4 +1,4 @@
-"""LoRA training of the trained embedders (seeds 000, 002, 003) and the InfoNCE baseline.
+"""LoRA training of the trained embedders (AutoRegEmbed, LLM2Comp, GIRCSE) and the InfoNCE baseline.
 
 - ``losses``: every loss on plain tensors (InfoNCE; AutoRegEmbed CDA eq.2 + App. B/C variants;
   NLL; CTKD KL eq.5; SimCSE eq.8; GIRCSE stepwise eq.7 + ICR eq.8).

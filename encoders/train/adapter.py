@@ -34,7 +34,7 @@ EXTRA_FILE = "alignir_extra.safetensors"
 META_FILE = "alignir_train.json"
 _HASHED = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", EXTRA_FILE, META_FILE)
 
-#: attention q/k/v/o + MLP projections (seed 002 App. 2.1 names q, v, o, up, down, gate)
+#: attention q/k/v/o + MLP projections (LLM2Comp App. 2.1 names q, v, o, up, down, gate)
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 

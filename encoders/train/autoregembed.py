@@ -1,4 +1,4 @@
-"""AutoRegEmbed training (seed 000 §3.2-3.3, App. A-C).
+"""AutoRegEmbed training (AutoRegEmbed §3.2-3.3, App. A-C).
 
 Stage ``ic`` (information compression, §3.2): the frozen decoder D (the LLM without the adapter)
 must generate the target d from the compress-token states e_c only: L_IC = -log P(d | e_c).

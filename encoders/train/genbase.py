@@ -93,7 +93,7 @@ def run_backbone(model, inputs_embeds: torch.Tensor, attention_mask: torch.Tenso
 def bidirectional_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """4D additive mask [B, 1, L, L]: every position attends to every real (non-pad) position.
 
-    This is what turns the causal LM into the bidirectional encoder f_θ of LLM2Comp (seed 002 §3.1).
+    This is what turns the causal LM into the bidirectional encoder f_θ of LLM2Comp (LLM2Comp §3.1).
     """
     keep = mask.to(torch.bool)[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
     out = torch.zeros(keep.shape, dtype=dtype, device=mask.device)

@@ -1,4 +1,4 @@
-"""GIRCSE training (seed 003 §3.3, Algorithm 1, App. C).
+"""GIRCSE training (GIRCSE §3.3, Algorithm 1, App. C).
 
 Queries and documents generate K soft tokens (K=5 in training); per step k the pooled z_k of the
 first k generated states enters an InfoNCE over the batch's documents (eq.7, τ=0.02), summed over

@@ -1,7 +1,7 @@
-"""The InfoNCE LoRA baseline ("fair contrastive baseline", seed 000 App. A, seed 003 Table 1).
+"""The InfoNCE LoRA baseline ("fair contrastive baseline", AutoRegEmbed App. A, GIRCSE Table 1).
 
 The model reads texts exactly as the training-free PromptEOL embedder does (its template, its
-tokenization, last-token pooling) and is fine-tuned with InfoNCE (seed 000 eq.1) over in-batch
+tokenization, last-token pooling) and is fine-tuned with InfoNCE (AutoRegEmbed eq.1) over in-batch
 + hard negatives. ``InfoNCEEmbedder`` is that PromptEOL embedder with the trained adapter loaded.
 """
 from __future__ import annotations

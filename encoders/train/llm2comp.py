@@ -1,4 +1,4 @@
-"""LLM2Comp training (seed 002 §3.1, §5.1, App. 2.1).
+"""LLM2Comp training (LLM2Comp §3.1, §5.1, App. 2.1).
 
 Pretext stages on raw text, encoder f_θ = LLM + LoRA with bidirectional attention and k memory
 tokens, decoder g_φ = the frozen LLM (adapter disabled):

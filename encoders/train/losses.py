@@ -1,13 +1,13 @@
 """Training losses of the four methods, on plain tensors (no model inside).
 
-- ``info_nce``: contrastive InfoNCE with in-batch + hard negatives (seed 000 eq.1; the "fair
-  baseline" of seeds 000 App. A and 003 Table 1), cosine similarity / τ.
-- ``cda_loss`` / ``cda_divergence_loss``: AutoRegEmbed conditional distribution alignment (seed 000
+- ``info_nce``: contrastive InfoNCE with in-batch + hard negatives (AutoRegEmbed eq.1; the "fair
+  baseline" of AutoRegEmbed App. A and 003 Table 1), cosine similarity / τ.
+- ``cda_loss`` / ``cda_divergence_loss``: AutoRegEmbed conditional distribution alignment (AutoRegEmbed
   eq.2, S1 and S2 with τ, β; App. B log-sigmoid / KL / JS variants; App. C tanh).
-- ``sequence_nll``: IC (seed 000 §3.2) and LLM2Comp RC / CT-NLL (seed 002 eq.2, eq.4).
-- ``ctkd_kl``: the KL of seed 002 eq.5 (frozen LLM on the full context vs on the memory tokens).
-- ``simcse_loss``: LLM2Comp UCL (seed 002 eq.8) over the 2B dropout views.
-- ``stepwise_contrastive`` + ``icr_regulariser`` + ``gircse_loss``: seed 003 eq.7, eq.8, L_total.
+- ``sequence_nll``: IC (AutoRegEmbed §3.2) and LLM2Comp RC / CT-NLL (LLM2Comp eq.2, eq.4).
+- ``ctkd_kl``: the KL of LLM2Comp eq.5 (frozen LLM on the full context vs on the memory tokens).
+- ``simcse_loss``: LLM2Comp UCL (LLM2Comp eq.8) over the 2B dropout views.
+- ``stepwise_contrastive`` + ``icr_regulariser`` + ``gircse_loss``: GIRCSE eq.7, eq.8, L_total.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float = 0.05) -> torch.Tensor:
-    """Mean over queries of -log exp(cos(q,d+)/τ) / Σ_{d ∈ docs} exp(cos(q,d)/τ)  (seed 000 eq.1).
+    """Mean over queries of -log exp(cos(q,d+)/τ) / Σ_{d ∈ docs} exp(cos(q,d)/τ)  (AutoRegEmbed eq.1).
 
     ``docs`` [M, d] holds every document of the batch (all positives and hard negatives), so the
     other queries' positives act as in-batch negatives; ``pos`` [B] is each query's positive row.
@@ -64,7 +64,7 @@ SQUASH = ("sigmoid", "logsigmoid", "tanh")
 def cda_loss(lp_q_pos: torch.Tensor, lp_d_pos: torch.Tensor, ref_q_pos: torch.Tensor,
              lp_q_neg: torch.Tensor, ref_q_neg: torch.Tensor, tau: float = 0.05, beta: float = 0.1,
              squash: str = "sigmoid") -> torch.Tensor:
-    """AutoRegEmbed CDA loss, seed 000 eq.2 (``squash``: eq.2 sigmoid, App. B logsigmoid, App. C tanh).
+    """AutoRegEmbed CDA loss, AutoRegEmbed eq.2 (``squash``: eq.2 sigmoid, App. B logsigmoid, App. C tanh).
 
     Arguments are sequence log-likelihoods log p(d | e) (sums over the tokens of d):
     ``lp_q_pos`` [B] = log p_θ(d+ | e_{q,I_next}), ``lp_d_pos`` [B] = log p_θ(d+ | e_{d+,I_self}),
@@ -127,7 +127,7 @@ def ctkd_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: to
 
 
 def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, tau: float = 0.05) -> torch.Tensor:
-    """UCL, seed 002 eq.8: z_i, z_j two dropout views; the denominator runs over the 2B views
+    """UCL, LLM2Comp eq.8: z_i, z_j two dropout views; the denominator runs over the 2B views
     except z_i itself (the 1[k≠i] of SimCLR's NT-Xent, which eq.8's Σ_{k=1}^{2B} leaves implicit:
     the self term cos=1 would be a constant e^{1/τ})."""
     if z1.shape != z2.shape:
@@ -141,7 +141,7 @@ def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, tau: float = 0.05) -> torch.
 
 
 def stepwise_contrastive(Gq: torch.Tensor, Gd: torch.Tensor, pos: torch.Tensor, tau: float = 0.02) -> torch.Tensor:
-    """Per-step losses L_k [K] of seed 003 eq.7: z_k = mean of the first k generated states
+    """Per-step losses L_k [K] of GIRCSE eq.7: z_k = mean of the first k generated states
     (eq.4 on G_{1:k}); L_k = InfoNCE(z_k^q, z_k^d over the batch's documents B)."""
     if Gq.dim() != 3 or Gd.dim() != 3 or Gq.shape[1:] != Gd.shape[1:]:
         raise InvalidInputError(f"Gq [B, K, d] and Gd [M, K, d] needed, got {tuple(Gq.shape)}, {tuple(Gd.shape)}")
@@ -161,7 +161,7 @@ def icr_regulariser(Lk: torch.Tensor) -> torch.Tensor:
 
 
 def gircse_loss(Lk: torch.Tensor, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """L_total = L_contrast + λ L_reg with L_contrast = Σ_k L_k (seed 003 eq.7, eq.8).
+    """L_total = L_contrast + λ L_reg with L_contrast = Σ_k L_k (GIRCSE eq.7, eq.8).
     Returns (total, contrast, reg)."""
     contrast = Lk.sum()
     reg = icr_regulariser(Lk)

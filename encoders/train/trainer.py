@@ -37,7 +37,7 @@ METHODS = {
     "gircse": "alignir.encoders.train.gircse:GircseMethod",
 }
 
-#: learning rates of the papers (seed 000 App. A; seed 002 App. 2.1; seed 003 App. C)
+#: learning rates of the papers (AutoRegEmbed App. A; LLM2Comp App. 2.1; GIRCSE App. C)
 DEFAULT_LR = {
     ("infonce", "contrastive"): 1e-4,
     ("autoregembed", "ic"): 2e-5, ("autoregembed", "ic-text"): 2e-5, ("autoregembed", "cda"): 5e-6,

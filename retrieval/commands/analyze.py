@@ -1,4 +1,4 @@
-"""``alignir analyze``: seed 004 §3-4 alignment analysis of a BEIR collection's texts.
+"""``alignir analyze``: “A Text is Worth Several Tokens” §3-4 alignment analysis of a BEIR collection's texts.
 
 Encodes a sample of the collection with one or more embedders of one LLM, then reports
 Hit@K / LAR / GAR (eq.6-8), the v_j spectrum between a base embedder and the others
