@@ -171,3 +171,20 @@ def test_cli_train_runs(tiny_model, data_files, tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["train", "gircse", "--data", data_files["pairs"], "--out", str(out),
                                    "--set", "bogus=1", "--no-resume"])
     assert res.exit_code != 0 and "bogus" in res.output
+
+
+def test_resume_refuses_a_changed_config(tmp_path, tiny_model, data_files):
+    """A checkpoint restores the optimizer and the schedule: resuming it under other settings
+    would record settings that were not used, so it is refused (naming what differs)."""
+    from alignir.encoders.train.trainer import train
+    from alignir.errors import InvalidInputError
+
+    cfg = train_config(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=4, stop_after=2, save_every=1)
+    train(cfg, loaded=tiny_model)
+    changed = train_config(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=4, lr=1e-2)
+    with pytest.raises(InvalidInputError, match=r"lr: 0.003 -> 0.01"):
+        train(changed, loaded=tiny_model)
+    same = train_config(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=4, save_every=2)
+    assert train(same, loaded=tiny_model)["steps"] == 4  # save_every may change
+    fresh = train_config(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=6, resume=False)
+    assert train(fresh, loaded=tiny_model)["steps"] == 6  # --no-resume starts over

@@ -157,6 +157,28 @@ def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, fl
     return agg
 
 
+#: settings that may change between a run and its resumption (where output goes, how often to
+#: save / evaluate, progress bars); every other TrainConfig field must match the checkpoint's
+RESUME_FREE = frozenset({"out", "resume", "progress", "save_every", "eval_every", "stop_after", "device"})
+
+
+def check_resumable(ckpt: Path, cfg: TrainConfig) -> None:
+    """Refuse to resume from ``ckpt`` when ``cfg`` differs from the config the checkpoint was
+    made with: the optimizer, the schedule (learning rate, total steps) and the data order come
+    from the checkpoint, so a changed setting would be recorded but not used."""
+    meta_file = ckpt / META_FILE
+    saved = json.loads(meta_file.read_text()).get("config") if meta_file.is_file() else None
+    if saved is None:
+        raise InvalidInputError(f"{ckpt} holds no training config, so it cannot be checked for resuming; "
+                                f"start over with --no-resume")
+    now = json.loads(json.dumps(asdict(cfg), default=str))
+    diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
+    if diff:
+        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
+        raise InvalidInputError(f"cannot resume {ckpt.parent}: its checkpoint was made with other settings ({shown}); "
+                                f"rerun with the checkpoint's settings, or start over with --no-resume")
+
+
 def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict, seconds: float) -> None:
     tmp = ckpt.with_name(ckpt.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -197,6 +219,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     extra: dict[str, torch.Tensor] = {}
     resume_from = ckpt if (cfg.resume and (ckpt / "trainer_state.json").is_file()) else None
+    if resume_from is not None:
+        check_resumable(resume_from, cfg)
     if resume_from is not None:
         peft_model, extra, _ = load_trainable_adapter(model, resume_from)
     elif cfg.init_adapter:
@@ -249,7 +273,9 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         for p in (log_path, eval_path):
             if p.exists():
                 p.unlink()
-    evals: list[dict[str, float]] = []
+    # a resumed run continues the held-out curve of the steps before it (its first point is step 0)
+    evals: list[dict[str, float]] = ([json.loads(x) for x in eval_path.read_text().splitlines() if x.strip()]
+                                     if start > 0 and eval_path.is_file() else [])
 
     def run_eval(step: int) -> None:
         if not held:
