@@ -20,9 +20,15 @@ ORDER = ("prompteol-untrained", "infonce", "autoregembed-untrained", "autoregemb
          "llm2comp-ctkd", "llm2comp-nll", "llm2comp-rc", "llm2comp-ctkd-ucl", "llm2comp-ctkd-scl")
 
 
+def is_product_run(run: dict) -> bool:
+    """A run scored through the product (``alignir beir``, recorded by record_beir_run.py)
+    rather than bench_training.py's own harness."""
+    return str(run.get("harness", "")).startswith("alignir beir")
+
+
 def collection_runs(runs: dict[str, dict], collection: str) -> dict[str, dict]:
     prefix = collection + "/"
-    found = {k[len(prefix):]: v for k, v in runs.items() if k.startswith(prefix)}
+    found = {k[len(prefix):]: v for k, v in runs.items() if k.startswith(prefix) and not is_product_run(v)}
     return {name: found[name] for name in sorted(found, key=lambda n: (ORDER.index(n) if n in ORDER
                                                                        else len(ORDER), n))}
 
@@ -74,6 +80,22 @@ def checks(runs: dict[str, dict]) -> list[str]:
     return out
 
 
+PRODUCT_COLUMNS = (("dense", "ndcg@10_dense"), ("sparse", "ndcg@10_sparse"), ("dense+sparse", "ndcg@10_hybrid"),
+                   ("dense+sparse+bm25", "ndcg@10_dense+sparse+bm25"), ("BM25", "ndcg@10_bm25"))
+
+
+def product_table(runs: dict[str, dict]) -> str:
+    """The runs scored through ``alignir beir``: one row per collection and run, every mode."""
+    rows = {k: v for k, v in runs.items() if is_product_run(v)}
+    lines = ["| collection / run | steps | shipped | " + " | ".join(c for c, _ in PRODUCT_COLUMNS) + " |",
+             "|---|---|---|" + "---|" * len(PRODUCT_COLUMNS)]
+    for key in sorted(rows):
+        r = rows[key]
+        vals = " | ".join(f"{r[f]:.3f}" if f in r else "–" for _, f in PRODUCT_COLUMNS)
+        lines.append(f"| {key} | {r['steps']} | {'yes' if r.get('shipped') else ''} | {vals} |")
+    return "\n".join(lines)
+
+
 def render(runs: dict[str, dict], collection: str) -> str:
     rows = collection_runs(runs, collection)
     if not rows:
@@ -85,9 +107,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=RESULTS / "training.json")
     ap.add_argument("--collection", action="append", help="default: every collection in the file")
+    ap.add_argument("--product", action="store_true", help="print the runs scored through alignir beir")
     args = ap.parse_args(argv)
     runs = json.loads(args.results.read_text())["runs"]
-    collections = args.collection or sorted({k.split("/", 1)[0] for k in runs})
+    if args.product:
+        print(product_table(runs))
+        return
+    collections = args.collection or sorted({k.split("/", 1)[0] for k, v in runs.items() if not is_product_run(v)})
     for c in collections:
         print(f"#### {c}\n\n{render(runs, c)}\n")
 

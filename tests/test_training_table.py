@@ -44,3 +44,16 @@ def test_direction_checks_follow_the_numbers():
 def test_unknown_collection_is_an_error():
     with pytest.raises(SystemExit, match="no runs"):
         render(RUNS, "nope")
+
+
+def test_product_runs_get_their_own_table():
+    from benchmarks.training_table import product_table
+
+    runs = {"adi/prompteol-untrained": {"method": "prompteol", "steps": 0, "train_seconds": 0,
+                                        "ndcg@10_dense": 0.3, "ndcg@10_sparse": 0.2},
+            "adi/shipped": {"method": "infonce", "steps": 360, "harness": "alignir beir (defaults)", "shipped": True,
+                            "ndcg@10_dense": 0.48, "ndcg@10_sparse": 0.485, "ndcg@10_hybrid": 0.4849,
+                            "ndcg@10_dense+sparse+bm25": 0.556, "ndcg@10_bm25": 0.475}}
+    table = product_table(runs).splitlines()
+    assert len(table) == 3 and table[2] == "| adi/shipped | 360 | yes | 0.480 | 0.485 | 0.485 | 0.556 | 0.475 |"
+    assert "shipped" not in collection_runs(runs, "adi")
