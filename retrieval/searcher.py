@@ -369,6 +369,9 @@ class Searcher:
     def _allowed_numbers(self, allowed_ids: Iterable[str] | None) -> np.ndarray | None:
         if allowed_ids is None:
             return None
+        if isinstance(allowed_ids, (str, bytes)):
+            raise InvalidInputError(f"allowed_ids must be a collection of document ids, not the single string "
+                                    f"{allowed_ids!r} (write [{allowed_ids!r}] for one id)")
         ids = list(allowed_ids)
         unknown = [d for d in ids if d not in self._numbers]
         if unknown:
@@ -385,6 +388,11 @@ def _check_queries(queries: Sequence[str]) -> list[str]:
             raise InvalidInputError(f"queries[{i}] is {type(q).__name__}, expected str")
         if not q.strip():
             raise InvalidInputError(f"queries[{i}] is empty: nothing to search for")
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: an undecodable byte of the input (surrogateescape)
+            raise InvalidInputError(f"queries[{i}] is not valid text: character {e.start} is an undecodable byte "
+                                    f"or a lone surrogate; give the query as UTF-8") from None
     return texts
 
 

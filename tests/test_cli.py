@@ -251,3 +251,25 @@ def test_sharded_encode_merge_then_build(env, tiny_folder):
     r = invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder,
                "--cache-dir", env / "merged")
     assert r.exit_code == 0, r.output
+
+
+def test_search_arguments_are_checked_before_the_model_loads(env, tiny_folder, monkeypatch):
+    """A bad --top or --weights fails at once (one line), without opening the index's model."""
+    import alignir.retrieval.searcher as searcher_mod
+
+    def no_open(*_a, **_k):
+        raise AssertionError("Searcher.open must not run for bad arguments")
+
+    monkeypatch.setattr(searcher_mod.Searcher, "open", classmethod(no_open))
+    for args, msg in ((["--top", "0"], "--top must be at least 1"), (["--weights", "dense"], "weights")):
+        r = runner.invoke(app, ["search", "plants", "--index", str(env), *args])
+        assert r.exit_code == 1 and msg in r.output and "Traceback" not in r.output, r.output
+
+
+def test_undecodable_query_bytes_are_one_line(env, tiny_folder):
+    corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
+    assert invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder).exit_code == 0
+    r = subprocess.run([sys.executable, "-m", "alignir.retrieval.cli", "search", "--index", str(env / "idx"),
+                        b"retrieval \xff systems"], capture_output=True, env={**os.environ, "ALIGNIR_CACHE": str(env)})
+    err = r.stderr.decode(errors="replace").strip().splitlines()
+    assert r.returncode == 1 and len(err) == 1 and "not valid text" in err[0], r.stderr

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from alignir.errors import AlignirError
+
 from alignir.index.store import FingerprintMismatch, open_index
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, resparsify
@@ -93,6 +95,8 @@ def test_allowed_ids_never_leak(built, tiny_model):
         assert {h.id for h in hits} <= allowed
     with pytest.raises(ValueError, match="not in the index"):
         s.search(QUERIES[0], allowed_ids=["nope"])
+    with pytest.raises(AlignirError, match="not the single string"):  # "d1" is not the ids "d" and "1"
+        s.search(QUERIES[0], allowed_ids="d1")
 
 
 def test_concurrent_searches_equal_serial(built, tiny_model):
@@ -156,6 +160,9 @@ def test_bad_queries(built, tiny_model):
     with pytest.raises(ValueError, match="k must"):
         s.search("x", k=0)
     assert len(s.search("plants", k=1000, mode="dense")) == s.index.n_docs
+    for mode in ("sparse", "dense", "bm25"):  # an undecodable byte (a lone surrogate) is refused in every mode
+        with pytest.raises(AlignirError, match="not valid text"):
+            s.search("retrieval \udcff systems", mode=mode)
 
 
 def test_sparsifier_query_tokens_are_surface_union_topm(tiny_model):

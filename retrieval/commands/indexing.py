@@ -113,12 +113,16 @@ def search_cmd(
         from alignir.retrieval.commands.evaluate import parse_weights
         from alignir.retrieval.searcher import Searcher, parse_mode
 
+        # every argument is checked before the model loads (which takes seconds)
         if not query.strip():
             raise InvalidInputError("the query is empty")
+        if top < 1:
+            raise InvalidInputError(f"--top must be at least 1, got {top}")
         parse_mode(mode)
+        leg_weights = parse_weights(weights)
         searcher = Searcher.open(index, model=model, instruction=instruction)
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
-                               weights=parse_weights(weights))
+                               weights=leg_weights)
         if as_json:
             echo_json({"query": query, "mode": mode, "hits": [_hit_json(h) for h in hits]})
             return
