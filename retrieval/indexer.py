@@ -17,13 +17,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from alignir.encoders.aligned import TermMap
 from alignir.index.dense import DenseIndex
 from alignir.index.sparse import SparseIndex
-from alignir.index.store import (NotAnIndexError, check_fingerprint, open_index, read_manifest,
+from alignir.index.store import (NotAnIndexError, open_index, read_manifest,
                          replace_lexical, replace_sparse, write_index)
 from alignir.retrieval.beir import Corpus, read_corpus_jsonl
 from alignir.retrieval.config import SparseConfig
+from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
+                                       normalize_fingerprint, term_map_arrays, term_map_from_arrays)
 from alignir.retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
 
 log = logging.getLogger(__name__)
@@ -72,17 +73,6 @@ def encode_corpus(embedder: Any, texts: list[str], cache_dir: str | Path | None,
 
     return EmbeddingCache(cache_dir).encode_cached(embedder, texts, "document",
                                                    shard_size=CHECKPOINT_EVERY, progress=progress)
-
-
-def term_map_arrays(term_map: TermMap) -> dict[str, np.ndarray]:
-    """The term map as plain arrays for the index folder (no pickle: a unicode array)."""
-    return {"token_to_term": term_map.token_to_term,
-            "term_strings": np.asarray(term_map.term_strings, dtype=np.str_)}
-
-
-def term_map_from_arrays(extra: dict[str, np.ndarray], kind: str) -> TermMap:
-    return TermMap(np.asarray(extra["token_to_term"]), tuple(str(s) for s in extra["term_strings"]),
-                   kind)
 
 
 def build_index(
@@ -159,30 +149,6 @@ def build_index(
     return read_manifest(index_dir)
 
 
-def doc_encoder_fingerprint(embedder: Any) -> dict[str, Any]:
-    """The embedder's fingerprint as an index records it (see :func:`normalize_fingerprint`)."""
-    return normalize_fingerprint(embedder.fingerprint())
-
-
-def normalize_fingerprint(fingerprint: dict[str, Any]) -> dict[str, Any]:
-    """Drop what may differ between the document and the query encoder without changing the
-    vectors: query-side options (a query instruction may change per task) and the model's
-    location when its content hash identifies it (a moved copy of the same weights)."""
-    fp = dict(fingerprint)
-    fp.pop("query_instruction", None)
-    model = fp.get("model")
-    if isinstance(model, dict) and model.get("sha256"):
-        fp["model"] = {k: v for k, v in model.items() if k != "source"}
-    return fp
-
-
-def check_encoder(stored: Any, embedder: Any) -> None:
-    """Refuse a query/re-sparsify encoder whose fingerprint differs from the index's
-    (index.store.FingerprintMismatch names the differing fields)."""
-    check_fingerprint({"encoder": normalize_fingerprint(stored.fingerprint)},
-                      doc_encoder_fingerprint(embedder))
-
-
 def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto",
                **changes: Any) -> dict[str, Any]:
     """Rebuild the sparse part with new K / M / λ / weighting / folding / quantisation from
@@ -194,7 +160,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     old = SparseConfig.from_dict(stored.params.get("sparse", {}))
     quantize = changes.pop("quantize", old.quantize)  # None is a value here ("float32")
     new = replace(old.with_changes(**changes), quantize=quantize)
-    spec = stored.manifest["embedder"]
+    spec = embedder_spec(stored.manifest, index_dir)
     loaded = loaded if loaded is not None else load_model(spec["model"], device=device)
     enc = get_embedder(spec["family"], loaded, progress=False, **spec.get("options", {}))
     check_encoder(stored, enc)

@@ -40,7 +40,7 @@ from alignir.encoders.aligned import TermContribution, explain as explain_terms
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.config import FusionConfig, SparseConfig
-from alignir.retrieval.indexer import check_encoder, term_map_from_arrays
+from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
 from alignir.retrieval.sparsify import Sparsifier
 
 LEGS = ("dense", "sparse", "bm25")
@@ -177,9 +177,7 @@ class Searcher:
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:
             raise InvalidInputError(f"{path}: the index lacks its sparse or dense part; rebuild it")
-        spec = stored.manifest.get("embedder")
-        if not spec:
-            raise InvalidInputError(f"{path}: the manifest does not say which encoder built it")
+        spec = embedder_spec(stored.manifest, path)
         if loaded is None:
             from alignir.encoders.shipped import SHIPPED
 

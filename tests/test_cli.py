@@ -273,3 +273,27 @@ def test_undecodable_query_bytes_are_one_line(env, tiny_folder):
                         b"retrieval \xff systems"], capture_output=True, env={**os.environ, "ALIGNIR_CACHE": str(env)})
     err = r.stderr.decode(errors="replace").strip().splitlines()
     assert r.returncode == 1 and len(err) == 1 and "not valid text" in err[0], r.stderr
+
+
+def test_a_renamed_copy_of_the_same_weights_is_the_same_model(env, tiny_folder):
+    """--model PATH is compared by content (sha256 of the weights), not by the folder's name."""
+    import shutil
+
+    corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
+    assert invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder).exit_code == 0
+    copy = shutil.copytree(tiny_folder, env / "another-name")
+    r = runner.invoke(app, ["search", "plants", "--index", str(env / "idx"), "--model", str(copy), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["hits"]
+
+
+@pytest.mark.parametrize("key", ["family", "model"])
+def test_a_manifest_without_its_embedder_key_is_one_line(env, tiny_folder, key):
+    corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
+    assert invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder).exit_code == 0
+    mf = env / "idx" / "manifest.json"
+    manifest = json.loads(mf.read_text())
+    del manifest["embedder"][key]
+    mf.write_text(json.dumps(manifest))
+    r = runner.invoke(app, ["search", "plants", "--index", str(env / "idx")])
+    assert r.exit_code == 1 and f"embedder.{key}" in r.output and "Traceback" not in r.output, r.output

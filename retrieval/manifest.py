@@ -1,0 +1,68 @@
+"""What an index's manifest says about the encoder that built it, checked on the way in:
+the embedder spec that rebuilds the query encoder, the encoder fingerprint a query encoder must
+match, and the term map of the sparse side. Used by the build code and the searcher alike (the
+searcher never imports the build code)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from alignir.encoders.aligned import TermMap
+from alignir.index.store import CorruptIndexError, check_fingerprint
+
+__all__ = ["embedder_spec", "check_encoder", "doc_encoder_fingerprint", "normalize_fingerprint",
+           "term_map_arrays", "term_map_from_arrays"]
+
+
+def embedder_spec(manifest: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """The manifest's ``embedder`` entry (family, model spec, options), or CorruptIndexError
+    naming what is missing (never a KeyError from deep inside a search)."""
+    spec = manifest.get("embedder")
+    if not isinstance(spec, dict) or not spec:
+        raise CorruptIndexError(f"{path}: manifest.json does not say which encoder built the index "
+                                f"(no 'embedder' entry); rebuild it or restore the manifest")
+    for key in ("family", "model"):
+        if not isinstance(spec.get(key), str) or not spec[key]:
+            raise CorruptIndexError(f"{path}: manifest.json lacks 'embedder.{key}'; rebuild the index or restore "
+                                    f"the manifest")
+    if not isinstance(spec.get("options", {}), dict):
+        raise CorruptIndexError(f"{path}: manifest.json's 'embedder.options' is not an object")
+    return spec
+
+
+def doc_encoder_fingerprint(embedder: Any) -> dict[str, Any]:
+    """The embedder's fingerprint as an index records it (see :func:`normalize_fingerprint`)."""
+    return normalize_fingerprint(embedder.fingerprint())
+
+
+def normalize_fingerprint(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """Drop what may differ between the document and the query encoder without changing the
+    vectors: query-side options (a query instruction may change per task) and the model's
+    location and name when its content hash identifies it (a moved or renamed copy of the same
+    weights is the same model)."""
+    fp = dict(fingerprint)
+    fp.pop("query_instruction", None)
+    model = fp.get("model")
+    if isinstance(model, dict) and model.get("sha256"):
+        fp["model"] = {k: v for k, v in model.items() if k not in ("source", "name")}
+    return fp
+
+
+def check_encoder(stored: Any, embedder: Any) -> None:
+    """Refuse a query/re-sparsify encoder whose fingerprint differs from the index's
+    (index.store.FingerprintMismatch names the differing fields)."""
+    check_fingerprint({"encoder": normalize_fingerprint(stored.fingerprint)},
+                      doc_encoder_fingerprint(embedder))
+
+
+def term_map_arrays(term_map: TermMap) -> dict[str, np.ndarray]:
+    """The term map as plain arrays for the index folder (no pickle: a unicode array)."""
+    return {"token_to_term": term_map.token_to_term,
+            "term_strings": np.asarray(term_map.term_strings, dtype=np.str_)}
+
+
+def term_map_from_arrays(extra: dict[str, np.ndarray], kind: str) -> TermMap:
+    return TermMap(np.asarray(extra["token_to_term"]), tuple(str(s) for s in extra["term_strings"]),
+                   kind)
