@@ -18,15 +18,17 @@ Layout under ``root`` (default ``$ALIGNIR_CACHE/embeddings``)::
 """
 from __future__ import annotations
 
-from alignir.errors import InvalidInputError
-
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,6 +37,9 @@ from tqdm.auto import tqdm
 
 from alignir.encoders.embedders.base import Embedder
 from alignir.encoders.models import cache_dir
+from alignir.errors import InvalidInputError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EmbeddingCache", "encode_cached", "fingerprint_key", "text_key", "shard_rows"]
 
@@ -80,6 +85,29 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
     return out
 
 
+#: a ``.part-*.tmp`` older than this is left over from a killed checkpoint (a live write takes < 1 s)
+STALE_TEMP_SECONDS = 600
+
+
+def _quarantine(part: Path, error: BaseException) -> None:
+    """Move a damaged cache part aside (``*.corrupt``, kept for inspection); its texts are
+    re-encoded by the next build, which says so."""
+    target = part.with_name(part.name + ".corrupt")
+    with contextlib.suppress(OSError):
+        os.replace(part, target)
+    log.warning("embedding cache part %s is damaged (%s): moved aside to %s; its texts will be re-encoded",
+                part, type(error).__name__, target.name)
+
+
+def _remove_stale_temps(folder: Path) -> None:
+    """Delete the temporary files of checkpoints that were killed mid-write."""
+    now = time.time()
+    for tmp in folder.glob(".part-*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
+                tmp.unlink()
+
+
 class _RoleIndex:
     """In-memory map text sha1 -> (part file, row) for one (fingerprint, role) folder."""
 
@@ -92,14 +120,19 @@ class _RoleIndex:
     def refresh(self) -> None:
         if not self.folder.is_dir():
             return
+        _remove_stale_temps(self.folder)
         for name in sorted(os.listdir(self.folder)):
             if not (name.startswith("part-") and name.endswith(".npz")) or name in self.parts:
                 continue
             try:
                 with np.load(self.folder / name, allow_pickle=False) as z:
                     keys = z["keys"]
-                    dim = int(z["vectors"].shape[1]) if "vectors" in z.files else None
-            except (OSError, ValueError, KeyError):  # removed by a concurrent compact: skip
+                    vectors = z["vectors"] if "vectors" in z.files else None  # read whole: checks its CRC
+                    dim = int(vectors.shape[1]) if vectors is not None else None
+            except FileNotFoundError:  # removed by a concurrent compact: skip
+                continue
+            except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, OSError) as e:
+                _quarantine(self.folder / name, e)
                 continue
             if keys.ndim != 2 or keys.shape[1] != _KEY_BYTES:
                 raise InvalidInputError(f"corrupt cache part {self.folder / name}: keys shape {keys.shape}")

@@ -138,3 +138,40 @@ def test_keys_and_bad_input(tmp_path, emb):
         cache.merge([tmp_path / "nowhere"])
     assert cache.encode_cached(emb, [], "document").shape == (0, emb.dim)
     assert [len(shard_rows(10, i, 3)) for i in range(3)] == [4, 3, 3]
+
+
+def test_a_damaged_part_is_quarantined_and_re_encoded(tmp_path, emb, direct, caplog):
+    """A part whose bytes were damaged (Bad CRC-32 from the zip reader) no longer blocks every later
+    build: it is moved aside as *.corrupt, said so, and its texts are encoded again."""
+    cache = EmbeddingCache(tmp_path)
+    cache.encode_cached(Counting(emb), TEXTS, "document", shard_size=8, progress=False)
+    folder = cache.folder(emb.fingerprint(), "document")
+    part = sorted(folder.glob("part-*.npz"))[0]
+    raw = bytearray(part.read_bytes())
+    mid = len(raw) // 2
+    raw[mid:mid + 64] = bytes(b ^ 0xFF for b in raw[mid:mid + 64])  # inside the stored vectors
+    part.write_bytes(bytes(raw))
+    c = Counting(emb)
+    with caplog.at_level("WARNING"):
+        v = EmbeddingCache(tmp_path).encode_cached(c, TEXTS, "document", shard_size=8, progress=False)
+    np.testing.assert_allclose(v, direct, rtol=1e-4, atol=1e-5)
+    assert c.n_texts == 8, "exactly the damaged part's texts are re-encoded"
+    assert (folder / (part.name + ".corrupt")).exists() and "damaged" in caplog.text
+
+
+def test_a_killed_checkpoints_temp_file_is_removed(tmp_path, emb):
+    import os
+    import time
+
+    from alignir.encoders import cache as cache_mod
+
+    cache = EmbeddingCache(tmp_path)
+    cache.encode_cached(Counting(emb), TEXTS[:3], "document", progress=False)
+    folder = cache.folder(emb.fingerprint(), "document")
+    old, fresh = folder / ".part-killed.tmp", folder / ".part-live.tmp"
+    for f in (old, fresh):
+        f.write_bytes(b"\0" * 4096)
+    past = time.time() - cache_mod.STALE_TEMP_SECONDS - 5
+    os.utime(old, (past, past))
+    EmbeddingCache(tmp_path).encode_cached(Counting(emb), TEXTS[:3], "document", progress=False)
+    assert not old.exists() and fresh.exists()  # a write in progress elsewhere is left alone
