@@ -55,3 +55,16 @@ def test_a_bug_shows_its_traceback(tmp_path, monkeypatch):
 def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
     r = runner.invoke(app, ["resparsify", "--index", str(tmp_path), "--k", "10", "-v"])
     assert r.exit_code == 1 and isinstance(r.exception, AlignirError)
+
+
+def test_an_oserror_without_a_file_has_no_stray_brackets(tmp_path, monkeypatch):
+    import errno
+
+    import alignir.index.store as store
+
+    def disk_full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store, "read_manifest", disk_full)
+    r = runner.invoke(app, ["info", "--index", str(tmp_path)])
+    assert r.exit_code == 1 and r.output.strip() == "error: No space left on device", r.output
