@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -249,6 +250,15 @@ def _describe_oserror(e: OSError) -> str:
     return _ERRNO_HINTS.get(e.errno or -1, e.strerror or str(e))
 
 
+def _refuse_read_only(path: Path) -> None:
+    """An index whose folder (or manifest) nobody may write to was made read-only on purpose:
+    never replace it (checked on the mode bits, which bind root too, unlike os.access)."""
+    for p in (path, path / MANIFEST):
+        if p.exists() and not stat.S_IMODE(p.stat().st_mode) & 0o222:
+            raise IndexWriteError(f"{path} is read-only ({p.name} has no write permission); "
+                                  f"refusing to replace it: make it writable (chmod -R u+w) or write elsewhere")
+
+
 class IndexWriter:
     """Build an index folder in a temp directory next to ``path``; :meth:`commit` swaps
     it in atomically. Use as a context manager: leaving the block without commit (or
@@ -259,7 +269,9 @@ class IndexWriter:
     """
 
     def __init__(self, path: str | Path, fsync: bool = True) -> None:
-        self.path = Path(path).absolute()
+        # a symlinked index path is written through: the new index replaces the link's target
+        # (the link stays a link), and the temp folder is made beside the target
+        self.path = Path(os.path.realpath(Path(path).expanduser()))
         self.fsync = fsync
         self.committed = False
         self._existed = False
@@ -274,6 +286,7 @@ class IndexWriter:
                 if not (self.path / MANIFEST).is_file() and any(self.path.iterdir()):
                     raise NotAnIndexError(f"{self.path} exists and is not an alignir index "
                                           "(no manifest.json); refusing to replace it")
+                _refuse_read_only(self.path)
                 self._existed = True
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-",
                                              dir=self.path.parent))

@@ -373,3 +373,37 @@ def test_a_pickled_array_planted_in_an_index_is_never_loaded(tmp_path, mmap):
     with pytest.raises(CorruptIndexError, match="cannot read"):
         open_index(path, mmap=mmap)
     assert not marker.exists()
+
+
+def test_a_symlinked_index_is_written_through_to_its_target(tmp_path):
+    """Writes go to the link's target; the link stays a link and no temp junk is left."""
+    target = build(tmp_path / "target")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
+    replace_sparse(link, SparseIndex.from_csr(new_csr), {"K": 8})
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert open_index(target).params["K"] == 8 and open_index(link).params["K"] == 8
+    assert leftovers(tmp_path, "link") == [] and leftovers(tmp_path, "target") == []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "to-empty").symlink_to(empty)
+    build(tmp_path / "to-empty")  # building over a link to an empty folder fills the target
+    assert open_index(empty).doc_ids == IDS and (tmp_path / "to-empty").is_symlink()
+
+
+def test_a_read_only_index_is_refused_for_writes(tmp_path):
+    path = build(tmp_path / "idx")
+    before = {p.name: sha(p) for p in path.iterdir() if p.is_file()}
+    modes = {}
+    for p in [path, *path.rglob("*")]:
+        modes[p] = p.stat().st_mode
+        p.chmod(p.stat().st_mode & ~0o222)
+    try:
+        with pytest.raises(store.IndexWriteError, match="read-only"):
+            replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 8})
+    finally:
+        for p, m in sorted(modes.items(), key=lambda kv: len(kv[0].parts)):
+            p.chmod(m)
+    assert {p.name: sha(p) for p in path.iterdir() if p.is_file()} == before
+    assert leftovers(tmp_path, "idx") == []
