@@ -730,17 +730,30 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+class IndexChangedError(IndexStoreError):
+    """The index changed between a writer's read and its swap (another writer got there first)."""
+
+
+def _check_generation(path: Path, current: Mapping[str, Any], expected: Mapping[str, Any] | None) -> None:
+    if expected is not None and dict(current) != dict(expected):
+        raise IndexChangedError(f"{path} changed while this write was being prepared (another writer?); "
+                                f"nothing was written: run the command again")
+
+
 def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, Any],
                    pc1: np.ndarray | None = None,
                    extra_arrays: Mapping[str, np.ndarray] | None = None,
-                   fsync: bool = True) -> Path:
+                   fsync: bool = True, expected: Mapping[str, Any] | None = None) -> Path:
     """Atomically replace the sparse part (and optionally PC1 and named extra arrays,
     e.g. a new term map) of an index, merging ``new_params`` into
     ``manifest["params"]`` — the re-sparsify step (new K, M, λ, weighting, folding from
     the stored dense vectors, no re-encode). All other files are carried over (hard
-    links when possible) after their checksums are verified, the lexical part included."""
+    links when possible) after their checksums are verified, the lexical part included.
+    ``expected``: the manifest the caller built ``new_sparse`` from; the swap is refused if
+    the index has changed since (another writer)."""
     path = Path(path).absolute()
     old = read_manifest(path)
+    _check_generation(path, old, expected)
     verify_index(path, old)
     n = old["counts"]["docs"]
     if int(new_sparse.n_docs) != n:
@@ -780,12 +793,14 @@ def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, A
         return w.commit(manifest)
 
 
-def replace_lexical(path: str | Path, lexical: Any, fsync: bool = True) -> Path:
+def replace_lexical(path: str | Path, lexical: Any, fsync: bool = True,
+                    expected: Mapping[str, Any] | None = None) -> Path:
     """Atomically add, replace (``lexical``: a :class:`index.lexical.LexicalLeg`) or remove
     (``lexical=None``) the lexical part of an index; every other file is carried over after
-    its checksum is verified."""
+    its checksum is verified. ``expected``: as for :func:`replace_sparse`."""
     path = Path(path).absolute()
     old = read_manifest(path)
+    _check_generation(path, old, expected)
     verify_index(path, old)
     n = old["counts"]["docs"]
     if lexical is not None and int(lexical.n_docs) != n:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from alignir.index.dense import DenseIndex
+from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
 from alignir.index.store import (NotAnIndexError, open_index, read_manifest,
                          replace_lexical, replace_sparse, write_index)
@@ -93,10 +94,13 @@ def build_index(
     loaded: Any = None,
     on_stage: Callable[[str], None] | None = None,
     lexical: bool = True,
+    wait: bool = False,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
     ``lexical``: also store the BM25 leg (k1 0.9, b 0.4, Lucene IDF; the "bm25" modes).
+    ``wait``: when another process is writing the same index, wait for it instead of failing
+    (index.lock: one writer at a time; resparsify and add_lexical take the same option).
 
     Nothing is written at ``index_dir`` until the whole index is complete (index.store swaps
     it in atomically); a previous index there stays usable if the build fails or is killed.
@@ -109,96 +113,99 @@ def build_index(
 
     stage = on_stage or (lambda s: log.info(s))
     model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
-    check_target(index_dir)
-    stage(f"reading {source}")
-    corpus = read_source(source, skip_bad=skip_bad)
-    doc_ids, texts = corpus.ids(), corpus.texts()
-    t0 = time.perf_counter()
-    stage(f"loading model {model}")
-    loaded = loaded if loaded is not None else load_model(model, device=device)
-    opts = dict(embedder_options or {})
-    enc = get_embedder(embedder, loaded, progress=progress, **opts)
-    stage(f"encoding {len(texts)} documents")
-    H = encode_corpus(enc, texts, cache_dir, use_cache=use_cache, progress=progress)
-    t_enc = time.perf_counter() - t0
-    stage("projecting onto the vocabulary (aligned tokens)")
-    pc1 = fit_corpus_pc1(H)
-    sparse = resolve_lambda(sparse, H, pc1)
-    sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1)
-    sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=sparse.quantize)
-    stage(f"building the dense index ({dense_kind})")
-    dense_opts = DEFAULT_DENSE_OPTIONS if dense_options is None else dense_options
-    dense_index = DenseIndex.build(H, kind=dense_kind, **dense_opts)
-    leg = None
-    if lexical:
-        from alignir.retrieval.bm25 import lexical_leg
+    with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
+        check_target(index_dir)
+        stage(f"reading {source}")
+        corpus = read_source(source, skip_bad=skip_bad)
+        doc_ids, texts = corpus.ids(), corpus.texts()
+        t0 = time.perf_counter()
+        stage(f"loading model {model}")
+        loaded = loaded if loaded is not None else load_model(model, device=device)
+        opts = dict(embedder_options or {})
+        enc = get_embedder(embedder, loaded, progress=progress, **opts)
+        stage(f"encoding {len(texts)} documents")
+        H = encode_corpus(enc, texts, cache_dir, use_cache=use_cache, progress=progress)
+        t_enc = time.perf_counter() - t0
+        stage("projecting onto the vocabulary (aligned tokens)")
+        pc1 = fit_corpus_pc1(H)
+        sparse = resolve_lambda(sparse, H, pc1)
+        sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1)
+        sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=sparse.quantize)
+        stage(f"building the dense index ({dense_kind})")
+        dense_opts = DEFAULT_DENSE_OPTIONS if dense_options is None else dense_options
+        dense_index = DenseIndex.build(H, kind=dense_kind, **dense_opts)
+        leg = None
+        if lexical:
+            from alignir.retrieval.bm25 import lexical_leg
 
-        stage("building the lexical leg (BM25)")
-        leg = lexical_leg(texts)
-    manifest = {
-        "encoder": doc_encoder_fingerprint(enc),
-        "embedder": {"family": embedder, "model": model, "options": opts},
-        "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind},
-        "build": {"source": str(Path(source).absolute()), "encode_seconds": round(t_enc, 3),
-                  "skipped_lines": [[s.line, s.reason] for s in corpus.skipped]},
-    }
-    stage(f"writing {index_dir}")
-    write_index(index_dir, manifest, doc_ids, H, sparse_index=sparse_index,
-                dense_index=dense_index, pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map),
-                lexical=leg)
-    return read_manifest(index_dir)
+            stage("building the lexical leg (BM25)")
+            leg = lexical_leg(texts)
+        manifest = {
+            "encoder": doc_encoder_fingerprint(enc),
+            "embedder": {"family": embedder, "model": model, "options": opts},
+            "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind},
+            "build": {"source": str(Path(source).absolute()), "encode_seconds": round(t_enc, 3),
+                      "skipped_lines": [[s.line, s.reason] for s in corpus.skipped]},
+        }
+        stage(f"writing {index_dir}")
+        write_index(index_dir, manifest, doc_ids, H, sparse_index=sparse_index,
+                    dense_index=dense_index, pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map),
+                    lexical=leg)
+        return read_manifest(index_dir)
 
 
-def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto",
+def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto", wait: bool = False,
                **changes: Any) -> dict[str, Any]:
     """Rebuild the sparse part with new K / M / λ / weighting / folding / quantisation from
     the stored dense vectors (no re-encode). ``changes``: SparseConfig fields."""
     from alignir.encoders.embedders import get_embedder
     from alignir.encoders.models import load_model
 
-    stored = open_index(index_dir, load_sparse=False, load_dense=False, load_lexical=False)
-    old = SparseConfig.from_dict(stored.params.get("sparse", {}))
-    quantize = changes.pop("quantize", old.quantize)  # None is a value here ("float32")
-    new = replace(old.with_changes(**changes), quantize=quantize)
-    spec = embedder_spec(stored.manifest, index_dir)
-    loaded = loaded if loaded is not None else load_model(spec["model"], device=device)
-    enc = get_embedder(spec["family"], loaded, progress=False, **spec.get("options", {}))
-    check_encoder(stored, enc)
-    term_map = None
-    if new.fold == old.fold and "token_to_term" in stored.extra:
-        term_map = term_map_from_arrays(stored.extra, stored.params.get("term_map", "identity"))
-    H = np.asarray(stored.dense_vectors, dtype=np.float32)
-    if "pc1_lambda" in changes and "pc1_remove" not in changes:
-        new = replace(new, pc1_remove=None)  # an explicit λ replaces a relative one
-    new = resolve_lambda(new, H, stored.pc1)
-    sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
-    sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
-    params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind}
-    # folding changes the term map: its arrays are replaced in the same atomic step
-    extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
-    replace_sparse(index_dir, sparse_index, params, extra_arrays=extra)
-    return read_manifest(index_dir)
+    with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
+        stored = open_index(index_dir, load_sparse=False, load_dense=False, load_lexical=False)
+        old = SparseConfig.from_dict(stored.params.get("sparse", {}))
+        quantize = changes.pop("quantize", old.quantize)  # None is a value here ("float32")
+        new = replace(old.with_changes(**changes), quantize=quantize)
+        spec = embedder_spec(stored.manifest, index_dir)
+        loaded = loaded if loaded is not None else load_model(spec["model"], device=device)
+        enc = get_embedder(spec["family"], loaded, progress=False, **spec.get("options", {}))
+        check_encoder(stored, enc)
+        term_map = None
+        if new.fold == old.fold and "token_to_term" in stored.extra:
+            term_map = term_map_from_arrays(stored.extra, stored.params.get("term_map", "identity"))
+        H = np.asarray(stored.dense_vectors, dtype=np.float32)
+        if "pc1_lambda" in changes and "pc1_remove" not in changes:
+            new = replace(new, pc1_remove=None)  # an explicit λ replaces a relative one
+        new = resolve_lambda(new, H, stored.pc1)
+        sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
+        sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
+        params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind}
+        # folding changes the term map: its arrays are replaced in the same atomic step
+        extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
+        replace_sparse(index_dir, sparse_index, params, extra_arrays=extra, expected=stored.manifest)
+        return read_manifest(index_dir)
 
 
 def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: float = 0.9,
-                b: float = 0.4, skip_bad: bool = False) -> dict[str, Any]:
+                b: float = 0.4, skip_bad: bool = False, wait: bool = False) -> dict[str, Any]:
     """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus, without
     the model: ``source`` defaults to the corpus the index was built from (manifest
     ``build.source``). The corpus must hold every indexed document id; texts are taken in
     the index's doc-number order."""
     from alignir.retrieval.bm25 import lexical_leg
 
-    manifest = read_manifest(index_dir)
-    src = source or manifest.get("build", {}).get("source")
-    if not src:
-        raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
-    corpus = read_source(src, skip_bad=skip_bad)
-    stored = open_index(index_dir, verify=False, load_sparse=False, load_dense=False,
-                        load_lexical=False)
-    missing = [d for d in stored.doc_ids if d not in corpus]
-    if missing:
-        raise InvalidInputError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
-                         "not the corpus of this index")
-    leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=k1, b=b)
-    replace_lexical(index_dir, leg)
-    return read_manifest(index_dir)
+    with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
+        manifest = read_manifest(index_dir)
+        src = source or manifest.get("build", {}).get("source")
+        if not src:
+            raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
+        corpus = read_source(src, skip_bad=skip_bad)
+        stored = open_index(index_dir, verify=False, load_sparse=False, load_dense=False,
+                            load_lexical=False)
+        missing = [d for d in stored.doc_ids if d not in corpus]
+        if missing:
+            raise InvalidInputError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
+                             "not the corpus of this index")
+        leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=k1, b=b)
+        replace_lexical(index_dir, leg, expected=manifest)
+        return read_manifest(index_dir)

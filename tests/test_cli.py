@@ -297,3 +297,40 @@ def test_a_manifest_without_its_embedder_key_is_one_line(env, tiny_folder, key):
     mf.write_text(json.dumps(manifest))
     r = runner.invoke(app, ["search", "plants", "--index", str(env / "idx")])
     assert r.exit_code == 1 and f"embedder.{key}" in r.output and "Traceback" not in r.output, r.output
+
+
+HOLD_LOCK = """
+import sys, time
+from alignir.index.lock import writer_lock
+with writer_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_second_writer_is_refused_or_waits(env, tiny_folder):
+    """Two writers on one index: while a real process holds the writer lock, resparsify fails at
+    once with one line naming that process; with --wait it runs after the holder is done."""
+    corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
+    idx = env / "idx"
+    assert invoke("build-index", corpus, "--index", idx, "--model", tiny_folder).exit_code == 0
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(idx), "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = runner.invoke(app, ["resparsify", "--index", str(idx), "--k", "8"])
+        assert r.exit_code == 1 and f"pid {holder.pid}" in r.output and "--wait" in r.output, r.output
+        assert json.loads((idx / "manifest.json").read_text())["params"]["sparse"]["doc_k"] != 8
+    finally:
+        holder.kill()
+        holder.wait()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(idx), "2"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        t0 = time.perf_counter()
+        r = runner.invoke(app, ["resparsify", "--index", str(idx), "--k", "8", "--wait"])
+        assert r.exit_code == 0, r.output
+        assert time.perf_counter() - t0 > 1.0, "it queued behind the holder (which held the lock for 2 s)"
+        assert json.loads((idx / "manifest.json").read_text())["params"]["sparse"]["doc_k"] == 8
+    finally:
+        holder.kill()
+        holder.wait()

@@ -407,3 +407,16 @@ def test_a_read_only_index_is_refused_for_writes(tmp_path):
             p.chmod(m)
     assert {p.name: sha(p) for p in path.iterdir() if p.is_file()} == before
     assert leftovers(tmp_path, "idx") == []
+
+
+def test_a_swap_is_refused_when_the_index_changed_since_it_was_read(tmp_path):
+    """The generation check: a writer that read the index before another writer's swap must not
+    swap in a version built from the old snapshot (it would silently undo the other change)."""
+    path = build(tmp_path / "idx")
+    snapshot = open_index(path).manifest
+    replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 64}, expected=snapshot)  # first writer
+    before = json.loads((path / "manifest.json").read_text())
+    with pytest.raises(store.IndexChangedError, match="changed while"):
+        replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 100}, expected=snapshot)  # second, stale
+    assert json.loads((path / "manifest.json").read_text()) == before
+    assert leftovers(tmp_path, "idx") == []

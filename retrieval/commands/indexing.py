@@ -60,6 +60,7 @@ def build_index_cmd(
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
                                              "(default $ALIGNIR_CACHE/embeddings, ~/.cache/alignir)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Encode a corpus once and build its sparse (aligned-token) + dense index.
@@ -81,7 +82,7 @@ def build_index_cmd(
         manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
-                               device=device, lexical=lexical,
+                               device=device, lexical=lexical, wait=wait,
                                on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
@@ -171,6 +172,7 @@ def resparsify_cmd(
     query_weighting: Optional[str] = typer.Option(None, help="binary | raw | relu | log1p."),
     fold: Optional[bool] = typer.Option(None, "--fold/--no-fold"),
     quantize: Optional[str] = typer.Option(None, help="none | uint8 | uint16."),
+    wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Rebuild the sparse side with new K / M / λ / weighting from the stored dense vectors
@@ -184,7 +186,7 @@ def resparsify_cmd(
             query_weighting=query_weighting, fold=fold).items() if v is not None}
         if quantize is not None:
             changes["quantize"] = None if quantize == "none" else quantize
-        manifest = resparsify(index, **changes)
+        manifest = resparsify(index, wait=wait, **changes)
         typer.echo(f"re-sparsified {index}: {manifest['params']['sparse']}")
 
 
@@ -233,6 +235,7 @@ def add_lexical_cmd(
                                           "the one the index was built from."),
     k1: float = typer.Option(0.9, help="BM25 k1."),
     b: float = typer.Option(0.4, help="BM25 b."),
+    wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus: no model,
@@ -241,7 +244,7 @@ def add_lexical_cmd(
     with user_errors(verbose):
         from alignir.retrieval.indexer import add_lexical
 
-        manifest = add_lexical(index, source, k1=k1, b=b)
+        manifest = add_lexical(index, source, k1=k1, b=b, wait=wait)
         typer.echo(f"lexical leg added to {index}: {manifest['dims']['lexical_terms']} terms, "
                    f"{manifest['counts']['lexical_postings']} postings")
 
