@@ -30,6 +30,7 @@ import ctypes
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -38,13 +39,15 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from alignir.index.io import fsync_path, save_npy, sha256_file
+
+log = logging.getLogger(__name__)
 
 FORMAT_NAME = "alignir-index"
 FORMAT_VERSION = 1
@@ -58,7 +61,7 @@ FAISS_DIR = "faiss"
 EXTRA_DIR = "extra"
 #: keys of manifest.json that the store computes; callers may not set them
 RESERVED = ("format", "format_version", "created", "encoder_hash", "counts", "dims",
-            "files", "components", "dense_dtype", "dense_index", "lexical")
+            "files", "components", "dense_dtype", "dense_index", "lexical", "manifest_sha256")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -343,8 +346,9 @@ class IndexWriter:
                 if rel == MANIFEST:
                     continue
                 files[rel] = {"sha256": _sha256(tmp / rel), "bytes": (tmp / rel).stat().st_size}
-            full = dict(manifest)
+            full = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
             full["files"] = files
+            full = seal_manifest(full)
             with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
                 json.dump(full, f, indent=2, sort_keys=False, ensure_ascii=False)
                 f.write("\n")
@@ -597,6 +601,44 @@ class StoredIndex:
         check_fingerprint(self.manifest, fingerprint)
 
 
+#: the manifest's own checksum: sha256 of its canonical JSON without this key
+MANIFEST_CHECKSUM = "manifest_sha256"
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """sha256 of the manifest's canonical form (sorted keys, no spaces, without its checksum)."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def seal_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``manifest`` with its own checksum (what :func:`read_manifest` verifies)."""
+    return {**{k: v for k, v in manifest.items() if k != MANIFEST_CHECKSUM},
+            MANIFEST_CHECKSUM: manifest_digest(manifest)}
+
+
+def _paths_in(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, Mapping):
+        for v in node.values():
+            yield from _paths_in(v)
+    elif isinstance(node, (list, tuple)):
+        for v in node:
+            yield from _paths_in(v)
+
+
+def _check_inside(path: Path, mpath: Path, manifest: Mapping[str, Any]) -> None:
+    """Every file and component path of the manifest must stay inside the index folder."""
+    root = path.resolve()
+    for rel in [*manifest["files"], *_paths_in(manifest["components"])]:
+        target = (path / rel).resolve()
+        if Path(rel).is_absolute() or (target != root and root not in target.parents):
+            raise CorruptIndexError(f"{mpath}: the path {rel!r} points outside the index folder; "
+                                    f"the manifest is corrupt or was tampered with")
+
+
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """Read and validate ``manifest.json`` (format name and version), no checksums."""
     path = Path(path)
@@ -624,9 +666,16 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise UnsupportedFormatError(
             f"{path} uses index format {version}, newer than this alignir supports "
             f"({FORMAT_VERSION}); upgrade alignir to open it")
+    stored_digest = manifest.get(MANIFEST_CHECKSUM)
+    if stored_digest is None:
+        log.warning("%s has no checksum of its own (written by an older alignir); re-sparsify to add one", mpath)
+    elif stored_digest != manifest_digest(manifest):
+        raise CorruptIndexError(f"{mpath} fails its own checksum: it was edited or damaged; the index is corrupt "
+                                f"(restore the manifest, or rebuild the index)")
     for key in ("encoder", "files", "components", "counts"):
         if not isinstance(manifest.get(key), dict):
             raise CorruptIndexError(f"{mpath}: missing or invalid {key!r}")
+    _check_inside(path, mpath, manifest)
     return manifest
 
 

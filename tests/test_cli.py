@@ -294,7 +294,9 @@ def test_a_manifest_without_its_embedder_key_is_one_line(env, tiny_folder, key):
     mf = env / "idx" / "manifest.json"
     manifest = json.loads(mf.read_text())
     del manifest["embedder"][key]
-    mf.write_text(json.dumps(manifest))
+    from alignir.index.store import seal_manifest
+
+    mf.write_text(json.dumps(seal_manifest(manifest)))  # a well-formed manifest that lacks the key
     r = runner.invoke(app, ["search", "plants", "--index", str(env / "idx")])
     assert r.exit_code == 1 and f"embedder.{key}" in r.output and "Traceback" not in r.output, r.output
 
@@ -334,3 +336,14 @@ def test_a_second_writer_is_refused_or_waits(env, tiny_folder):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_info_verifies_the_files_unless_told_not_to(env, tiny_folder):
+    corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
+    idx = env / "idx"
+    assert invoke("build-index", corpus, "--index", idx, "--model", tiny_folder).exit_code == 0
+    assert runner.invoke(app, ["info", "--index", str(idx)]).exit_code == 0
+    (idx / "dense.npy").unlink()
+    r = runner.invoke(app, ["info", "--index", str(idx)])
+    assert r.exit_code == 1 and "dense.npy" in r.output and "missing" in r.output, r.output
+    assert runner.invoke(app, ["info", "--index", str(idx), "--no-verify"]).exit_code == 0

@@ -369,7 +369,7 @@ def test_a_pickled_array_planted_in_an_index_is_never_loaded(tmp_path, mmap):
     np.save(path / "dense.npy", evil, allow_pickle=True)
     m = json.loads((path / "manifest.json").read_text())  # a consistent manifest, as an attacker would
     m["files"]["dense.npy"] = {"sha256": sha(path / "dense.npy"), "bytes": (path / "dense.npy").stat().st_size}
-    (path / "manifest.json").write_text(json.dumps(m))
+    (path / "manifest.json").write_text(json.dumps(store.seal_manifest(m)))  # checksum recomputed too
     with pytest.raises(CorruptIndexError, match="cannot read"):
         open_index(path, mmap=mmap)
     assert not marker.exists()
@@ -420,3 +420,39 @@ def test_a_swap_is_refused_when_the_index_changed_since_it_was_read(tmp_path):
         replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 100}, expected=snapshot)  # second, stale
     assert json.loads((path / "manifest.json").read_text()) == before
     assert leftovers(tmp_path, "idx") == []
+
+
+@pytest.mark.parametrize("edit", ["query_m", "lambda_digit", "key_name"])
+def test_an_edited_manifest_fails_its_own_checksum(tmp_path, edit):
+    """Editing a parameter of manifest.json (which changed rankings silently before) is caught."""
+    path = build(tmp_path / "idx")
+    mf = path / "manifest.json"
+    text = mf.read_text()
+    edited = {"query_m": text.replace('"M": 8', '"M": 7'), "lambda_digit": text.replace('"lambda": 0.0', '"lambda": 0.5'),
+              "key_name": text.replace('"weighting"', '"weightinG"')}[edit]
+    assert edited != text
+    mf.write_text(edited)
+    with pytest.raises(CorruptIndexError, match="fails its own checksum"):
+        open_index(path)
+
+
+def test_a_manifest_path_outside_the_index_is_refused(tmp_path):
+    path = build(tmp_path / "idx")
+    m = json.loads((path / "manifest.json").read_text())
+    m["components"]["pc1"] = "../../etc/passwd"
+    (path / "manifest.json").write_text(json.dumps(store.seal_manifest(m)))
+    with pytest.raises(CorruptIndexError, match="outside the index folder"):
+        open_index(path)
+
+
+def test_an_index_without_a_manifest_checksum_still_opens(tmp_path, caplog):
+    """Indexes written before the checksum existed open (with a warning), and a re-sparsify adds it."""
+    path = build(tmp_path / "idx")
+    m = json.loads((path / "manifest.json").read_text())
+    del m["manifest_sha256"]
+    (path / "manifest.json").write_text(json.dumps(m))
+    with caplog.at_level("WARNING"):
+        assert open_index(path).doc_ids == IDS
+    assert "no checksum" in caplog.text
+    replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 9})
+    assert "manifest_sha256" in json.loads((path / "manifest.json").read_text())

@@ -193,12 +193,17 @@ def resparsify_cmd(
 def info_cmd(
     index: Path = INDEX_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+    verify: bool = typer.Option(True, "--verify/--no-verify",
+                                help="Check every file against the manifest's sizes and sha256 (default)."),
 ) -> None:
-    """What is inside an index: counts, sizes, parameters, encoder fingerprint."""
+    """What is inside an index: counts, sizes, parameters, encoder fingerprint. Verifies the
+    manifest's own checksum and, unless --no-verify, every file it lists."""
     with user_errors():
-        from alignir.index.store import read_manifest
+        from alignir.index.store import read_manifest, verify_index
 
         manifest = read_manifest(index)
+        if verify:
+            verify_index(index, manifest)
         size = sum(f.stat().st_size for f in Path(index).rglob("*") if f.is_file())
         if as_json:
             echo_json({**manifest, "bytes": size})
