@@ -714,8 +714,31 @@ def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
     """Open an index folder: validate the manifest, verify checksums (``verify``), load
     the doc ids, dense vectors (memory-mapped with ``mmap``), PC1, extra arrays, and the
     sparse / faiss / lexical parts. Errors: :class:`NotAnIndexError`, :class:`CorruptIndexError`,
-    :class:`UnsupportedFormatError`."""
+    :class:`UnsupportedFormatError`.
+
+    A writer may swap a new version in while this reads: when reading fails and the manifest
+    has changed meanwhile, the new version is opened (once) instead of calling a healthy
+    index corrupt."""
     path = Path(path).absolute()
+    before = _manifest_bytes(path)
+    try:
+        return _open_once(path, verify, mmap, load_sparse, load_dense, load_lexical)
+    except (CorruptIndexError, NotAnIndexError, IndexReadError):
+        if _manifest_bytes(path) == before:
+            raise
+        log.info("%s was replaced while it was being opened: opening the new version", path)
+        return _open_once(path, verify, mmap, load_sparse, load_dense, load_lexical)
+
+
+def _manifest_bytes(path: Path) -> bytes | None:
+    try:
+        return (path / MANIFEST).read_bytes()
+    except OSError:
+        return None
+
+
+def _open_once(path: Path, verify: bool, mmap: bool, load_sparse: bool, load_dense: bool,
+               load_lexical: bool) -> StoredIndex:
     manifest = read_manifest(path)
     if verify:
         verify_index(path, manifest)

@@ -456,3 +456,26 @@ def test_an_index_without_a_manifest_checksum_still_opens(tmp_path, caplog):
     assert "no checksum" in caplog.text
     replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 9})
     assert "manifest_sha256" in json.loads((path / "manifest.json").read_text())
+
+
+def test_an_open_racing_a_swap_opens_the_new_version(tmp_path, monkeypatch):
+    """A reader that read the old manifest while a writer swapped the index in must not call the
+    healthy index corrupt: it notices the manifest changed and opens the new version."""
+    path = build(tmp_path / "idx")
+    real_verify = store.verify_index
+    calls = []
+
+    def swap_then_verify(p, manifest=None):
+        calls.append(p)
+        if len(calls) == 1:  # the first reader's verification runs right after a writer's swap
+            new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
+            replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 8})
+        return real_verify(p, manifest)
+
+    monkeypatch.setattr(store, "verify_index", swap_then_verify)
+    st = open_index(path)
+    assert st.params["K"] == 8 and len(calls) == 3  # stale read (fails) + the writer's own + a fresh read
+    monkeypatch.setattr(store, "verify_index", real_verify)
+    (path / "dense.npy").write_bytes(b"garbage")  # a really damaged index is still reported
+    with pytest.raises(CorruptIndexError):
+        open_index(path)
