@@ -135,7 +135,7 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                yield ln, None, f"malformed JSON ({e.msg} at column {e.colno})"
+                yield ln, None, f"malformed JSON ({e.msg}, column {e.colno})"  # msg may end in "at"
                 continue
             if not isinstance(obj, dict):
                 yield ln, None, f"expected a JSON object, got {type(obj).__name__}"

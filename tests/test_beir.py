@@ -55,7 +55,7 @@ def test_corpus_good_file_title_plus_text(tmp_path):
 @pytest.mark.parametrize(
     "bad, expect",
     [
-        (b'{"_id": "b", "text": "unterminated', "malformed JSON"),
+        (b'{"_id": "b", "text": "unterminated', "malformed JSON (Invalid control character at, column 35)"),
         (b'{"_id": "b", "text": "caf\xe9"}', "invalid UTF-8 byte 0xe9"),
         (b'["_id", "b"]', "expected a JSON object"),
         (b'{"title": "t", "text": "x"}', 'missing "_id"'),
