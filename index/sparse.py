@@ -92,8 +92,10 @@ class _Segment:
             with _DERIVE_LOCK:
                 bm = self.bmax
                 if bm is None or bm.sub_bits != sub_bits:
-                    bm = blockmax.BlockMaxima(sub_bits, *blockmax.block_maxima(
-                        *self.kernel_arrays(), self.n_terms, self.nb, self.n, sub_bits))
+                    cap, hp, hs, hm, ratio = blockmax.block_maxima(
+                        *self.kernel_arrays(), self.n_terms, self.nb, self.n, sub_bits,
+                        blockmax.CAP_QUANTILE)
+                    bm = blockmax.BlockMaxima(sub_bits, cap, hp, hs, hm, float(ratio))
                     self.bmax = bm
         return bm
 
@@ -110,6 +112,9 @@ def _as_csr(matrix, what: str) -> sp.csr_matrix:
         raise ValueError(f"{what} must be a scipy.sparse matrix, got {type(matrix).__name__}")
     if matrix.ndim != 2:
         raise ValueError(f"{what} must be 2-D, got shape {matrix.shape}")
+    if (matrix.format == "csr" and matrix.dtype == np.float32 and matrix.has_canonical_format
+            and np.isfinite(matrix.data).all() and matrix.data.all()):
+        return matrix  # already canonical (the common single-query path): no copy
     csr = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
     if not np.all(np.isfinite(csr.data)):
         bad = int(np.flatnonzero(~np.isfinite(csr.data))[0])
@@ -296,7 +301,8 @@ class SparseIndex:
             os_ = np.empty((nq, kk), dtype=np.float32)
             if nq:
                 _search_segment(s, (q_ptr, q_terms, q_w), excluded, has_ex, nonneg, kk,
-                                prune != "off" and nonneg, serial, threads, od, os_)
+                                prune if prune != "off" and nonneg else None, serial, threads,
+                                od, os_)
             valid = od >= 0
             od[valid] = s.to_global(od[valid])
             per_seg.append((od, os_))
@@ -502,15 +508,18 @@ class SparseIndex:
 
 
 def _search_segment(s: _Segment, query: tuple, excluded: np.ndarray, has_ex: bool,
-                    nonneg: bool, k: int, prune: bool, serial: bool, threads: int | None,
+                    nonneg: bool, k: int, prune: str | None, serial: bool, threads: int | None,
                     od: np.ndarray, os_: np.ndarray) -> None:
     """Run the right kernel on one segment: pruned or exhaustive, on this thread (no GIL)
     or across numba's pool (one batch at a time)."""
     head = (*query, *s.kernel_arrays())
-    if prune:
-        bm = s.block_maxima(blockmax.SUB_BITS)
-        args = (*head, bm.bm_ptr, bm.bm_sub, bm.bm_max, bm.bm_off, bm.sub_bits, s.n,
-                s.n_terms, excluded, has_ex, k, blockmax.boot_blocks(k, bm.sub_bits))
+    bm = s.block_maxima(blockmax.SUB_BITS) if prune else None
+    if prune == "auto" and bm.cap_ratio > blockmax.AUTO_MAX_CAP_RATIO:
+        bm = None  # near-uniform weights: bounds too loose to pay for themselves
+    if bm is not None:
+        args = (*head, bm.cap, bm.hi_ptr, bm.hi_sub, bm.hi_max, bm.sub_bits, s.n,
+                s.n_terms, excluded, has_ex, k, blockmax.boot_blocks(k, bm.sub_bits),
+                float(blockmax.FEW_COST))
         if serial:
             blockmax.search_pruned_serial(*args, od, os_)
             return

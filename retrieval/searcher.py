@@ -19,9 +19,9 @@ with BM25 at 0.6 (LEG_SET_DEFAULTS, chosen on held-out collections); others weig
 equally. Pyserini's BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
-and torch modules are not re-entrant), and so are sparse searches (numba's parallel kernels
-must not be entered from two Python threads at once with every threading layer); FAISS
-searches only read.
+and torch modules are not re-entrant); sparse searches run concurrently (SparseIndex runs a
+single query on the calling thread without the GIL, and serialises only numba-pool batches);
+FAISS searches only read.
 """
 from __future__ import annotations
 
@@ -136,7 +136,6 @@ class Searcher:
         self.sparsifier = sparsifier
         self.fusion = fusion
         self._encode_lock = threading.Lock()
-        self._sparse_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
         self._vectorizer: tuple[Any, Any] | None = None  # (leg, QueryVectorizer)
 
@@ -309,9 +308,8 @@ class Searcher:
         lists: dict[str, list[dict[int, float]]] = {}
         if "sparse" in legs:
             t0 = time.perf_counter()
-            with self._sparse_lock:
-                docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
-                                                        threads=threads)
+            docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
+                                                    threads=threads)
             lists["sparse"] = _to_lists(docs, scores)
             tm.sparse = time.perf_counter() - t0
         if "dense" in legs:
@@ -321,9 +319,8 @@ class Searcher:
             tm.dense = time.perf_counter() - t0
         if "bm25" in legs:
             t0 = time.perf_counter()
-            with self._sparse_lock:
-                docs, scores = self.index.lexical.index.search(batch.lexical, side_k,
-                                                               allowed=allowed, threads=threads)
+            docs, scores = self.index.lexical.index.search(batch.lexical, side_k,
+                                                           allowed=allowed, threads=threads)
             lists["bm25"] = _to_lists(docs, scores)
             tm.bm25 = time.perf_counter() - t0
         return lists

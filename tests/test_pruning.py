@@ -21,14 +21,16 @@ FAST = settings(max_examples=80, deadline=None,
 
 
 @contextmanager
-def sub_bits(bits: int):
-    """Smaller sub-blocks than the default, so that tiny collections have many of them."""
-    old = blockmax.SUB_BITS
-    blockmax.SUB_BITS = bits
+def knobs(bits: int, cap_q: float = blockmax.CAP_QUANTILE, few_cost: float = 0.0):
+    """Smaller sub-blocks than the default (tiny collections then have many), any cap
+    quantile, and few_cost 0: the sub-block-by-sub-block pass runs whenever the caps allow
+    it instead of falling back to the exhaustive pass on small collections."""
+    old = blockmax.SUB_BITS, blockmax.CAP_QUANTILE, blockmax.FEW_COST
+    blockmax.SUB_BITS, blockmax.CAP_QUANTILE, blockmax.FEW_COST = bits, cap_q, few_cost
     try:
         yield
     finally:
-        blockmax.SUB_BITS = old
+        blockmax.SUB_BITS, blockmax.CAP_QUANTILE, blockmax.FEW_COST = old
 
 
 def skewed_csr(rng, n, n_terms, nnz, weights):
@@ -61,9 +63,10 @@ def all_modes(idx, Q, k, **kw):
        dense_min=st.sampled_from([None, 0.0, 0.3, 2.0]),
        weights=st.sampled_from(["skewed", "ties", "mixed"]),
        bits=st.sampled_from([0, 1, 3, 5]), k=st.integers(1, 80),
-       binary=st.booleans())
+       binary=st.booleans(), cap_q=st.sampled_from([0.0, 0.3, 0.9, 1.0]),
+       few_cost=st.sampled_from([0.0, 64.0]))
 def test_pruned_equals_exhaustive_equals_brute_force(seed, quantize, dense_min, weights, bits,
-                                                     k, binary):
+                                                     k, binary, cap_q, few_cost):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 200))
     n_terms = int(rng.integers(2, 40))
@@ -72,7 +75,7 @@ def test_pruned_equals_exhaustive_equals_brute_force(seed, quantize, dense_min, 
                    "ties" if weights == "ties" else "skewed")
     if binary:
         Q.data[:] = 1.0
-    with sub_bits(bits):
+    with knobs(bits, cap_q, few_cost):
         idx = SparseIndex.from_csr(D, quantize=quantize, dense_min=dense_min)
         dec = decoded(idx, n)
         allowed = (rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)
@@ -108,30 +111,33 @@ def test_pruned_across_blocks_with_filters_and_large_k():
     idx.delete(gone)
     live = np.ones(n, dtype=bool)
     live[gone] = False
-    for k in (1, 10, 1000):
-        assert_same(all_modes(idx, Q, k), brute_force(D, Q, k, live=live))
     allowed = np.arange(65_000, 66_000)
-    assert_same(all_modes(idx, Q, 2000, allowed=allowed),
-                brute_force(D, Q, 2000, allowed=allowed, live=live))
+    for few_cost in (0.0, blockmax.FEW_COST):
+        with knobs(blockmax.SUB_BITS, few_cost=few_cost):
+            for k in (1, 10, 1000):
+                assert_same(all_modes(idx, Q, k), brute_force(D, Q, k, live=live))
+            assert_same(all_modes(idx, Q, 2000, allowed=allowed),
+                        brute_force(D, Q, 2000, allowed=allowed, live=live))
 
 
 def test_block_maxima_bound_every_posting():
-    """Each (term, sub-block) maximum is the largest decoded weight of that sub-block."""
+    """Every (term, sub-block) is bounded: by the term's cap, or, where a weight exceeds
+    it, by the listed maximum -- which is the sub-block's largest decoded weight."""
     rng = np.random.default_rng(6)
     D = skewed_csr(rng, 3000, 50, 10, "skewed")
     for quantize in (None, "uint8"):
         idx = SparseIndex.from_csr(D, quantize=quantize, dense_min=0.3)
-        seg = idx._segments[0]
-        bm = seg.block_maxima(4)
+        bm = idx._segments[0].block_maxima(4)
+        assert 0 < bm.cap_ratio < 1
         dec = decoded(idx, 3000).tocsc()
-        for t in range(50):
-            col = dec[:, t]
-            rows, w = col.indices, col.data
+        for t in range(50):  # one storage block: key == term
+            rows, w = dec[:, t].indices, dec[:, t].data
             subs = rows >> 4
-            want = {int(s): float(w[subs == s].max()) for s in np.unique(subs)}
-            a, b = bm.bm_ptr[t], bm.bm_ptr[t + 1]
-            got = dict(zip(bm.bm_sub[a:b].astype(int).tolist(), bm.bm_max[a:b].tolist()))
+            want = {int(s): float(w[subs == s].max()) for s in np.unique(subs[w > bm.cap[t]])}
+            a, b = bm.hi_ptr[t], bm.hi_ptr[t + 1]
+            got = dict(zip(bm.hi_sub[a:b].astype(int).tolist(), bm.hi_max[a:b].tolist()))
             assert got == want
+            assert w.size == 0 or 0 < bm.cap[t] <= w.max()
 
 
 def test_concurrent_searches_equal_serial():
