@@ -15,7 +15,7 @@ Weights are float32, or a uint8/uint16 code ``q`` (0..levels) with a per-term af
 ``w = lo[t] + scale[t] * q`` (evaluated in float32); dense columns store ``q + 1`` so that 0
 means "absent".
 
-Scoring is the sparse dot product of seed 004 eq.16 (binary query weights) or its weighted
+Scoring is the sparse dot product of “A Text is Worth Several Tokens” eq.16 (binary query weights) or its weighted
 variant: score(q, d) = sum_t q_t * w_{t,d}, accumulated term-at-a-time in float32 in
 ascending term order -- the same additions in the same order as scipy's ``Q @ D.T``, so the
 scores are bitwise equal to it (adding the +-0 product of an absent dense entry leaves a sum
@@ -518,6 +518,130 @@ def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, nonneg):
                 seen[d] = 1
 
 
+@njit(inline="always")
+def _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
+                      dense_keys, dense_off, dense, n_local, seg_terms, excluded,
+                      has_excluded, nonneg, k, acc, seen, touched, dcol, hist, buf,
+                      out_d, out_bits):
+    """Exact top-k of the query ``q_terms[qs:qe]`` over one segment, every posting scored
+    (see :func:`search_segment`)."""
+    nb = n_blocks(n_local)
+    acc_bits = acc.view(np.uint32)
+    m = 0
+    thr = np.uint64(0xFFFFFFFFFFFFFFFF)
+    thr_s = np.float32(-np.inf)
+    for b in range(nb):
+        base = b << BLOCK_BITS
+        blen = min(BLOCK, n_local - base)
+        total = 0
+        for i in range(qs, qe):
+            t = q_terms[i]
+            dcol[i - qs] = -1
+            if t < seg_terms:
+                key = t * nb + b
+                total += ptr[key + 1] - ptr[key]
+                if dense_keys.shape[0] > 0:
+                    dj = _dense_find(dense_keys, key)
+                    dcol[i - qs] = dj
+                    if dj >= 0:
+                        total += blen
+        if total == 0:
+            continue
+        if total * 4 < blen:
+            # sparse (never holds a dense column): remember which documents were touched
+            nt = 0
+            for i in range(qs, qe):
+                t = q_terms[i]
+                if t >= seg_terms:
+                    continue
+                qw = q_w[i]
+                lt = lo[t] if quantized else np.float32(0)
+                st = scale[t] if quantized else np.float32(0)
+                for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
+                    d = docs[j]
+                    if seen[d] == 0:
+                        seen[d] = 1
+                        touched[nt] = d
+                        nt += 1
+                    acc[d] += qw * _weight(weights, j, quantized, lt, st)
+            for i in range(nt):
+                d = touched[i]
+                s = acc[d]
+                bits = acc_bits[d]
+                acc[d] = 0
+                seen[d] = 0
+                if has_excluded and excluded[base + d]:
+                    continue
+                if s >= thr_s:
+                    key = _key(bits, base + d)
+                    if key < thr:
+                        m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
+        else:
+            for i in range(qs, qe):
+                t = q_terms[i]
+                if t >= seg_terms:
+                    continue
+                qw = q_w[i]
+                lt = lo[t] if quantized else np.float32(0)
+                st = scale[t] if quantized else np.float32(0)
+                dj = dcol[i - qs]
+                if dj >= 0:
+                    off = dense_off[dj]
+                    _dense_add(acc, seen, dense[off:off + blen], blen, qw, quantized,
+                               lt, st, nonneg)
+                elif nonneg:
+                    for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
+                        acc[docs[j]] += qw * _weight(weights, j, quantized, lt, st)
+                else:
+                    for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
+                        d = docs[j]
+                        seen[d] = 1
+                        acc[d] += qw * _weight(weights, j, quantized, lt, st)
+            if nonneg:
+                # products are >= _TINY: touched <=> acc >= _TINY; one compare per
+                # document, then the accumulator is cleared by a vector fill
+                floor = max(thr_s, np.float32(_TINY))
+                if k >= HIST_MIN_K:
+                    floor = _block_floor(acc_bits, blen, floor, k, excluded,
+                                         has_excluded, base, hist)
+                for d in range(blen):
+                    if acc[d] >= floor:
+                        if has_excluded and excluded[base + d]:
+                            continue
+                        key = _key(acc_bits[d], base + d)
+                        if key < thr:
+                            m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
+                            floor = max(floor, thr_s)
+                acc[:blen] = 0
+                continue
+            for d in range(blen):
+                if seen[d] == 0:
+                    continue
+                seen[d] = 0
+                s = acc[d]
+                bits = acc_bits[d]
+                acc[d] = 0
+                if has_excluded and excluded[base + d]:
+                    continue
+                if s >= thr_s:
+                    key = _key(bits, base + d)
+                    if key < thr:
+                        m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
+    _emit(buf, m, k, out_d, out_bits)
+
+
+@njit(inline="always")
+def _exhaustive_scratch(q_ptr, n_local, k):
+    nq = q_ptr.shape[0] - 1
+    qmax = 1
+    for qi in range(nq):
+        qmax = max(qmax, q_ptr[qi + 1] - q_ptr[qi])
+    width = max(min(n_local, BLOCK), 1)
+    return (np.zeros(width, dtype=np.float32), np.zeros(width, dtype=np.uint8),
+            np.empty(width, dtype=np.int32), np.empty(qmax, dtype=np.int64),
+            np.zeros(_HIST_BINS, dtype=np.int64), np.empty(k + max(k, 64), dtype=np.uint64))
+
+
 @njit(parallel=True, cache=True)
 def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                    dense_keys, dense_off, dense,
@@ -535,133 +659,39 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
     then scanned while its accumulator is hot in cache.
     """
     nq = q_ptr.shape[0] - 1
-    nb = n_blocks(n_local)
-    width = max(min(n_local, BLOCK), 1)
     nchunks = max(1, min(n_threads, nq))
     out_bits = out_scores.view(np.uint32)
-    qmax = 1
-    for qi in range(nq):
-        qmax = max(qmax, q_ptr[qi + 1] - q_ptr[qi])
     for c in prange(nchunks):
-        acc = np.zeros(width, dtype=np.float32)
-        acc_bits = acc.view(np.uint32)
-        seen = np.zeros(width, dtype=np.uint8)
-        touched = np.empty(width, dtype=np.int32)
-        dcol = np.empty(qmax, dtype=np.int64)
-        hist = np.zeros(_HIST_BINS, dtype=np.int64)
-        buf = np.empty(k + max(k, 64), dtype=np.uint64)
+        acc, seen, touched, dcol, hist, buf = _exhaustive_scratch(q_ptr, n_local, k)
         for qi in range(c, nq, nchunks):
-            qs = q_ptr[qi]
-            qe = q_ptr[qi + 1]
-            m = 0
-            thr = np.uint64(0xFFFFFFFFFFFFFFFF)
-            thr_s = np.float32(-np.inf)
-            for b in range(nb):
-                base = b << BLOCK_BITS
-                blen = min(BLOCK, n_local - base)
-                total = 0
-                for i in range(qs, qe):
-                    t = q_terms[i]
-                    dcol[i - qs] = -1
-                    if t < seg_terms:
-                        key = t * nb + b
-                        total += ptr[key + 1] - ptr[key]
-                        if dense_keys.shape[0] > 0:
-                            dj = _dense_find(dense_keys, key)
-                            dcol[i - qs] = dj
-                            if dj >= 0:
-                                total += blen
-                if total == 0:
-                    continue
-                if total * 4 < blen:
-                    # sparse (never holds a dense column): remember which documents were touched
-                    nt = 0
-                    for i in range(qs, qe):
-                        t = q_terms[i]
-                        if t >= seg_terms:
-                            continue
-                        qw = q_w[i]
-                        lt = lo[t] if quantized else np.float32(0)
-                        st = scale[t] if quantized else np.float32(0)
-                        for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
-                            d = docs[j]
-                            if seen[d] == 0:
-                                seen[d] = 1
-                                touched[nt] = d
-                                nt += 1
-                            acc[d] += qw * _weight(weights, j, quantized, lt, st)
-                    for i in range(nt):
-                        d = touched[i]
-                        s = acc[d]
-                        bits = acc_bits[d]
-                        acc[d] = 0
-                        seen[d] = 0
-                        if has_excluded and excluded[base + d]:
-                            continue
-                        if s >= thr_s:
-                            key = _key(bits, base + d)
-                            if key < thr:
-                                m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
-                else:
-                    for i in range(qs, qe):
-                        t = q_terms[i]
-                        if t >= seg_terms:
-                            continue
-                        qw = q_w[i]
-                        lt = lo[t] if quantized else np.float32(0)
-                        st = scale[t] if quantized else np.float32(0)
-                        dj = dcol[i - qs]
-                        if dj >= 0:
-                            off = dense_off[dj]
-                            _dense_add(acc, seen, dense[off:off + blen], blen, qw, quantized,
-                                       lt, st, nonneg)
-                        elif nonneg:
-                            for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
-                                acc[docs[j]] += qw * _weight(weights, j, quantized, lt, st)
-                        else:
-                            for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
-                                d = docs[j]
-                                seen[d] = 1
-                                acc[d] += qw * _weight(weights, j, quantized, lt, st)
-                    if nonneg:
-                        # products are >= _TINY: touched <=> acc >= _TINY; one compare per
-                        # document, then the accumulator is cleared by a vector fill
-                        floor = max(thr_s, np.float32(_TINY))
-                        if k >= HIST_MIN_K:
-                            floor = _block_floor(acc_bits, blen, floor, k, excluded,
-                                                 has_excluded, base, hist)
-                        for d in range(blen):
-                            if acc[d] >= floor:
-                                if has_excluded and excluded[base + d]:
-                                    continue
-                                key = _key(acc_bits[d], base + d)
-                                if key < thr:
-                                    m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
-                                    floor = max(floor, thr_s)
-                        acc[:blen] = 0
-                        continue
-                    for d in range(blen):
-                        if seen[d] == 0:
-                            continue
-                        seen[d] = 0
-                        s = acc[d]
-                        bits = acc_bits[d]
-                        acc[d] = 0
-                        if has_excluded and excluded[base + d]:
-                            continue
-                        if s >= thr_s:
-                            key = _key(bits, base + d)
-                            if key < thr:
-                                m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
-            _emit(buf, m, k, out_docs[qi], out_bits[qi])
+            _query_exhaustive(q_ptr[qi], q_ptr[qi + 1], q_terms, q_w, ptr, docs, weights,
+                              lo, scale, quantized, dense_keys, dense_off, dense, n_local,
+                              seg_terms, excluded, has_excluded, nonneg, k, acc, seen,
+                              touched, dcol, hist, buf, out_docs[qi], out_bits[qi])
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
+def search_segment_serial(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
+                          dense_keys, dense_off, dense, n_local, seg_terms, excluded,
+                          has_excluded, nonneg, k, out_docs, out_scores):
+    """:func:`search_segment` on the calling thread without the GIL: safe to run from
+    several Python threads at once (no numba thread pool involved)."""
+    nq = q_ptr.shape[0] - 1
+    out_bits = out_scores.view(np.uint32)
+    acc, seen, touched, dcol, hist, buf = _exhaustive_scratch(q_ptr, n_local, k)
+    for qi in range(nq):
+        _query_exhaustive(q_ptr[qi], q_ptr[qi + 1], q_terms, q_w, ptr, docs, weights, lo,
+                          scale, quantized, dense_keys, dense_off, dense, n_local, seg_terms,
+                          excluded, has_excluded, nonneg, k, acc, seen, touched, dcol, hist,
+                          buf, out_docs[qi], out_bits[qi])
+
+
+@njit(nogil=True, cache=True)
 def merge_topk(all_docs, all_scores, out_docs, out_scores):
     """Merge per-segment top-k lists [S, nq, k] (global doc numbers, -1 padded) into the
-    global top-k per query by (score desc, doc asc)."""
+    global top-k per query by (score desc, doc asc). Serial, without the GIL (cheap)."""
     n_seg, nq, k = all_docs.shape
-    for qi in prange(nq):
+    for qi in range(nq):
         hs = np.empty(k, dtype=np.float32)
         hd = np.empty(k, dtype=np.int64)
         m = 0

@@ -1,6 +1,6 @@
-"""Learned-sparse inverted index over aligned-token vectors (DESIGN.md §4).
+"""Learned-sparse inverted index over aligned-token vectors.
 
-Documents are rows of a CSR matrix [n_docs, n_terms] (seed 004 eq.15 weights); queries are
+Documents are rows of a CSR matrix [n_docs, n_terms] (“A Text is Worth Several Tokens” eq.15 weights); queries are
 rows of a CSR matrix of query weights (binary for the paper's eq.16). Scores are exact and
 bitwise equal to scipy's ``Q @ D.T`` (see index/kernels.py); results are the top-k documents
 sharing at least one term with the query, ordered by score descending then doc number
@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -27,7 +28,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from . import kernels
+from . import blockmax, kernels
 
 FORMAT = "alignir-sparse"
 FORMAT_VERSION = 2  # 2: dense columns for frequent (term, block) lists; 1 is still read
@@ -40,6 +41,10 @@ _DENSE_ARRAYS = ("dense_keys", "dense_off", "dense")  # absent from version-1 di
 #: where dense is no larger (w/(w+2) bytes rule) but at most 1/2, where the vector add
 #: already beats the scatter by far (measured in benchmarks/bench_sparse_index.py)
 _DENSE_MIN = {None: 0.5, "uint16": 0.5, "uint8": 1 / 3}
+PRUNE_MODES = ("auto", "on", "off")
+#: numba's parallel (workqueue) kernels must not be entered from two threads at once
+_POOL_LOCK = threading.Lock()
+_DERIVE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -58,6 +63,7 @@ class _Segment:
     n_postings: int       # sparse + dense postings
     min_weight: float     # smallest (decoded) weight, for the positive-only fast path
     doc_start: int = 0    # first doc number when map_ is empty (numbers are a range)
+    bmax: blockmax.BlockMaxima | None = None  # derived on first pruned search, not saved
 
     @property
     def n(self) -> int:
@@ -81,6 +87,20 @@ class _Segment:
     def quantized(self) -> bool:
         return self.weights.dtype != np.float32
 
+    def block_maxima(self, sub_bits: int) -> blockmax.BlockMaxima:
+        """The segment's block maxima (derived once per sub-block size, thread-safe)."""
+        bm = self.bmax
+        if bm is None or bm.sub_bits != sub_bits:
+            with _DERIVE_LOCK:
+                bm = self.bmax
+                if bm is None or bm.sub_bits != sub_bits:
+                    cap, hp, hs, hm, ratio = blockmax.block_maxima(
+                        *self.kernel_arrays(), self.n_terms, self.nb, self.n, sub_bits,
+                        blockmax.CAP_QUANTILE)
+                    bm = blockmax.BlockMaxima(sub_bits, cap, hp, hs, hm, float(ratio))
+                    self.bmax = bm
+        return bm
+
     def kernel_arrays(self) -> tuple:
         """(ptr, docs, weights, lo, scale, quantized, dense_keys, dense_off, dense)."""
         return (self.ptr, self.docs, self.weights, self.lo, self.scale, self.quantized,
@@ -94,6 +114,9 @@ def _as_csr(matrix, what: str) -> sp.csr_matrix:
         raise InvalidInputError(f"{what} must be a scipy.sparse matrix, got {type(matrix).__name__}")
     if matrix.ndim != 2:
         raise InvalidInputError(f"{what} must be 2-D, got shape {matrix.shape}")
+    if (matrix.format == "csr" and matrix.dtype == np.float32 and matrix.has_canonical_format
+            and np.isfinite(matrix.data).all() and matrix.data.all()):
+        return matrix  # already canonical (the common single-query path): no copy
     csr = sp.csr_matrix(matrix, dtype=np.float32, copy=True)
     if not np.all(np.isfinite(csr.data)):
         bad = int(np.flatnonzero(~np.isfinite(csr.data))[0])
@@ -234,15 +257,23 @@ class SparseIndex:
         return kernels.doc_terms(*s.kernel_arrays(), s.n_terms, s.nb, int(local[0]))
 
     # ------------------------------------------------------------------ search
-    def search(self, queries, k: int, allowed=None, threads: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries, k: int, allowed=None, threads: int | None = None,
+               prune: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """Top-k per query row: (docs int64 [nq, k], scores float32 [nq, k]).
 
         Only documents sharing a term with the query are returned; rows are padded with
         -1 / -inf when fewer than k qualify (k may exceed n_docs). An empty query returns a
         padded row. ``allowed``: doc numbers to restrict to (others never come back).
-        ``threads``: numba threads (default: numba's current setting).
+        ``threads``: numba threads for a batch (default: numba's current setting); a single
+        query, or ``threads=1``, runs on the calling thread without the GIL, so several
+        Python threads may search one index at once. ``prune``: "auto"/"on" skip the
+        document sub-blocks that cannot reach the top-k (index/blockmax.py; used when all
+        query and document weights are positive), "off" scores every posting. The result
+        is the same, bit for bit, in every mode.
         """
+        if prune not in PRUNE_MODES:
+            raise InvalidInputError(f"prune must be one of {PRUNE_MODES}, got {prune!r}")
+        _threads(threads)  # validates
         q = _as_csr(queries, "queries")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
@@ -258,36 +289,35 @@ class SparseIndex:
         q_terms = q.indices.astype(np.int32)
         q_w = q.data
         q_min = float(q_w.min()) if q.nnz else 1.0
+        serial = nq <= 1 or threads == 1 or (threads is None and numba.get_num_threads() == 1)
         per_seg = []
-        with _threads(threads):
-            for s in self._segments:
-                if s.n == 0 or s.n_postings == 0:
-                    continue
-                excluded = s.deleted
-                if allowed_arr is not None:
-                    excluded = excluded | (~np.isin(s.doc_map, allowed_arr)).astype(np.uint8)
-                has_ex = bool(excluded.any())
-                nonneg = q_min > 0 and s.min_weight > 0 and q_min * s.min_weight >= 1.2e-38
-                od = np.empty((nq, kk), dtype=np.int64)
-                os_ = np.empty((nq, kk), dtype=np.float32)
-                if nq:
-                    kernels.search_segment(q_ptr, q_terms, q_w, *s.kernel_arrays(),
-                                           s.n, s.n_terms,
-                                           excluded, has_ex, nonneg, kk,
-                                           numba.get_num_threads(), od, os_)
-                valid = od >= 0
-                od[valid] = s.to_global(od[valid])
-                per_seg.append((od, os_))
-            if not per_seg:
-                docs = np.full((nq, kk), -1, dtype=np.int64)
-                scores = np.full((nq, kk), -np.inf, dtype=np.float32)
-            elif len(per_seg) == 1:
-                docs, scores = per_seg[0]
-            else:
-                docs = np.empty((nq, kk), dtype=np.int64)
-                scores = np.empty((nq, kk), dtype=np.float32)
-                kernels.merge_topk(np.stack([d for d, _ in per_seg]),
-                                   np.stack([s for _, s in per_seg]), docs, scores)
+        for s in self._segments:
+            if s.n == 0 or s.n_postings == 0:
+                continue
+            excluded = s.deleted
+            if allowed_arr is not None:
+                excluded = excluded | (~np.isin(s.doc_map, allowed_arr)).astype(np.uint8)
+            has_ex = bool(excluded.any())
+            nonneg = q_min > 0 and s.min_weight > 0 and q_min * s.min_weight >= 1.2e-38
+            od = np.empty((nq, kk), dtype=np.int64)
+            os_ = np.empty((nq, kk), dtype=np.float32)
+            if nq:
+                _search_segment(s, (q_ptr, q_terms, q_w), excluded, has_ex, nonneg, kk,
+                                prune if prune != "off" and nonneg else None, serial, threads,
+                                od, os_)
+            valid = od >= 0
+            od[valid] = s.to_global(od[valid])
+            per_seg.append((od, os_))
+        if not per_seg:
+            docs = np.full((nq, kk), -1, dtype=np.int64)
+            scores = np.full((nq, kk), -np.inf, dtype=np.float32)
+        elif len(per_seg) == 1:
+            docs, scores = per_seg[0]
+        else:
+            docs = np.empty((nq, kk), dtype=np.int64)
+            scores = np.empty((nq, kk), dtype=np.float32)
+            kernels.merge_topk(np.stack([d for d, _ in per_seg]),
+                               np.stack([s for _, s in per_seg]), docs, scores)
         if kk < k:
             docs = np.concatenate([docs, np.full((nq, k - kk), -1, np.int64)], axis=1)
             scores = np.concatenate([scores, np.full((nq, k - kk), -np.inf, np.float32)],
@@ -477,6 +507,33 @@ class SparseIndex:
             segments.append(seg)
         return cls(segments, manifest["n_docs"], manifest["n_terms"], manifest["quantize"],
                    manifest.get("dense_min"))
+
+
+def _search_segment(s: _Segment, query: tuple, excluded: np.ndarray, has_ex: bool,
+                    nonneg: bool, k: int, prune: str | None, serial: bool, threads: int | None,
+                    od: np.ndarray, os_: np.ndarray) -> None:
+    """Run the right kernel on one segment: pruned or exhaustive, on this thread (no GIL)
+    or across numba's pool (one batch at a time)."""
+    head = (*query, *s.kernel_arrays())
+    bm = s.block_maxima(blockmax.SUB_BITS) if prune else None
+    if prune == "auto" and bm.cap_ratio > blockmax.AUTO_MAX_CAP_RATIO:
+        bm = None  # near-uniform weights: bounds too loose to pay for themselves
+    if bm is not None:
+        args = (*head, bm.cap, bm.hi_ptr, bm.hi_sub, bm.hi_max, bm.sub_bits, s.n,
+                s.n_terms, excluded, has_ex, k, blockmax.boot_blocks(k, bm.sub_bits),
+                float(blockmax.FEW_COST))
+        if serial:
+            blockmax.search_pruned_serial(*args, od, os_)
+            return
+        with _POOL_LOCK, _threads(threads):
+            blockmax.search_pruned(*args, numba.get_num_threads(), od, os_)
+        return
+    args = (*head, s.n, s.n_terms, excluded, has_ex, nonneg, k)
+    if serial:
+        kernels.search_segment_serial(*args, od, os_)
+        return
+    with _POOL_LOCK, _threads(threads):
+        kernels.search_segment(*args, numba.get_num_threads(), od, os_)
 
 
 class _threads:

@@ -5,7 +5,7 @@
     >>> for hit in s.search("cancer in children", k=5, mode="hybrid", explain=True):
     ...     print(hit.rank, hit.id, round(hit.score, 3), [c.string for c in hit.explanation[:5]])
 
-One query encoder pass yields both representations (seed 004 §5): the dense vector h goes to
+One query encoder pass yields both representations (“A Text is Worth Several Tokens” §5): the dense vector h goes to
 FAISS, and the query's surface tokens ∪ its top-M aligned tokens (eq.16) go to the inverted
 index. Hybrid search fuses the two ranked lists (retrieval/fusion.py).
 
@@ -19,9 +19,9 @@ with BM25 at 0.6 (LEG_SET_DEFAULTS, chosen on held-out collections); others weig
 equally. Pyserini's BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
-and torch modules are not re-entrant), and so are sparse searches (numba's parallel kernels
-must not be entered from two Python threads at once with every threading layer); FAISS
-searches only read.
+and torch modules are not re-entrant); sparse searches run concurrently (SparseIndex runs a
+single query on the calling thread without the GIL, and serialises only numba-pool batches);
+FAISS searches only read.
 """
 from __future__ import annotations
 
@@ -138,7 +138,6 @@ class Searcher:
         self.sparsifier = sparsifier
         self.fusion = fusion
         self._encode_lock = threading.Lock()
-        self._sparse_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
         self._vectorizer: tuple[Any, Any] | None = None  # (leg, QueryVectorizer)
 
@@ -169,7 +168,7 @@ class Searcher:
         same weights); ``loaded`` passes an already loaded model. Either way the encoder's
         fingerprint must equal the index's, or :class:`index.store.FingerprintMismatch` is
         raised naming the fields that differ. ``instruction`` is the query-side task
-        instruction (seed 004 Table 7: a task name such as ``"scifact"`` or a literal string).
+        instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
         """
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
@@ -329,9 +328,8 @@ class Searcher:
         lists: dict[str, list[dict[int, float]]] = {}
         if "sparse" in legs:
             t0 = time.perf_counter()
-            with self._sparse_lock:
-                docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
-                                                        threads=threads)
+            docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
+                                                    threads=threads)
             lists["sparse"] = _to_lists(docs, scores)
             tm.sparse = time.perf_counter() - t0
         if "dense" in legs:
@@ -341,9 +339,8 @@ class Searcher:
             tm.dense = time.perf_counter() - t0
         if "bm25" in legs:
             t0 = time.perf_counter()
-            with self._sparse_lock:
-                docs, scores = self.index.lexical.index.search(batch.lexical, side_k,
-                                                               allowed=allowed, threads=threads)
+            docs, scores = self.index.lexical.index.search(batch.lexical, side_k,
+                                                           allowed=allowed, threads=threads)
             lists["bm25"] = _to_lists(docs, scores)
             tm.bm25 = time.perf_counter() - t0
         return lists
