@@ -418,6 +418,12 @@ class DenseIndex:
             best_d, best_s = _topk_rows(all_d, all_s, k)
         return best_d, best_s
 
+    def reconstruct(self, doc_numbers: np.ndarray | list[int]) -> np.ndarray:
+        """The indexed vectors (T(h), normalised if set) of ``doc_numbers`` [n, dim] float32:
+        exactly what :meth:`search` scores for flat / HNSW, the decoded codes for IVF-PQ."""
+        return np.asarray(self._reconstruct(_check_ids(doc_numbers, self.n_docs, "doc_numbers")),
+                          dtype=np.float32)
+
     def _reconstruct(self, ids: np.ndarray) -> np.ndarray:
         if self.params.kind == "ivfpq" and not self._direct_map_ready:
             with self._lock:

@@ -151,7 +151,16 @@ def index_manifest(stored: Any) -> dict[str, Any]:
         "lexical": None if lexical is None else {
             "params": lexical.params, "vocab_sha256": _sha256_arrays(np.asarray(lexical.vocab, dtype=np.str_))},
         "n_docs": int(stored.n_docs),
+        "content_sha256": _content_digest(stored.manifest),
     }
+
+
+def _content_digest(manifest: Mapping[str, Any]) -> str:
+    """sha256 over the checksums of every file of the index (its manifest's ``files``): any
+    rebuild, re-sparsify or new leg changes it, so a collection never serves another version."""
+    files = manifest.get("files", {})
+    listing = sorted((rel, str(meta.get("sha256"))) for rel, meta in files.items())
+    return hashlib.sha256(json.dumps(listing).encode("utf-8")).hexdigest()
 
 
 def _diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -253,7 +262,7 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         if recreate and client.has_collection(name):
             client.drop_collection(name)
         if client.has_collection(name):
-            _check_manifest(_read_manifest(client, name, uri), manifest, name, uri, hint=" (or --recreate)")
+            _check_manifest(_read_manifest(client, name, uri), manifest, name, uri)
             store_text = "text" in {f["name"] for f in client.describe_collection(name)["fields"]}
             if contents is not None and not store_text:
                 raise InvalidInputError(f"collection {name} was created without texts; use --recreate to add them")
@@ -293,7 +302,7 @@ def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray
     """The vectors the dense index scores: read back from FAISS for flat / HNSW (exact, whatever
     the dtype of dense.npy); T(h) recomputed for IVF-PQ, whose stored codes are lossy."""
     if dense.kind in ("flat", "hnsw"):
-        return np.asarray(dense._reconstruct(nums), dtype=np.float32)
+        return dense.reconstruct(nums)
     return dense.transform_queries(np.asarray(vectors[nums], dtype=np.float32))
 
 
@@ -329,15 +338,20 @@ def _read_manifest(client: Any, name: str, uri: str) -> dict[str, Any]:
         raise CollectionMismatch(f"collection {name} at {uri}: its {PROPERTY} property is not valid JSON") from None
 
 
-def _check_manifest(got: Mapping[str, Any], want: Mapping[str, Any], name: str, uri: str, hint: str = "") -> None:
+def _check_manifest(got: Mapping[str, Any], want: Mapping[str, Any], name: str, uri: str) -> None:
     if got.get("format") != FORMAT or int(got.get("format_version", 0)) > FORMAT_VERSION:
         raise CollectionMismatch(f"collection {name} at {uri} has format {got.get('format')!r} "
                                  f"v{got.get('format_version')}, this alignir reads {FORMAT} v{FORMAT_VERSION}")
     fields = _diff(got, want)
-    if fields:
-        raise CollectionMismatch(f"collection {name} at {uri} holds another index or encoder than the folder "
-                                 f"(differing: {', '.join(fields)}); export this index into another collection"
-                                 + hint)
+    if not fields:
+        return
+    if set(fields) <= {"content_sha256", "n_docs"}:
+        raise CollectionMismatch(f"collection {name} at {uri} holds another version of this index (the folder "
+                                 f"was rebuilt or changed since the export: {', '.join(fields)} differ); "
+                                 f"export it again with --recreate")
+    raise CollectionMismatch(f"collection {name} at {uri} holds another index or encoder than the folder "
+                             f"(differing: {', '.join(fields)}); export this index into another collection "
+                             f"(--collection) or replace that one with --recreate")
 
 
 # ----------------------------------------------------------------------------- search

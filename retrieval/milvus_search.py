@@ -29,7 +29,7 @@ import numpy as np
 from alignir.errors import InvalidInputError
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.config import FusionConfig
-from alignir.retrieval.milvus import MilvusCollection, default_collection_name, index_manifest
+from alignir.retrieval.milvus import MAX_LIMIT, MilvusCollection, default_collection_name, index_manifest
 from alignir.retrieval.searcher import (LEG_SET_DEFAULTS, Hit, QueryBatch, Searcher, Timings, _check_queries,
                                         _leg_weights, parse_mode)
 
@@ -131,7 +131,10 @@ class MilvusSearcher(Searcher):
             side_k = min(self.index.n_docs, max(k, cfg.depth))
             requests = [(leg, [_vector(vectors[leg], i, leg) for i in whole]) for leg in legs]
             t0 = time.perf_counter()
-            fused = self.milvus.hybrid_rrf(requests, min(k, side_k), side_k, cfg.rrf_k, allowed)
+            # the whole fused list (each doc is in some leg's top side_k), so that ties at the
+            # k-th place break as ours do (fusion.ranked), not as Milvus happens to cut them
+            limit = min(MAX_LIMIT, len(legs) * side_k)
+            fused = self.milvus.hybrid_rrf(requests, limit, side_k, cfg.rrf_k, allowed)
             if timings is not None:
                 timings.encode, timings.fuse = batch.seconds, time.perf_counter() - t0
             for i, run in zip(whole, fused):

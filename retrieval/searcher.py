@@ -47,6 +47,8 @@ LEGS = ("dense", "sparse", "bm25")
 #: the modes "all" means for an index with its lexical leg (without it: the first three)
 MODES = ("hybrid", "sparse", "dense", "bm25", "dense+bm25", "sparse+bm25", "dense+sparse+bm25")
 BASE_MODES = MODES[:3]
+#: where the legs are searched: the index folder itself, or a Milvus collection exported from it
+BACKENDS = ("folder", "milvus")
 #: Default fusion of the leg sets with the BM25 leg (used when a call gives no fusion, alpha or
 #: weights): z-score fusion with the weights chosen leave-one-collection-out on ADI, MED,
 #: Cranfield and CISI (benchmarks/fusion_transfer.py; every held-out choice was z-score with
@@ -161,8 +163,14 @@ class Searcher:
     @classmethod
     def open(cls, path: str | Path, *, model: str | None = None, loaded: Any = None,
              instruction: str | None = None, device: str = "auto",
-             fusion: FusionConfig | None = None, verify: bool = True) -> "Searcher":
+             fusion: FusionConfig | None = None, verify: bool = True, backend: str = "folder",
+             uri: str | None = None, collection: str | None = None) -> "Searcher":
         """Open ``path`` and load its query encoder.
+
+        ``backend="milvus"``: the legs are searched in the Milvus collection ``collection``
+        (default: the name ``alignir export milvus`` gives the folder) at ``uri`` (a local
+        ``.db`` file = Milvus Lite, or ``http(s)://host:port``), which must hold this very index;
+        the folder still encodes the queries (a :class:`retrieval.milvus_search.MilvusSearcher`).
 
         ``model`` overrides the model spec recorded in the index (e.g. another copy of the
         same weights); ``loaded`` passes an already loaded model. Either way the encoder's
@@ -170,6 +178,18 @@ class Searcher:
         raised naming the fields that differ. ``instruction`` is the query-side task
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
         """
+        if backend not in BACKENDS:
+            raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend == "milvus":
+            if not uri:
+                raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or "
+                                        "http(s)://host:port")
+            from alignir.retrieval.milvus_search import MilvusSearcher
+
+            return MilvusSearcher.open(path, uri=uri, collection=collection, model=model, loaded=loaded,
+                                       instruction=instruction, device=device, fusion=fusion, verify=verify)
+        if uri is not None or collection is not None:
+            raise InvalidInputError("uri / collection are options of backend='milvus'")
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
 

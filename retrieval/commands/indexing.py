@@ -12,6 +12,27 @@ import typer
 from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
+BACKEND_OPT = typer.Option("folder", help="Where the legs are searched: folder (the index itself) | milvus "
+                           "(the collection `alignir export milvus` made of it; the folder still encodes queries).")
+URI_OPT = typer.Option(None, help="With --backend milvus: a local .db file (Milvus Lite) or http(s)://host:port "
+                       "(credentials from $MILVUS_TOKEN or $MILVUS_USER + $MILVUS_PASSWORD).")
+COLLECTION_OPT = typer.Option(None, help="With --backend milvus: the collection (default: alignir_ + the "
+                              "index folder's name).")
+
+
+def backend_options(backend: str, uri: Optional[str], collection: Optional[str]) -> dict:
+    """Searcher.open keywords of the --backend / --uri / --collection options (checked)."""
+    from alignir.retrieval.searcher import BACKENDS
+
+    if backend not in BACKENDS:
+        raise InvalidInputError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "folder":
+        if uri is not None or collection is not None:
+            raise InvalidInputError("--uri / --collection need --backend milvus")
+        return {}
+    if not uri:
+        raise InvalidInputError("--backend milvus needs --uri (a local .db file or http(s)://host:port)")
+    return {"backend": backend, "uri": uri, "collection": collection}
 
 
 def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize):
@@ -106,9 +127,12 @@ def search_cmd(
     weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
                                           "dense=0.4,sparse=0.2,bm25=0.4 (default: z-score with BM25 at 0.6 for sets with bm25, else equal)."),
     model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
+    backend: str = BACKEND_OPT,
+    uri: Optional[str] = URI_OPT,
+    collection: Optional[str] = COLLECTION_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Search an index from the shell."""
+    """Search an index from the shell (its legs in the folder, or in Milvus with --backend milvus)."""
     setup_logging(verbose)
     with user_errors(verbose):
         from alignir.retrieval.commands.evaluate import parse_weights
@@ -121,7 +145,8 @@ def search_cmd(
             raise InvalidInputError(f"--top must be at least 1, got {top}")
         parse_mode(mode)
         leg_weights = parse_weights(weights)
-        searcher = Searcher.open(index, model=model, instruction=instruction)
+        searcher = Searcher.open(index, model=model, instruction=instruction,
+                                 **backend_options(backend, uri, collection))
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                weights=leg_weights)
         if as_json:
