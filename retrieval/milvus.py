@@ -457,9 +457,14 @@ class MilvusCollection:
         if exhausted and (len(best) < k or best[k - 1] < 0):
             # documents reached only by q⁻ score -N(d) < 0: all of them may be needed
             rest = _and(base, f"doc_number not in {sorted(p)}" if p else "")
-            for d, s in self._search(field, [neg], MAX_LIMIT, rest)[0].items():
+            only_neg = self._search(field, [neg], MAX_LIMIT, rest)[0]
+            if len(only_neg) >= MAX_LIMIT:  # we would need the *smallest* q⁻ scores: Milvus has no ascending IP
+                raise MilvusError(f"a query with negative weights reaches more than {MAX_LIMIT} documents only "
+                                  f"through them in {self.name}.{field}; its exact top {k} needs them all")
+            for d, s in only_neg.items():
                 scores[d] = -s
-        return scores
+        # the top k, ties by doc number as our kernel breaks them
+        return dict(sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
 
     def _minus(self, field: str, neg: dict[int, float], docs: list[int], base: str) -> dict[int, float]:
         if not neg:
