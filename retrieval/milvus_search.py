@@ -49,9 +49,16 @@ class MilvusSearcher(Searcher):
         and the collection ``collection`` (default: the name ``alignir export milvus`` gives)
         at ``uri``, which must hold this very index (else CollectionMismatch).
         ``server_fusion``: fuse plain RRF in Milvus (hybrid_search) rather than client-side."""
-        base = Searcher.open(path, **kw)
+        return cls.from_searcher(Searcher.open(path, **kw), uri=uri, collection=collection,
+                                 server_fusion=server_fusion)
+
+    @classmethod
+    def from_searcher(cls, base: Searcher, *, uri: str, collection: str | None = None,
+                      server_fusion: bool = True) -> "MilvusSearcher":
+        """The same index and query encoder as an open folder :class:`Searcher` (no second
+        model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
         self = cls(base.index, base.embedder, base.sparsifier, base.fusion)
-        name = collection or default_collection_name(path)
+        name = collection or default_collection_name(base.index.path)
         self.milvus = MilvusCollection.open(uri, name, expect=index_manifest(base.index))
         self.server_fusion = server_fusion
         return self
