@@ -321,6 +321,16 @@ class DenseIndex:
     def kind(self) -> str:
         return self.params.kind
 
+    def use_gpu(self, enabled: bool) -> bool:
+        """Search on the GPU (a faiss GPU copy of flat / IVF-PQ indexes, made at the next search)
+        or not; returns whether searches will really run there (faiss-gpu installed and a GPU
+        visible: ``pip install 'alignir[gpu]'``). HNSW always searches on the CPU."""
+        with self._lock:
+            self._use_gpu = bool(enabled)
+            if not enabled:
+                self._gpu_index = None
+        return bool(enabled) and self.params.kind != "hnsw" and faiss.get_num_gpus() > 0
+
     def transform_queries(self, Q: np.ndarray) -> np.ndarray:
         """The exact vectors the index compares documents with: T(q), normalised if set."""
         return self._prepare(_check_matrix(Q, "Q", self.dim_in))

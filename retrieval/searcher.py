@@ -207,6 +207,7 @@ class Searcher:
             options["instruction"] = instruction
         embedder = get_embedder(spec["family"], loaded, progress=False, **options)
         check_encoder(stored, embedder)
+        stored.dense.use_gpu(dense_on_gpu(device))
         params = stored.params
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
@@ -392,6 +393,17 @@ class Searcher:
         if unknown:
             raise InvalidInputError(f"{len(unknown)} allowed ids are not in the index, e.g. {unknown[:5]}")
         return np.array(sorted(self._numbers[d] for d in ids), dtype=np.int64)
+
+
+def dense_on_gpu(device: str) -> bool:
+    """Whether the dense (FAISS) leg searches on the GPU for a ``device`` option: yes for
+    "cuda" / "cuda:N", no for "cpu", and for "auto" when faiss sees a GPU (faiss-gpu, the
+    ``[gpu]`` extra). Untested on the CPU-only machines alignir is developed on."""
+    if device == "auto":
+        import faiss
+
+        return faiss.get_num_gpus() > 0
+    return str(device).startswith("cuda")
 
 
 def _check_queries(queries: Sequence[str]) -> list[str]:

@@ -39,6 +39,10 @@ PUBLIC: dict[str, list[str]] = {
     "alignir.retrieval.indexer": ["build_index", "resparsify", "add_lexical"],
     "alignir.retrieval.searcher": ["Searcher.open", "Searcher.encode", "Searcher.search", "Searcher.batch_search",
                                    "Searcher.leg_lists"],
+    "alignir.retrieval.milvus": ["connect", "export_index", "index_manifest", "MilvusCollection.open",
+                                 "MilvusCollection.search_dense", "MilvusCollection.search_sparse",
+                                 "MilvusCollection.hybrid_rrf"],
+    "alignir.retrieval.milvus_search": ["MilvusSearcher.open", "MilvusSearcher.from_searcher"],
 }
 
 
