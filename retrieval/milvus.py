@@ -234,13 +234,15 @@ def _existing_numbers(client: Any, name: str, n_docs: int) -> set[int]:
 
 def export_index(index_dir: Any, uri: str, collection: str | None = None, *, recreate: bool = False,
                  contents: Mapping[str, tuple[str, str]] | None = None, batch_size: int = 256,
-                 progress: bool = True, verify: bool = True) -> dict[str, Any]:
+                 progress: bool = True, verify: bool = True, shards: int | None = None) -> dict[str, Any]:
     """Copy an index folder into a Milvus collection (created when missing); returns a summary.
 
     Resumable: when the collection exists and holds the same index (its ``alignir.manifest``
     property equals this index's), only the documents it lacks are inserted; a collection of
     another index is refused unless ``recreate`` (drop and start over). ``contents``: doc id ->
-    (title, text) to store the texts too."""
+    (title, text) to store the texts too. ``shards``: the new collection's shard count (Milvus'
+    ``num_shards``, fixed at creation; a cluster spreads inserts over them, Milvus Lite has one).
+    Run one export per collection at a time (two concurrent runs may insert a document twice)."""
     from tqdm.auto import tqdm
 
     from alignir.index.store import open_index
@@ -250,6 +252,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         raise InvalidInputError(f"{index_dir}: the index lacks its sparse or dense part; rebuild it")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 64):
+        raise InvalidInputError(f"shards must be an integer from 1 to 64, got {shards!r}")
     long_ids = [d for d in stored.doc_ids if len(d.encode("utf-8")) > ID_MAX_LENGTH]
     if long_ids:
         raise InvalidInputError(f"{len(long_ids)} document ids are longer than {ID_MAX_LENGTH} bytes, "
@@ -270,7 +274,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
             store_text = contents is not None
             schema, ip = _schema(client, int(stored.dense.dim), stored.lexical is not None, store_text)
             client.create_collection(name, schema=schema, index_params=ip,
-                                     properties={PROPERTY: json.dumps(manifest, sort_keys=True)})
+                                     properties={PROPERTY: json.dumps(manifest, sort_keys=True)},
+                                     **({} if shards is None else {"num_shards": shards}))
             created = True
         if store_text and contents is None:
             raise InvalidInputError(f"collection {name} stores texts: give the corpus to resume the export")

@@ -78,6 +78,8 @@ def export_milvus_cmd(
     corpus: Optional[Path] = typer.Option(None, help="BEIR folder or corpus .jsonl with the texts "
                                           "(default with --store-text: the corpus the index was built from)."),
     batch_size: int = typer.Option(256, help="Documents per insert."),
+    shards: Optional[int] = typer.Option(None, help="Shards of a new collection (Milvus num_shards, fixed "
+                                         "at creation; default: the server's). A cluster spreads inserts over them."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Copy an index into a Milvus collection: dense vectors as the index scores them, the
@@ -93,7 +95,7 @@ def export_milvus_cmd(
         elif corpus is not None:
             raise InvalidInputError("--corpus is only read with --store-text")
         echo_json(export_index(index, uri, collection, recreate=recreate, contents=contents,
-                               batch_size=batch_size))
+                               batch_size=batch_size, shards=shards))
 
 
 def _texts(index: Path, corpus: Optional[Path]) -> dict[str, tuple[str, str]]:
