@@ -238,6 +238,14 @@ def test_bad_uri_is_one_line(uri, match):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("kw, match", [({"batch_size": 0}, "batch_size"), ({"shards": 0}, "shards"),
+                                       ({"shards": True}, "shards")])
+def test_bad_export_options_are_refused_before_connecting(built, tmp_path, kw, match):
+    with pytest.raises(AlignirError, match=match):
+        export_index(built / "idx", str(tmp_path / "never.db"), progress=False, **kw)
+    assert not (tmp_path / "never.db").exists()
+
+
 def test_missing_collection_and_unreachable_server(built, exported):
     with pytest.raises(MilvusError, match="no collection 'nope'.*alignir export milvus"):
         MilvusCollection.open(exported[0], "nope")
@@ -276,3 +284,50 @@ def test_searcher_open_checks_the_backend(built, tiny_model):
     with pytest.raises(AlignirError, match="uri"):
         Searcher.open(built / "idx", loaded=tiny_model, backend="milvus")
 
+
+
+def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_model, monkeypatch):
+    """The whole CLI path on a tiny HF model folder: build-index, export milvus, then search and
+    eval with --backend milvus print what the folder prints."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+    from conftest import write_queries
+
+    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    model_dir = tmp_path / "tiny-hf"
+    tiny_model.model.save_pretrained(model_dir)
+    tiny_model.tokenizer.save_pretrained(model_dir)
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    write_corpus(beir / "corpus.jsonl", TEXTS)
+    write_queries(beir / "queries.jsonl", QUERIES[:4])
+    (beir / "qrels").mkdir()
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t1\nq2\td2\t2\n"
+                                             "q2\td8\t1\nq3\td4\t1\n")
+    runner = CliRunner()
+
+    def run(*args):
+        r = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    idx, uri = tmp_path / "idx", tmp_path / "cli.db"
+    run("build-index", beir, "--index", idx, "--model", model_dir, "--k", 24, "--m", 5)
+    run("export", "milvus", "--index", idx, "--uri", uri, "--store-text", "--batch-size", 7)
+    for mode in ("dense+sparse+bm25", "sparse"):
+        args = ("search", QUERIES[0], "--index", idx, "--mode", mode, "--top", 8, "--json", "--device", "cpu")
+        folder = json.loads(run(*args))["hits"]
+        milvus = json.loads(run(*args, "--backend", "milvus", "--uri", uri))["hits"]
+        assert [h["id"] for h in milvus] == [h["id"] for h in folder]
+        np.testing.assert_allclose([h["score"] for h in milvus], [h["score"] for h in folder], rtol=1e-5)
+    ev = ("eval", "--index", idx, "--dataset", beir, "--json", "--mode", "all")
+    folder = json.loads(run(*ev))
+    milvus = json.loads(run(*ev, "--backend", "milvus", "--uri", uri))
+    assert milvus["backend"] == {"name": "milvus", "uri": str(uri), "collection": "alignir_idx"}
+    assert set(milvus["metrics"]) == set(folder["metrics"]) == set(MODES)
+    for mode, values in folder["metrics"].items():
+        for metric, v in values.items():
+            assert milvus["metrics"][mode][metric] == pytest.approx(v, abs=1e-9), (mode, metric)

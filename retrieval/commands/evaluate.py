@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
-from alignir.retrieval.commands.indexing import BACKEND_OPT, COLLECTION_OPT, URI_OPT, backend_options
+from alignir.retrieval.commands.indexing import BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options
 
 MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
@@ -54,14 +54,14 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
 def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Path],
               top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
               bm25: bool, progress: bool = True, weights: Optional[dict] = None,
-              backend: Optional[dict] = None) -> dict:
+              backend: Optional[dict] = None, device: str = "auto") -> dict:
     from alignir.retrieval.beir import load_beir
     from alignir.retrieval.evaluation import evaluate_runs, timed_eval
     from alignir.retrieval.runs import write_trec
     from alignir.retrieval.searcher import Searcher, modes_for
 
     data = load_beir(dataset, split=split)
-    searcher = Searcher.open(index, instruction=instruction, **(backend or {}))
+    searcher = Searcher.open(index, instruction=instruction, device=device, **(backend or {}))
     modes = _modes(mode, modes_for(searcher.index))
     out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
                      weights=weights)
@@ -117,6 +117,7 @@ def eval_cmd(
     backend: str = BACKEND_OPT,
     uri: Optional[str] = URI_OPT,
     collection: Optional[str] = COLLECTION_OPT,
+    device: str = DEVICE_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """nDCG@10 (headline), recall@100, MRR@10 and MAP of an index on a BEIR split, via
@@ -126,7 +127,8 @@ def eval_cmd(
     with user_errors(verbose):
         opts = backend_options(backend, uri, collection)
         result = _evaluate(index, dataset, split, mode, run, top, instruction, fusion,
-                           alpha, bm25, progress=not as_json, weights=parse_weights(weights), backend=opts)
+                           alpha, bm25, progress=not as_json, weights=parse_weights(weights), backend=opts,
+                           device=device)
         if opts:
             from alignir.retrieval.milvus import default_collection_name
 

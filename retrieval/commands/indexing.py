@@ -16,6 +16,8 @@ BACKEND_OPT = typer.Option("folder", help="Where the legs are searched: folder (
                            "(the collection `alignir export milvus` made of it; the folder still encodes queries).")
 URI_OPT = typer.Option(None, help="With --backend milvus: a local .db file (Milvus Lite) or http(s)://host:port "
                        "(credentials from $MILVUS_TOKEN or $MILVUS_USER + $MILVUS_PASSWORD).")
+DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda: the query encoder's device; the dense (FAISS) leg "
+                          "searches on the GPU with cuda, or auto when faiss-gpu sees one (the [gpu] extra).")
 COLLECTION_OPT = typer.Option(None, help="With --backend milvus: the collection (default: alignir_ + the "
                               "index folder's name).")
 
@@ -130,6 +132,7 @@ def search_cmd(
     backend: str = BACKEND_OPT,
     uri: Optional[str] = URI_OPT,
     collection: Optional[str] = COLLECTION_OPT,
+    device: str = DEVICE_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Search an index from the shell (its legs in the folder, or in Milvus with --backend milvus)."""
@@ -145,7 +148,7 @@ def search_cmd(
             raise InvalidInputError(f"--top must be at least 1, got {top}")
         parse_mode(mode)
         leg_weights = parse_weights(weights)
-        searcher = Searcher.open(index, model=model, instruction=instruction,
+        searcher = Searcher.open(index, model=model, instruction=instruction, device=device,
                                  **backend_options(backend, uri, collection))
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                weights=leg_weights)
