@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -106,10 +107,17 @@ def connect(uri: str, timeout: float = 10.0) -> Any:
         parent = os.path.dirname(os.path.abspath(uri))
         if not os.path.isdir(parent):
             raise InvalidInputError(f"Milvus URI {uri!r}: the folder {parent} does not exist")
+    lite_log = logging.getLogger("milvus_lite.server_manager")  # logs its own traceback when a .db cannot open
+    was = lite_log.disabled
+    lite_log.disabled = True
     try:
         return pm.MilvusClient(uri=uri, timeout=timeout, **kw)
     except Exception as e:  # pymilvus raises MilvusException and grpc errors alike
-        raise MilvusError(f"cannot connect to Milvus at {uri}: {_one_line(e)}") from None
+        hint = (" (Milvus Lite serves a .db to one process at a time: is another process using it? "
+                "For concurrent clients run a Milvus server)") if local else ""
+        raise MilvusError(f"cannot connect to Milvus at {uri}: {_one_line(e)}{hint}") from None
+    finally:
+        lite_log.disabled = was
 
 
 def default_collection_name(index_dir: Any) -> str:

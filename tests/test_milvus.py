@@ -331,3 +331,21 @@ def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_mode
     for mode, values in folder["metrics"].items():
         for metric, v in values.items():
             assert milvus["metrics"][mode][metric] == pytest.approx(v, abs=1e-9), (mode, metric)
+
+
+def test_a_db_held_by_another_process_is_one_line(tmp_path, capfd):
+    """Milvus Lite opens a .db in one process at a time: a second process gets one line, no traceback."""
+    uri = str(tmp_path / "held.db")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom alignir.retrieval.milvus import connect\n"
+                               f"c = connect({uri!r})\nprint('held', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capfd.readouterr()
+        with pytest.raises(MilvusError, match="another process") as e:
+            connect(uri)
+        assert "\n" not in str(e.value)
+        assert "Traceback" not in capfd.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
