@@ -50,7 +50,7 @@ class MilvusSearcher(Searcher):
         at ``uri``, which must hold this very index (else CollectionMismatch).
         ``server_fusion``: fuse plain RRF in Milvus (hybrid_search) rather than client-side."""
         return cls.from_searcher(Searcher.open(path, **kw), uri=uri, collection=collection,
-                                 server_fusion=server_fusion)
+                                 server_fusion=server_fusion)  # the folder's encoder, checked as always
 
     @classmethod
     def from_searcher(cls, base: Searcher, *, uri: str, collection: str | None = None,

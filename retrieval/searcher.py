@@ -180,15 +180,10 @@ class Searcher:
         """
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if backend == "milvus":
-            if not uri:
-                raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or "
-                                        "http(s)://host:port")
-            from alignir.retrieval.milvus_search import MilvusSearcher
-
-            return MilvusSearcher.open(path, uri=uri, collection=collection, model=model, loaded=loaded,
-                                       instruction=instruction, device=device, fusion=fusion, verify=verify)
-        if uri is not None or collection is not None:
+        if backend == "milvus" and not uri:
+            raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or "
+                                    "http(s)://host:port")
+        if backend == "folder" and (uri is not None or collection is not None):
             raise InvalidInputError("uri / collection are options of backend='milvus'")
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
@@ -212,7 +207,12 @@ class Searcher:
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
         sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
-        return cls(stored, embedder, sparsifier, fusion or FusionConfig())
+        searcher = cls(stored, embedder, sparsifier, fusion or FusionConfig())
+        if backend == "milvus":  # the same folder searcher, its legs in the collection
+            from alignir.retrieval.milvus_search import MilvusSearcher
+
+            return MilvusSearcher.from_searcher(searcher, uri=uri, collection=collection)
+        return searcher
 
     # ------------------------------------------------------------------ encoding
     def encode(self, queries: Sequence[str], legs: Iterable[str] | None = None) -> QueryBatch:
