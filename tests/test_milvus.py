@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -64,9 +65,26 @@ def searchers(built, exported, tiny_model):
 
 
 def _same(a, b, rel=1e-5):
-    """Same ids in the same order, the same scores to float32 tolerance."""
-    assert [h.id for h in a] == [h.id for h in b]
-    np.testing.assert_allclose([h.score for h in b], [h.score for h in a], rtol=rel, atol=1e-6)
+    """Same ids in the same order, the same scores to float32 tolerance. Documents may trade
+    places only inside a near tie (scores within ``rel`` of the list's top score: Milvus sums
+    float32 in another order), and only such a tie at the k-th place may cut differently."""
+    assert len(a) == len(b)
+    if not a:
+        return
+    tol = rel * max(1.0, abs(a[0].score))
+    np.testing.assert_allclose([h.score for h in b], [h.score for h in a], rtol=0, atol=tol)
+    groups, start = [], 0
+    for i in range(1, len(a) + 1):
+        if i == len(a) or abs(a[i].score - a[start].score) > tol:
+            groups.append((start, i))
+            start = i
+    for lo, hi in groups[:-1]:
+        assert {h.id for h in a[lo:hi]} == {h.id for h in b[lo:hi]}, [h.id for h in a[lo:hi]]
+    lo = groups[-1][0]
+    only = {h.id for h in a[lo:]} ^ {h.id for h in b[lo:]}
+    assert all(abs(h.score - a[-1].score) <= tol for h in a + b if h.id in only), only
+    mine = {h.id: h.score for h in b}
+    assert all(abs(mine[h.id] - h.score) <= tol for h in a if h.id in mine)
 
 
 def test_export_summary_and_manifest_property(built, exported):
@@ -323,8 +341,8 @@ def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_mode
         args = ("search", QUERIES[0], "--index", idx, "--mode", mode, "--top", 8, "--json", "--device", "cpu")
         folder = json.loads(run(*args))["hits"]
         milvus = json.loads(run(*args, "--backend", "milvus", "--uri", uri))["hits"]
-        assert [h["id"] for h in milvus] == [h["id"] for h in folder]
-        np.testing.assert_allclose([h["score"] for h in milvus], [h["score"] for h in folder], rtol=1e-5)
+        as_hits = lambda hits: [SimpleNamespace(id=h["id"], score=h["score"]) for h in hits]  # noqa: E731
+        _same(as_hits(folder), as_hits(milvus))
     ev = ("eval", "--index", idx, "--dataset", beir, "--json", "--mode", "all")
     folder = json.loads(run(*ev))
     milvus = json.loads(run(*ev, "--backend", "milvus", "--uri", uri))
