@@ -43,7 +43,7 @@ import scipy.sparse as sp
 
 from alignir.errors import AlignirError, InvalidInputError
 
-__all__ = ["MilvusError", "CollectionMismatch", "MilvusCollection", "connect", "export_index",
+__all__ = ["MilvusError", "CollectionMismatch", "MilvusCollection", "check_uri", "connect", "export_index",
            "index_manifest", "default_collection_name"]
 
 FORMAT = "alignir-milvus"
@@ -86,12 +86,36 @@ def _one_line(e: Exception) -> str:
     return " ".join(str(msg).split())
 
 
-def connect(uri: str, timeout: float = 10.0) -> Any:
-    """A ``pymilvus.MilvusClient`` for ``uri`` (``*.db`` → Milvus Lite, ``http(s)://`` → a
-    server); token / user + password from ``MILVUS_TOKEN`` / ``MILVUS_USER`` + ``MILVUS_PASSWORD``.
-    Any failure is one :class:`MilvusError` line naming the URI."""
+def check_uri(uri: Any, must_exist: bool = False) -> bool:
+    """Check a Milvus URI without connecting (and that pymilvus is installed); returns whether
+    it is a local Milvus Lite database. ``must_exist``: a local database must already exist
+    (searching; an export creates it)."""
     if not isinstance(uri, str) or not uri.strip():
         raise InvalidInputError("the Milvus URI is empty: give a local path ending in .db or http(s)://host:port")
+    _milvus()
+    scheme, sep, _ = uri.partition("://")
+    if sep:
+        if scheme.lower() not in ("http", "https", "tcp"):
+            raise InvalidInputError(f"Milvus URI {uri!r}: a server is http(s)://host:port, a local Milvus Lite "
+                                    f"database a path ending in .db")
+        return False
+    if not uri.endswith(".db"):
+        raise InvalidInputError(f"Milvus URI {uri!r}: a local Milvus Lite database must end in .db; "
+                                f"a server is http(s)://host:port")
+    parent = os.path.dirname(os.path.abspath(uri))
+    if not os.path.isdir(parent):
+        raise InvalidInputError(f"Milvus URI {uri!r}: the folder {parent} does not exist")
+    if must_exist and not os.path.exists(uri):
+        raise MilvusError(f"no Milvus Lite database at {uri}: export the index first "
+                          f"(alignir export milvus --index DIR --uri {uri})")
+    return True
+
+
+def connect(uri: str, timeout: float = 10.0, must_exist: bool = False) -> Any:
+    """A ``pymilvus.MilvusClient`` for ``uri`` (``*.db`` → Milvus Lite, ``http(s)://`` → a
+    server); token / user + password from ``MILVUS_TOKEN`` / ``MILVUS_USER`` + ``MILVUS_PASSWORD``.
+    Any failure is one :class:`MilvusError` line naming the URI (see :func:`check_uri`)."""
+    local = check_uri(uri, must_exist)
     pm = _milvus()
     kw: dict[str, Any] = {}
     if os.environ.get("MILVUS_TOKEN"):
@@ -99,14 +123,6 @@ def connect(uri: str, timeout: float = 10.0) -> Any:
     elif os.environ.get("MILVUS_USER"):
         kw["user"] = os.environ["MILVUS_USER"]
         kw["password"] = os.environ.get("MILVUS_PASSWORD", "")
-    local = "://" not in uri
-    if local and not uri.endswith(".db"):
-        raise InvalidInputError(f"Milvus URI {uri!r}: a local Milvus Lite database must end in .db; "
-                                f"a server is http(s)://host:port")
-    if local:
-        parent = os.path.dirname(os.path.abspath(uri))
-        if not os.path.isdir(parent):
-            raise InvalidInputError(f"Milvus URI {uri!r}: the folder {parent} does not exist")
     lite_log = logging.getLogger("milvus_lite.server_manager")  # logs its own traceback when a .db cannot open
     was = lite_log.disabled
     lite_log.disabled = True
@@ -386,7 +402,7 @@ class MilvusCollection:
     def open(cls, uri: str, name: str, expect: Mapping[str, Any] | None = None) -> "MilvusCollection":
         """Connect, check that ``name`` exists and (with ``expect``, an :func:`index_manifest`)
         holds the same index; load it for search."""
-        client = connect(uri)
+        client = connect(uri, must_exist=True)
         try:
             if not client.has_collection(name):
                 raise MilvusError(f"no collection {name!r} at {uri}: export the index first "

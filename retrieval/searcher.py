@@ -180,9 +180,13 @@ class Searcher:
         """
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if backend == "milvus" and not uri:
-            raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or "
-                                    "http(s)://host:port")
+        if backend == "milvus":
+            if not uri:
+                raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or "
+                                        "http(s)://host:port")
+            from alignir.retrieval.milvus import check_uri
+
+            check_uri(uri, must_exist=True)  # before the model loads (seconds)
         if backend == "folder" and (uri is not None or collection is not None):
             raise InvalidInputError("uri / collection are options of backend='milvus'")
         from alignir.encoders.embedders import get_embedder

@@ -251,6 +251,7 @@ def test_store_text_keeps_titles_and_texts(built, tmp_path):
     ("", "empty"),
     ("index.sqlite", "end in .db"),
     ("/no/such/folder/x.db", "does not exist"),
+    ("ftp://host:19530", "http"),
 ])
 def test_bad_uri_is_one_line(uri, match):
     with pytest.raises(AlignirError, match=match) as e:
@@ -264,6 +265,15 @@ def test_bad_export_options_are_refused_before_connecting(built, tmp_path, kw, m
     with pytest.raises(AlignirError, match=match):
         export_index(built / "idx", str(tmp_path / "never.db"), progress=False, **kw)
     assert not (tmp_path / "never.db").exists()
+
+
+def test_search_refuses_a_missing_db_before_loading_the_model(built, tmp_path, monkeypatch):
+    import alignir.encoders.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **kw: pytest.fail("the model was loaded"))
+    with pytest.raises(MilvusError, match="no Milvus Lite database.*export the index first"):
+        Searcher.open(built / "idx", backend="milvus", uri=str(tmp_path / "missing.db"))
+    assert not (tmp_path / "missing.db").exists()
 
 
 def test_missing_collection_and_unreachable_server(built, exported):
