@@ -83,6 +83,8 @@ def main() -> None:
     ap.add_argument("--uri", required=True, help="Milvus URI (a .db file: Milvus Lite)")
     ap.add_argument("--modes", default="all")
     ap.add_argument("--split", default="test")
+    ap.add_argument("--name", default=None, help="the rows' dataset label (default: the dataset's name; "
+                    "rows with the same label are replaced)")
     ap.add_argument("--rrf", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure every fused mode with fusion=rrf (Milvus hybrid_search + RRFRanker)")
     ap.add_argument("--latency", action=argparse.BooleanOptionalAction, default=True,
@@ -92,6 +94,7 @@ def main() -> None:
     command = "python benchmarks/bench_milvus.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
     data = load_beir(args.dataset, split=args.split)
+    label = args.name or data.name
     if not (args.index / "manifest.json").exists():
         from alignir.retrieval.indexer import build_index
 
@@ -129,7 +132,7 @@ def main() -> None:
         ndcg = {name: m["ndcg@10"] for name, m in evaluate_runs(data.qrels, runs).items()}
         pairs = list(zip(hits["folder"], hits["milvus"]))
         diffs = [abs(a.score - b.score) for x, y in pairs for a, b in zip(x, y) if a.id == b.id]
-        row = {"dataset": data.name, "mode": mode, "fusion": fusion or "default", "docs": n_docs, "queries": len(qids),
+        row = {"dataset": label, "mode": mode, "fusion": fusion or "default", "docs": n_docs, "queries": len(qids),
                "ndcg@10_folder": round(ndcg["folder"], 4), "ndcg@10_milvus": round(ndcg["milvus"], 4),
                "top100_equal_share": float(np.mean([[h.id for h in x] == [h.id for h in y] for x, y in pairs])),
                "top100_equal_share_ties_aside": float(np.mean([equal_ties_aside(x, y) for x, y in pairs])),
@@ -144,9 +147,9 @@ def main() -> None:
     milvus.close()
 
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
-    kept = [r for r in old.get("rows", []) if r["dataset"] != data.name]
-    exports = {k: v for k, v in old.get("exports", {}).items() if k != data.name}
-    exports[data.name] = {**{k: summary[k] for k in ("documents", "inserted", "count", "lexical")},
+    kept = [r for r in old.get("rows", []) if r["dataset"] != label]
+    exports = {k: v for k, v in old.get("exports", {}).items() if k != label}
+    exports[label] = {"model": folder.index.manifest.get("embedder"), **{k: summary[k] for k in ("documents", "inserted", "count", "lexical")},
                           "export_seconds": round(export_s, 2), **sizes,
                           "command": command}
     import pymilvus
