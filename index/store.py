@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from alignir.errors import AlignirError, InvalidInputError
 
-import ctypes
 import errno
 import hashlib
 import json
@@ -44,6 +43,7 @@ import re
 import shutil
 import stat
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from alignir.index.io import fsync_path, save_npy, sha256_file
+from alignir.index.io import exchange_paths, fsync_path, save_npy, sha256_file, umask
 from alignir.index.parts import Part, PartSpec, json_clean, part_spec, registered_parts
 
 log = logging.getLogger(__name__)
@@ -177,37 +177,8 @@ def _list_files(root: Path) -> list[str]:
     return sorted(out)
 
 
-_RENAME_EXCHANGE = 2
-_libc: Any = None
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths with Linux renameat2(RENAME_EXCHANGE); False if unsupported."""
-    global _libc
-    try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        fn = _libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd = -100
-    rc = fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), _RENAME_EXCHANGE)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
 #: set to False to force the two-rename swap (tests use it to cover that path)
 USE_RENAME_EXCHANGE = True
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _pid_alive(pid: int) -> bool:
@@ -299,7 +270,7 @@ class IndexWriter:
                 self._existed = True
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-",
                                              dir=self.path.parent))
-            os.chmod(self.tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; an index is shared
+            os.chmod(self.tmp, 0o777 & ~umask())  # mkdtemp makes 0700; an index is shared
 
     # ---- content -----------------------------------------------------------------
 
@@ -372,7 +343,7 @@ class IndexWriter:
         assert self.tmp is not None
         parent = self.path.parent
         if self.path.exists():
-            if USE_RENAME_EXCHANGE and _exchange(self.tmp, self.path):
+            if USE_RENAME_EXCHANGE and exchange_paths(self.tmp, self.path):
                 old = self.tmp  # now holds the previous index
             else:
                 old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-{os.getpid()}-", dir=parent))
@@ -462,6 +433,9 @@ def write_index(
     extra_arrays: Mapping[str, np.ndarray] | None = None,
     dense_dtype: str = "float32",
     fsync: bool = True,
+    sparse_index: Part | None = None,
+    dense_index: Part | None = None,
+    lexical: Part | None = None,
 ) -> Path:
     """Write a complete index folder at ``path`` atomically (replacing an older index).
 
@@ -471,7 +445,8 @@ def write_index(
     (``index.parts.Part``; names registered with ``index.parts.register_part``: built in are
     ``"sparse"`` (``SparseIndex``), ``"dense"`` (``DenseIndex``), ``"lexical"``
     (``LexicalLeg``)); each is saved into its sub-folder and ``describe()``d into
-    ``manifest["parts"][name]``; None values are skipped.
+    ``manifest["parts"][name]``; None values are skipped. ``sparse_index`` / ``dense_index`` /
+    ``lexical``: deprecated spellings of ``parts={"sparse": ..., "dense": ..., "lexical": ...}``.
     ``dense_dtype``: ``"float32"`` (exact re-sparsify) or ``"float16"`` (half size).
     Raises ValueError on inconsistent inputs (before anything is written),
     :class:`IndexWriteError` on I/O failure (nothing changed).
@@ -491,7 +466,7 @@ def write_index(
     if dense_dtype == "float16" and np.abs(vec).max(initial=0) > np.finfo(np.float16).max:
         raise InvalidInputError("dense_vectors exceed the float16 range; store them as float32")
     vec = vec.astype(dense_dtype, copy=False)
-    todo = _check_parts(parts or {}, n)
+    todo = _check_parts(_with_legacy_parts(parts, sparse=sparse_index, dense=dense_index, lexical=lexical), n)
     if pc1 is not None:
         pc1 = _check_pc1(pc1, int(vec.shape[1]))
     extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
@@ -514,6 +489,22 @@ def write_index(
         full["components"] = components
         full["parts"] = entries
         return w.commit(full)
+
+
+def _with_legacy_parts(parts: Mapping[str, Part | None] | None, **legacy: Part | None) -> Mapping[str, Part | None]:
+    """``parts`` plus the parts given by their old keyword names (deprecated, kept for callers
+    written before ``parts=``)."""
+    given = {k: v for k, v in legacy.items() if v is not None}
+    if not given:
+        return parts or {}
+    warnings.warn("write_index(sparse_index=, dense_index=, lexical=) is deprecated: pass "
+                  "parts={'sparse': ..., 'dense': ..., 'lexical': ...}", DeprecationWarning, stacklevel=3)
+    if not isinstance(parts, Mapping) and parts is not None:
+        raise InvalidInputError("parts must be a dict: part name -> part")
+    both = sorted(set(given) & set(parts or {}))
+    if both:
+        raise InvalidInputError(f"part(s) {both} given twice (parts= and a keyword)")
+    return {**(parts or {}), **given}
 
 
 def _now() -> str:
@@ -780,7 +771,8 @@ def _verify_files(path: Path, listed: Mapping[str, Any]) -> None:
 
 
 def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
-               parts: Iterable[str] | None = None) -> StoredIndex:
+               parts: Iterable[str] | None = None, *, load_sparse: bool | None = None,
+               load_dense: bool | None = None, load_lexical: bool | None = None) -> StoredIndex:
     """Open an index folder: validate the manifest, verify checksums (``verify``), load
     the doc ids, dense vectors, PC1, extra arrays, and the stored parts (``parts``: the
     names to load, None: all; see ``index.parts``). ``mmap``: memory-map the dense vectors
@@ -790,9 +782,21 @@ def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
 
     A writer may swap a new version in while this reads: when reading fails and the manifest
     has changed meanwhile, the new version is opened (once) instead of calling a healthy
-    index corrupt."""
+    index corrupt.
+
+    ``load_sparse`` / ``load_dense`` / ``load_lexical=False`` (deprecated): leave that part out,
+    as ``parts=`` without its name does."""
     path = Path(path).absolute()
+    if isinstance(parts, str):
+        raise InvalidInputError("parts must be a collection of part names, e.g. ('sparse',), not a string")
     wanted = None if parts is None else frozenset(parts)
+    legacy = {"sparse": load_sparse, "dense": load_dense, "lexical": load_lexical}
+    skip = {name for name, flag in legacy.items() if flag is False}
+    if any(flag is not None for flag in legacy.values()):
+        warnings.warn("open_index(load_sparse=, load_dense=, load_lexical=) is deprecated: pass "
+                      "parts=(names to load)", DeprecationWarning, stacklevel=2)
+    if skip:
+        wanted = _AllBut(skip) if wanted is None else wanted - skip
     before = _manifest_bytes(path)
     try:
         return _open_once(path, verify, mmap, wanted)
@@ -801,6 +805,13 @@ def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
             raise
         log.info("%s was replaced while it was being opened: opening the new version", path)
         return _open_once(path, verify, mmap, wanted)
+
+
+class _AllBut(frozenset):
+    """Every part name except these (``name in _AllBut(x)`` is ``name not in x``)."""
+
+    def __contains__(self, name: object) -> bool:
+        return not super().__contains__(name)
 
 
 def _manifest_bytes(path: Path) -> bytes | None:
@@ -918,3 +929,21 @@ def replace_part(path: str | Path, name: str, part: Part | None, *,
         manifest["components"] = comps
         manifest["parts"] = entries
         return w.commit(manifest)
+
+
+def replace_sparse(path: str | Path, new_sparse: Part, new_params: Mapping[str, Any],
+                   pc1: np.ndarray | None = None, extra_arrays: Mapping[str, np.ndarray] | None = None,
+                   fsync: bool = True, expected: Mapping[str, Any] | None = None) -> Path:
+    """Deprecated: ``replace_part(path, "sparse", new_sparse, params=new_params, ...)``."""
+    warnings.warn("replace_sparse is deprecated: use replace_part(path, 'sparse', part, params=...)",
+                  DeprecationWarning, stacklevel=2)
+    return replace_part(path, "sparse", new_sparse, params=new_params, pc1=pc1, extra_arrays=extra_arrays,
+                        fsync=fsync, expected=expected)
+
+
+def replace_lexical(path: str | Path, lexical: Part | None, fsync: bool = True,
+                    expected: Mapping[str, Any] | None = None) -> Path:
+    """Deprecated: ``replace_part(path, "lexical", lexical)`` (``None`` removes the part)."""
+    warnings.warn("replace_lexical is deprecated: use replace_part(path, 'lexical', part)",
+                  DeprecationWarning, stacklevel=2)
+    return replace_part(path, "lexical", lexical, fsync=fsync, expected=expected)

@@ -483,3 +483,161 @@ def test_an_open_racing_a_swap_opens_the_new_version(tmp_path, monkeypatch):
     (path / "dense.npy").write_bytes(b"garbage")  # a really damaged index is still reported
     with pytest.raises(CorruptIndexError):
         open_index(path)
+
+
+# ---------------------------------------------------------------------------------
+# parts
+
+
+def _mapped_ranges(file: Path) -> list[tuple[int, int]]:
+    """Address ranges where this process has ``file`` memory-mapped (/proc/self/maps)."""
+    out = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith(" " + str(file)):
+            lo, hi = line.split()[0].split("-")
+            out.append((int(lo, 16), int(hi, 16)))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/self/maps (Linux)")
+def test_open_index_memory_maps_the_dense_part(tmp_path):
+    """open_index(mmap=True) hands mmap to the FAISS part: its vectors are read in place from
+    faiss/index.faiss (the same pages as the file), not copied into memory."""
+    path = build(tmp_path / "idx")
+    faiss_file = (path / "faiss" / "index.faiss").resolve()
+    st = open_index(path, mmap=False)
+    assert not st.dense.read_only and _mapped_ranges(faiss_file) == []
+    want = st.dense.search(VECS[:5], 10)
+    del st
+    st = open_index(path, mmap=True)
+    assert st.dense.read_only
+    ranges = _mapped_ranges(faiss_file)
+    view = st.dense.vectors()
+    address = view.__array_interface__["data"][0]
+    assert any(lo <= address and address + view.nbytes <= hi for lo, hi in ranges), ranges
+    got = st.dense.search(VECS[:5], 10)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    with pytest.raises(ValueError, match="read-only"):
+        st.dense.add(VECS[:1])
+
+
+FORMAT1 = ROOT / "tests" / "data" / "index_format1"
+
+
+def test_a_format1_index_written_by_main_opens_and_searches_the_same(tmp_path):
+    """tests/data/index_format1 was written by alignir before parts (format 1: parts named in
+    ``components``, sizes in ``counts``/``dims``, lexical parameters in ``manifest["lexical"]``,
+    a manifest with checksums inside sparse/): it opens, every part returns what the old code
+    returned, and the next write turns it into today's format."""
+    path = shutil.copytree(FORMAT1 / "index", tmp_path / "idx")
+    want = json.loads((FORMAT1 / "expected.json").read_text())
+    on_disk = json.loads((path / "manifest.json").read_text())
+    assert on_disk["format_version"] == 1 and "parts" not in on_disk
+
+    def check(st):
+        queries = {"sparse": sp.csr_matrix(np.array(want["q_sparse"], np.float32)),
+                   "dense": np.array(want["q_dense"], np.float32),
+                   "lexical": sp.csr_matrix(np.array(want["q_lexical"], np.float32))}
+        for name, part in (("sparse", st.sparse), ("dense", st.dense), ("lexical", st.lexical.index)):
+            docs, scores = part.search(queries[name], 5)
+            assert docs.tolist() == want[name]["docs"] and scores.tolist() == want[name]["scores"], name
+
+    st = open_index(path)
+    m = st.manifest
+    assert sorted(m["parts"]) == ["dense", "lexical", "sparse"]
+    assert m["parts"]["dense"]["path"] == "faiss" and m["parts"]["dense"]["kind"] == "flat"
+    assert m["parts"]["lexical"]["params"]["k1"] == 0.9 == st.lexical.params["k1"]
+    assert m["parts"]["sparse"]["n_postings"] == on_disk["counts"]["sparse_postings"] == st.sparse.n_postings
+    assert st.sparse.quantize == "uint16" and st.dense.read_only
+    check(st)
+    replace_part(path, "lexical", st.lexical)  # carried over by a write: now format 2
+    upgraded = json.loads((path / "manifest.json").read_text())
+    assert upgraded["format_version"] == store.FORMAT_VERSION and "lexical" not in upgraded
+    assert upgraded["parts"]["sparse"] == m["parts"]["sparse"]
+    assert (path / "sparse" / "manifest.json").is_file()  # the old sparse folder is carried as it was
+    check(open_index(path))
+
+
+class DocLengths:
+    """A toy part (one int32 per document), to show that a new part needs no change to the store."""
+
+    def __init__(self, lengths: np.ndarray) -> None:
+        self.lengths = lengths
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.lengths)
+
+    def save(self, folder: Path) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        np.save(Path(folder) / "lengths.npy", self.lengths)
+
+    @classmethod
+    def load(cls, folder: Path, entry=None, *, mmap: bool = True) -> "DocLengths":
+        assert entry["unit"] == "tokens"
+        return cls(np.load(Path(folder) / "lengths.npy", mmap_mode="r" if mmap else None))
+
+    def describe(self) -> dict:
+        return {"unit": "tokens", "total": int(self.lengths.sum())}
+
+
+@pytest.fixture()
+def doc_lengths_part():
+    from alignir.index.parts import Part, register_part, unregister_part
+
+    assert isinstance(DocLengths(np.zeros(1)), Part)
+    register_part("doclen", DocLengths, "doc_lengths")
+    yield
+    unregister_part("doclen")
+
+
+def test_a_new_part_is_stored_without_editing_the_store(tmp_path, doc_lengths_part):
+    lengths = np.arange(N, dtype=np.int32)
+    path = build(tmp_path / "idx", parts={"sparse": SparseIndex.from_csr(CSR), "doclen": DocLengths(lengths)})
+    st = open_index(path)
+    assert st.manifest["parts"]["doclen"] == {"path": "doc_lengths", "unit": "tokens", "total": int(lengths.sum())}
+    assert isinstance(st.parts["doclen"].lengths, np.memmap)
+    np.testing.assert_array_equal(st.parts["doclen"].lengths, lengths)
+    assert "doc_lengths/lengths.npy" in st.manifest["files"]
+    replace_part(path, "doclen", DocLengths(lengths * 2))
+    st = open_index(path)
+    np.testing.assert_array_equal(st.parts["doclen"].lengths, lengths * 2)
+    assert st.manifest["parts"]["doclen"]["total"] == 2 * int(lengths.sum())
+    np.testing.assert_array_equal(st.sparse.search(QCSR, 5)[0], SparseIndex.from_csr(CSR).search(QCSR, 5)[0])
+    with pytest.raises(ValueError, match="holds 3 documents"):
+        replace_part(path, "doclen", DocLengths(lengths[:3]))
+    with pytest.raises(ValueError, match="unknown index part 'nope'"):
+        replace_part(path, "nope", DocLengths(lengths))
+    replace_part(path, "doclen", None)
+    st = open_index(path)
+    assert "doclen" not in st.manifest["parts"] and not (path / "doc_lengths").exists()
+
+
+def test_a_part_this_alignir_does_not_know_is_a_clear_error(tmp_path, doc_lengths_part):
+    from alignir.index.parts import unregister_part
+
+    path = build(tmp_path / "idx", parts={"doclen": DocLengths(np.ones(N, np.int32))})
+    unregister_part("doclen")
+    with pytest.raises(UnsupportedFormatError, match="part 'doclen' that this alignir does not know"):
+        open_index(path)
+    assert open_index(path, parts=()).n_docs == N
+
+
+def test_deprecated_spellings_still_work(tmp_path):
+    with pytest.warns(DeprecationWarning, match="parts="):
+        path = write_index(tmp_path / "idx", MANIFEST, IDS, VECS, sparse_index=SparseIndex.from_csr(CSR),
+                           dense_index=DenseIndex.build(VECS))
+    with pytest.warns(DeprecationWarning, match="parts="):
+        st = open_index(path, load_dense=False)
+    assert st.dense is None and st.sparse is not None
+    new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
+    with pytest.warns(DeprecationWarning, match="replace_part"):
+        store.replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 3})
+    st = open_index(path)
+    assert st.params["K"] == 3 and st.sparse.n_terms == 50 and st.dense is not None
+    with pytest.warns(DeprecationWarning, match="replace_part"):
+        store.replace_lexical(path, None)
+    with pytest.raises(ValueError, match="given twice"), pytest.warns(DeprecationWarning):
+        write_index(tmp_path / "j", MANIFEST, IDS, VECS, parts={"sparse": SparseIndex.from_csr(CSR)},
+                    sparse_index=SparseIndex.from_csr(CSR))
