@@ -856,6 +856,8 @@ def _load_part(path: Path, name: str, entry: Mapping[str, Any], mmap: bool, n: i
         part = spec.cls().load(path / entry["path"], entry, mmap=mmap)
     except ValueError as e:
         raise CorruptIndexError(f"{path}: {e}") from e
+    except KeyError as e:  # the part's own metadata lacks a key
+        raise CorruptIndexError(f"{path}: the {name} part's metadata lacks {e}; the index is corrupt") from e
     if int(part.n_docs) != n:
         raise CorruptIndexError(f"{path}: the {name} part has {part.n_docs} docs, expected {n}")
     return part
