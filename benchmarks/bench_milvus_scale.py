@@ -119,7 +119,7 @@ def main() -> None:
     manifest = {"encoder": {"synthetic": True, "dim": DIM, "vocab": VOCAB},
                 "params": {"sparse": {"doc_k": args.doc_k, "doc_weighting": "log1p"}}}
     write_index(folder, manifest, [f"doc{i}" for i in range(args.docs)], H,
-                sparse_index=SparseIndex.from_csr(D), dense_index=DenseIndex.build(H, normalize=True, center=True),
+                parts={"sparse": SparseIndex.from_csr(D), "dense": DenseIndex.build(H, normalize=True, center=True)},
                 fsync=False)
     uri = str(args.work / "synthetic.db")
     t0 = time.perf_counter()
