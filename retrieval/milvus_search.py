@@ -33,7 +33,7 @@ from alignir.retrieval.milvus import MAX_LIMIT, MilvusCollection, default_collec
 from alignir.retrieval.searcher import (LEG_SET_DEFAULTS, Hit, QueryBatch, Searcher, Timings, _check_queries,
                                         _leg_weights, parse_mode)
 
-__all__ = ["MilvusSearcher"]
+__all__ = ["MilvusSearcher", "open_collection"]
 
 
 class MilvusSearcher(Searcher):
@@ -58,10 +58,10 @@ class MilvusSearcher(Searcher):
         """The same index and query encoder as an open folder :class:`Searcher` (no second
         model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
         self = cls(base.index, base.embedder, base.sparsifier, base.fusion)
-        name = collection or default_collection_name(base.index.path)
-        self.milvus = MilvusCollection.open(uri, name, expect=index_manifest(base.index))
+        self.milvus = open_collection(base.index, uri, collection)
         self.server_fusion = server_fusion
         return self
+
 
     def close(self) -> None:
         self.milvus.close()
@@ -172,3 +172,12 @@ def _vector(part: Any, i: int, leg: str) -> Any:
 
 def _rows(part: Any, idx: list[int]) -> Any:
     return None if part is None else part[idx]
+
+
+def open_collection(stored: Any, uri: str | None, collection: str | None = None) -> MilvusCollection:
+    """The collection exported from the opened index folder ``stored`` (default name: the one
+    ``alignir export milvus`` gives the folder), checked to hold this very index."""
+    if not uri:
+        raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or http(s)://host:port")
+    name = collection or default_collection_name(stored.path)
+    return MilvusCollection.open(uri, name, expect=index_manifest(stored))

@@ -180,13 +180,6 @@ class Searcher:
         """
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if backend == "milvus":
-            if not uri:
-                raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or "
-                                        "http(s)://host:port")
-            from alignir.retrieval.milvus import check_uri
-
-            check_uri(uri, must_exist=True)  # before the model loads (seconds)
         if backend == "folder" and (uri is not None or collection is not None):
             raise InvalidInputError("uri / collection are options of backend='milvus'")
         from alignir.encoders.embedders import get_embedder
@@ -195,6 +188,10 @@ class Searcher:
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:
             raise InvalidInputError(f"{path}: the index lacks its sparse or dense part; rebuild it")
+        if backend == "milvus":  # reach the collection and check it before the model loads (seconds)
+            from alignir.retrieval.milvus_search import open_collection
+
+            open_collection(stored, uri, collection).close()
         spec = embedder_spec(stored.manifest, path)
         if loaded is None:
             from alignir.encoders.shipped import SHIPPED

@@ -267,13 +267,15 @@ def test_bad_export_options_are_refused_before_connecting(built, tmp_path, kw, m
     assert not (tmp_path / "never.db").exists()
 
 
-def test_search_refuses_a_missing_db_before_loading_the_model(built, tmp_path, monkeypatch):
+def test_milvus_problems_are_found_before_the_model_loads(built, exported, tmp_path, monkeypatch):
     import alignir.encoders.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **kw: pytest.fail("the model was loaded"))
     with pytest.raises(MilvusError, match="no Milvus Lite database.*export the index first"):
         Searcher.open(built / "idx", backend="milvus", uri=str(tmp_path / "missing.db"))
     assert not (tmp_path / "missing.db").exists()
+    with pytest.raises(MilvusError, match="no collection 'nope'"):
+        Searcher.open(built / "idx", backend="milvus", uri=exported[0], collection="nope")
 
 
 def test_missing_collection_and_unreachable_server(built, exported):
