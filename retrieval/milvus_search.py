@@ -64,6 +64,7 @@ class MilvusSearcher(Searcher):
 
 
     def close(self) -> None:
+        """Close the Milvus connection (a Milvus Lite .db is then free for another process)."""
         self.milvus.close()
 
     # ------------------------------------------------------------------ legs

@@ -215,6 +215,10 @@ class Searcher:
             return MilvusSearcher.from_searcher(searcher, uri=uri, collection=collection)
         return searcher
 
+    def close(self) -> None:
+        """Release what the searcher holds beyond the mmapped folder (the Milvus connection of a
+        ``backend="milvus"`` searcher; nothing for the folder), so code can close either."""
+
     # ------------------------------------------------------------------ encoding
     def encode(self, queries: Sequence[str], legs: Iterable[str] | None = None) -> QueryBatch:
         """Dense vectors and eq.16 sparse vectors of ``queries`` (one encoder pass), and
