@@ -64,7 +64,7 @@ class MilvusSearcher(Searcher):
 
 
     def close(self) -> None:
-        """Close the Milvus connection (a Milvus Lite .db is then free for another process)."""
+        """Close the Milvus connection (Milvus Lite keeps a .db open in this process until it exits)."""
         self.milvus.close()
 
     # ------------------------------------------------------------------ legs
