@@ -33,7 +33,7 @@ from alignir.retrieval.milvus import MAX_LIMIT, MilvusCollection, default_collec
 from alignir.retrieval.searcher import (LEG_SET_DEFAULTS, Hit, QueryBatch, Searcher, Timings, _check_queries,
                                         _leg_weights, parse_mode)
 
-__all__ = ["MilvusSearcher", "open_collection"]
+__all__ = ["MilvusSearcher", "open_collection", "check", "wrap"]
 
 
 class MilvusSearcher(Searcher):
@@ -53,7 +53,7 @@ class MilvusSearcher(Searcher):
                                  server_fusion=server_fusion)  # the folder's encoder, checked as always
 
     @classmethod
-    def from_searcher(cls, base: Searcher, *, uri: str, collection: str | None = None,
+    def from_searcher(cls, base: Searcher, *, uri: str | None, collection: str | None = None,
                       server_fusion: bool = True) -> "MilvusSearcher":
         """The same index and query encoder as an open folder :class:`Searcher` (no second
         model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
@@ -182,3 +182,14 @@ def open_collection(stored: Any, uri: str | None, collection: str | None = None)
         raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or http(s)://host:port")
     name = collection or default_collection_name(stored.path)
     return MilvusCollection.open(uri, name, expect=index_manifest(stored))
+
+
+def check(stored: Any, uri: str | None, collection: str | None = None) -> None:
+    """The backend hook :meth:`Searcher.open` calls before loading the model: the collection is
+    reachable and holds this index (raises otherwise)."""
+    open_collection(stored, uri, collection).close()
+
+
+def wrap(searcher: Searcher, uri: str | None, collection: str | None = None) -> "MilvusSearcher":
+    """The backend hook that turns the opened folder searcher into a :class:`MilvusSearcher`."""
+    return MilvusSearcher.from_searcher(searcher, uri=uri, collection=collection)

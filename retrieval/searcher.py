@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from alignir.errors import InvalidInputError
 
+import importlib
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -47,8 +48,11 @@ LEGS = ("dense", "sparse", "bm25")
 #: the modes "all" means for an index with its lexical leg (without it: the first three)
 MODES = ("hybrid", "sparse", "dense", "bm25", "dense+bm25", "sparse+bm25", "dense+sparse+bm25")
 BASE_MODES = MODES[:3]
-#: where the legs are searched: the index folder itself, or a Milvus collection exported from it
-BACKENDS = ("folder", "milvus")
+#: where the legs are searched: the index folder itself, or a collection exported from it to
+#: another engine — name -> the module serving it, which provides ``check(stored, uri, collection)``
+#: (reach and check the collection before the model loads) and ``wrap(searcher, uri, collection)``
+#: (the folder searcher with its legs there); imported by name, only when used
+BACKENDS: dict[str, str | None] = {"folder": None, "milvus": "alignir.retrieval.milvus_search"}
 #: Default fusion of the leg sets with the BM25 leg (used when a call gives no fusion, alpha or
 #: weights): z-score fusion with the weights chosen leave-one-collection-out on ADI, MED,
 #: Cranfield and CISI (benchmarks/fusion_transfer.py; every held-out choice was z-score with
@@ -179,7 +183,7 @@ class Searcher:
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
         """
         if backend not in BACKENDS:
-            raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+            raise InvalidInputError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
         if backend == "folder" and (uri is not None or collection is not None):
             raise InvalidInputError("uri / collection are options of backend='milvus'")
         from alignir.encoders.embedders import get_embedder
@@ -188,10 +192,9 @@ class Searcher:
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:
             raise InvalidInputError(f"{path}: the index lacks its sparse or dense part; rebuild it")
-        if backend == "milvus":  # reach the collection and check it before the model loads (seconds)
-            from alignir.retrieval.milvus_search import open_collection
-
-            open_collection(stored, uri, collection).close()
+        remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
+        if remote is not None:  # reach the collection and check it before the model loads (seconds)
+            remote.check(stored, uri, collection)
         spec = embedder_spec(stored.manifest, path)
         if loaded is None:
             from alignir.encoders.shipped import SHIPPED
@@ -209,11 +212,7 @@ class Searcher:
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
         sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
         searcher = cls(stored, embedder, sparsifier, fusion or FusionConfig())
-        if backend == "milvus":  # the same folder searcher, its legs in the collection
-            from alignir.retrieval.milvus_search import MilvusSearcher
-
-            return MilvusSearcher.from_searcher(searcher, uri=uri, collection=collection)
-        return searcher
+        return searcher if remote is None else remote.wrap(searcher, uri, collection)
 
     def close(self) -> None:
         """Release what the searcher holds beyond the mmapped folder (the Milvus connection of a

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
-from alignir.retrieval.commands.indexing import BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options,
+                                               echo_json, setup_logging, user_errors)
 
 MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
