@@ -38,8 +38,9 @@ PUBLIC: dict[str, list[str]] = {
     "alignir.retrieval.sparsify": ["Sparsifier.for_model"],
     "alignir.retrieval.bm25": ["bm25_weights", "lexical_leg"],
     "alignir.retrieval.indexer": ["build_index", "resparsify", "add_lexical"],
-    "alignir.retrieval.searcher": ["Searcher.open", "Searcher.encode", "Searcher.search", "Searcher.batch_search",
-                                   "Searcher.leg_lists"],
+    "alignir.retrieval.searcher": ["Searcher", "Searcher.open", "Searcher.encode", "Searcher.search",
+                                   "Searcher.batch_search", "Searcher.leg_lists", "parse_mode"],
+    "alignir.retrieval.legs": ["Leg.encode", "Leg.search", "Leg.explain", "register_leg"],
 }
 
 
