@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from alignir.encoders.aligned import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
-from alignir.retrieval.config import FusionConfig, SparseConfig
+from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
 from alignir.retrieval.legs import Leg, QueryContext, legs_for
 from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
 from alignir.retrieval.sparsify import Sparsifier
@@ -231,6 +231,8 @@ class Searcher:
         fingerprint must equal the index's, or :class:`index.store.FingerprintMismatch` is
         raised naming the fields that differ. ``instruction`` is the query-side task
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
+        ``fusion``: the default fusion of fused modes (default: the one saved in the index's
+        :class:`IndexConfig`).
         """
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
@@ -253,7 +255,7 @@ class Searcher:
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
         sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
-        return cls(stored, embedder, sparsifier, fusion or FusionConfig())
+        return cls(stored, embedder, sparsifier, fusion or IndexConfig.from_manifest(stored.manifest).fusion)
 
     # ------------------------------------------------------------------ encoding
     def encode(self, queries: Sequence[str], legs: Iterable[str] | None = None) -> QueryBatch:

@@ -14,15 +14,23 @@ from alignir.retrieval.commands.common import echo_json, setup_logging, user_err
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 
 
+def _given(value):
+    """A command-line option left out (None from typer) is UNSET: not a value."""
+    from alignir.retrieval.config import UNSET
+
+    return UNSET if value is None else value
+
+
 def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize):
     from alignir.retrieval.config import SparseConfig
 
     base = SparseConfig()
     if lam is not None or remove is not None:  # an explicit λ or fraction replaces the default
         base = replace(base, pc1_lambda=lam or 0.0, pc1_remove=remove)
-    return base.with_changes(doc_k=k, query_m=m, doc_weighting=doc_weighting,
-                             query_weighting=query_weighting, fold=fold,
-                             quantize=None if quantize == "none" else quantize)
+    changes = {"doc_k": k, "query_m": m, "doc_weighting": doc_weighting, "query_weighting": query_weighting,
+               "fold": fold}
+    sparse = base.with_changes(**{name: _given(v) for name, v in changes.items()})
+    return replace(sparse, quantize=None) if quantize == "none" else sparse.with_changes(quantize=_given(quantize))
 
 
 def build_index_cmd(
@@ -181,11 +189,10 @@ def resparsify_cmd(
     with user_errors(verbose):
         from alignir.retrieval.indexer import resparsify
 
-        changes = {name: v for name, v in dict(
+        changes = {name: _given(v) for name, v in dict(
             doc_k=k, query_m=m, pc1_lambda=lam, pc1_remove=remove, doc_weighting=doc_weighting,
-            query_weighting=query_weighting, fold=fold).items() if v is not None}
-        if quantize is not None:
-            changes["quantize"] = None if quantize == "none" else quantize
+            query_weighting=query_weighting, fold=fold).items()}
+        changes["quantize"] = None if quantize == "none" else _given(quantize)
         manifest = resparsify(index, wait=wait, **changes)
         typer.echo(f"re-sparsified {index}: {manifest['params']['sparse']}")
 
