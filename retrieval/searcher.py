@@ -39,7 +39,7 @@ from alignir.encoders.aligned import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
-from alignir.retrieval.legs import Leg, QueryContext, legs_for
+from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
 from alignir.retrieval.sparsify import Sparsifier
 
@@ -62,9 +62,12 @@ LEXICAL_HINT = ("rebuild it with `alignir build-index --lexical` (the default) o
                 "`alignir add-lexical --index DIR`")
 
 
-def parse_mode(mode: str, legs: Sequence[str] = LEGS) -> tuple[str, ...]:
+def parse_mode(mode: str, legs: Sequence[str] | None = None) -> tuple[str, ...]:
     """The legs of a mode, in the order of ``legs``: "hybrid" -> (dense, sparse); "bm25" ->
-    (bm25,); "bm25+dense" -> (dense, bm25). ``legs``: the leg names that may appear."""
+    (bm25,); "bm25+dense" -> (dense, bm25). ``legs``: the leg names that may appear (None:
+    the registered legs, retrieval.legs.register_leg: the built-in ones first)."""
+    if legs is None:
+        legs = (*LEGS, *(name for name in leg_factories() if name not in LEGS))
     if not isinstance(mode, str):
         raise InvalidInputError(f"mode must be a string, got {type(mode).__name__}")
     if mode == "hybrid":

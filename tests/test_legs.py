@@ -105,6 +105,9 @@ def test_a_registered_leg_is_searched_fused_timed_and_explained(built, tiny_mode
     top = s.search(q, k=1, mode="rawdot", explain=True)[0]
     assert top.explanation[0].string.startswith("dim")
     assert top.to_dict()["rawdot_score"] == top.score and top.to_dict()["dense_score"] is None
+    from alignir.retrieval.searcher import parse_mode
+
+    assert parse_mode("rawdot+dense") == ("dense", "rawdot")  # what the CLI checks before opening
     # filters reach the new leg like the others
     allowed = {s.index.doc_ids[1], s.index.doc_ids[3]}
     assert {h.id for h in s.search(q, k=5, mode="rawdot+bm25", allowed_ids=allowed)} <= allowed
