@@ -138,6 +138,15 @@ def search_cmd(
         _print_hits(query, hits, explain)
 
 
+def _fusion_summary(manifest) -> str:
+    """The default fusion of fused modes saved in the index (IndexConfig.fusion)."""
+    from alignir.retrieval.config import IndexConfig
+
+    f = IndexConfig.from_manifest(manifest).fusion
+    saved = "" if "config" in manifest.get("params", {}) else " (not saved: the default)"
+    return f"{f.method}, alpha {f.alpha} on dense, depth {f.depth}, rrf_k {f.rrf_k}{saved}"
+
+
 def _hit_json(hit) -> dict:
     d = {"id": hit.id, "score": hit.score, "rank": hit.rank,
          "sparse_score": hit.sparse_score, "dense_score": hit.dense_score,
@@ -228,6 +237,7 @@ def info_cmd(
             f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
             f"embedder   {emb.get('family')} {emb.get('options', {})}",
             f"sparse     {manifest.get('params', {}).get('sparse')}",
+            f"fusion     {_fusion_summary(manifest)}",
             "lexical    " + (f"{lexical.get('n_terms')} terms, {lexical.get('n_postings')} postings, "
                               f"{_bm25_summary(lexical.get('params', {}))}" if lexical
                               else "none (no bm25 modes; alignir add-lexical adds it)"),
