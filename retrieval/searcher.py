@@ -138,17 +138,35 @@ class QueryBatch:
                 self.legs[name] = rows
         self.seconds = seconds
 
+    def _set(self, leg: str, rows: Any) -> None:
+        if rows is None:
+            self.legs.pop(leg, None)
+        else:
+            self.legs[leg] = rows
+
     @property
     def dense(self) -> np.ndarray | None:
         return self.legs.get("dense")
+
+    @dense.setter
+    def dense(self, rows: np.ndarray | None) -> None:
+        self._set("dense", rows)
 
     @property
     def sparse(self) -> sp.csr_matrix | None:
         return self.legs.get("sparse")
 
+    @sparse.setter
+    def sparse(self, rows: sp.csr_matrix | None) -> None:
+        self._set("sparse", rows)
+
     @property
     def lexical(self) -> sp.csr_matrix | None:
         return self.legs.get("bm25")
+
+    @lexical.setter
+    def lexical(self, rows: sp.csr_matrix | None) -> None:
+        self._set("bm25", rows)
 
     def __repr__(self) -> str:
         shapes = {k: getattr(v, "shape", None) for k, v in self.legs.items()}
@@ -209,6 +227,12 @@ class Searcher:
             raise InvalidInputError(f"{self.index.path}: this searcher has no leg {name!r} "
                                     f"(its legs: {', '.join(self.legs)})")
         return leg
+
+    def _lexical(self) -> tuple[Any, Any]:
+        """(LexicalLeg, its QueryVectorizer) — the spelling code written before the legs used
+        (a clear error when the index has no lexical part)."""
+        leg = self._leg("bm25")
+        return leg.lexical, leg.vectorizer  # type: ignore[attr-defined]
 
     def _names(self) -> tuple[str, ...]:
         """Leg names a mode may use, in mode order: the searcher's legs, then the built-in

@@ -128,6 +128,8 @@ def test_built_in_spellings_are_kept(built, tiny_model):
     assert batch.dense.shape[0] == batch.sparse.shape[0] == batch.lexical.shape[0] == len(QUERIES)
     old = QueryBatch(batch.dense, batch.sparse, 0.0)  # the positional constructor still works
     assert s.batch_search(QUERIES, k=4, mode="hybrid", encoded=old) == s.batch_search(QUERIES, k=4, mode="hybrid")
+    old.lexical = batch.lexical  # settable, as before
+    assert old.legs["bm25"] is batch.lexical and s._lexical()[0] is s.index.lexical
     only_bm25 = s.encode(QUERIES, legs=("bm25",))
     assert set(only_bm25.legs) == {"bm25"}  # no model pass
     with pytest.raises(ValueError, match="lacks the dense vectors"):
