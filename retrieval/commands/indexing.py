@@ -15,15 +15,23 @@ from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVI
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 
 
+def _given(value):
+    """A command-line option left out (None from typer) is UNSET: not a value."""
+    from alignir.retrieval.config import UNSET
+
+    return UNSET if value is None else value
+
+
 def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize):
     from alignir.retrieval.config import SparseConfig
 
     base = SparseConfig()
     if lam is not None or remove is not None:  # an explicit λ or fraction replaces the default
         base = replace(base, pc1_lambda=lam or 0.0, pc1_remove=remove)
-    return base.with_changes(doc_k=k, query_m=m, doc_weighting=doc_weighting,
-                             query_weighting=query_weighting, fold=fold,
-                             quantize=None if quantize == "none" else quantize)
+    changes = {"doc_k": k, "query_m": m, "doc_weighting": doc_weighting, "query_weighting": query_weighting,
+               "fold": fold}
+    sparse = base.with_changes(**{name: _given(v) for name, v in changes.items()})
+    return replace(sparse, quantize=None) if quantize == "none" else sparse.with_changes(quantize=_given(quantize))
 
 
 def build_index_cmd(
@@ -136,6 +144,15 @@ def search_cmd(
         _print_hits(query, hits, explain)
 
 
+def _fusion_summary(manifest) -> str:
+    """The default fusion of fused modes saved in the index (IndexConfig.fusion)."""
+    from alignir.retrieval.config import IndexConfig
+
+    f = IndexConfig.from_manifest(manifest).fusion
+    saved = "" if "config" in manifest.get("params", {}) else " (not saved: the default)"
+    return f"{f.method}, alpha {f.alpha} on dense, depth {f.depth}, rrf_k {f.rrf_k}{saved}"
+
+
 def _hit_json(hit) -> dict:
     d = {"id": hit.id, "score": hit.score, "rank": hit.rank,
          "sparse_score": hit.sparse_score, "dense_score": hit.dense_score,
@@ -187,11 +204,10 @@ def resparsify_cmd(
     with user_errors(verbose):
         from alignir.retrieval.indexer import resparsify
 
-        changes = {name: v for name, v in dict(
+        changes = {name: _given(v) for name, v in dict(
             doc_k=k, query_m=m, pc1_lambda=lam, pc1_remove=remove, doc_weighting=doc_weighting,
-            query_weighting=query_weighting, fold=fold).items() if v is not None}
-        if quantize is not None:
-            changes["quantize"] = None if quantize == "none" else quantize
+            query_weighting=query_weighting, fold=fold).items()}
+        changes["quantize"] = None if quantize == "none" else _given(quantize)
         manifest = resparsify(index, wait=wait, **changes)
         typer.echo(f"re-sparsified {index}: {manifest['params']['sparse']}")
 
@@ -227,6 +243,7 @@ def info_cmd(
             f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
             f"embedder   {emb.get('family')} {emb.get('options', {})}",
             f"sparse     {manifest.get('params', {}).get('sparse')}",
+            f"fusion     {_fusion_summary(manifest)}",
             "lexical    " + (f"{lexical.get('n_terms')} terms, {lexical.get('n_postings')} postings, "
                               f"{_bm25_summary(lexical.get('params', {}))}" if lexical
                               else "none (no bm25 modes; alignir add-lexical adds it)"),
