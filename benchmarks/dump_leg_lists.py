@@ -1,12 +1,14 @@
 """Dump each leg's per-query top-k (dense, sparse, bm25) of an index for a BEIR split, so fusion
-rules can be compared offline (benchmarks/fusion_rules.py) without encoding again.
+rules can be compared offline (benchmarks/fusion_rules.py) without encoding again (#17 item 3).
 
     python benchmarks/dump_leg_lists.py ../shared/datasets/med --index indexes/med \\
         --out /work/bg/out/fusion/med-smollm2-135m.json.gz --k 1000
 
-Writes gzipped JSON: {"dataset", "index", "model", "max_length", "k", "qrels",
-"legs": {leg: {qid: [[doc_id, score], ...] best first}}} — lists straight from
-``Searcher.leg_lists`` (the lists the fused modes fuse).
+Writes gzipped JSON: {"dataset", "index", "model" (the index's embedder spec; its options
+hold max_length), "k", "qrels", "legs": {leg: {qid: [[doc_id, score], ...] best first}}} —
+lists straight from ``Searcher.leg_lists`` (the lists the fused modes fuse; they cut them to
+FusionConfig.depth). A query whose words are all outside the BM25 vocabulary has an empty bm25
+list, as in search.
 """
 from __future__ import annotations
 
