@@ -2,7 +2,9 @@
 (benchmarks/dump_leg_lists.py), chosen leave-one-collection-out (issue #17 item 3).
 
 Every setting is one dump: a collection, a model and a document max length (short lengths make
-the LLM legs deliberately bad: the degraded setting). For every leg set with BM25 and every
+the LLM legs deliberately bad: the degraded setting), plus, for every full-length dump, a
+"shuffled" setting whose LLM legs are another query's lists (useless legs, as the LLM legs on
+long news articles in issue 17: dense .074, sparse .135 vs BM25 .640). For every leg set with BM25 and every
 held-out *collection*, each rule's parameters — and then the rule itself — are chosen on the
 settings of the other collections only (never on the held-out collection's qrels, in any of
 its settings); the choice is applied to every setting of the held-out collection. The
@@ -50,6 +52,17 @@ class Setting:
     max_length: int
     qrels: dict
     legs: dict[str, dict[str, dict[str, float]]]
+
+
+def shuffled(s: Setting) -> Setting:
+    """The degraded setting at its worst: every query gets the LLM legs (dense, sparse) of the
+    next query in id order — lists with real score distributions that carry no information
+    about this query (BM25 stays its own)."""
+    qids = sorted(s.legs["bm25"])
+    nxt = dict(zip(qids, qids[1:] + qids[:1]))
+    legs = {leg: ({q: runs.get(nxt[q], {}) for q in qids} if leg != "bm25" else runs)
+            for leg, runs in s.legs.items()}
+    return Setting(s.name + "-shuffled", s.dataset, s.model, s.max_length, s.qrels, legs)
 
 
 def load(path: Path, depth: int = DEPTH) -> Setting:
@@ -103,14 +116,16 @@ def w_fixed(q: Query, base, **_):
     return np.array(base, float)
 
 
-def w_agree(q: Query, base, k=10, tau=0.5, power=1.0, **_):
-    """LLM leg i weighted by base_i · min(1, overlap(top-k_i, top-k_bm25) / tau)^power."""
+def w_agree(q: Query, base, k=10, tau=0.5, power=1.0, floor=0.0, cap=1.0, **_):
+    """LLM leg i weighted by cap · base_i · g^power, g = clip((o - floor) / (tau - floor), 0, 1),
+    o = overlap(top-k_i, top-k_bm25)."""
     w = np.array(base, float)
     a = len(base) - 1  # bm25 is last
     if not q.present[a]:
         return w
     for i in range(a):
-        w[i] *= min(1.0, overlap(q.top[i], q.top[a], k) / tau) ** power
+        o = overlap(q.top[i], q.top[a], k)
+        w[i] *= cap * min(1.0, max(0.0, o - floor) / (tau - floor)) ** power
     return w
 
 
@@ -162,8 +177,9 @@ def s_rrf(q: Query, base, k=60, weighted=False, **_):
 RULES: dict[str, tuple[Callable, list[dict]]] = {
     "zscore": (w_fixed, [{}]),
     "rrf": (s_rrf, [dict(k=60), dict(k=60, weighted=True)]),
-    "agree": (w_agree, [dict(k=k, tau=t, power=p) for k in (5, 10, 20)
-                        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0) for p in (1.0, 2.0)]),
+    "agree": (w_agree, [dict(k=k, tau=t, power=p, floor=f, cap=c) for k in (5, 10, 20)
+                        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0) for p in (1.0, 2.0)
+                        for f in (0.0, 0.1, 0.2) if f < t for c in (1.0, 1.5, 2.0)]),
     "consensus": (w_consensus, [dict(k=k, tau=t) for k in (5, 10, 20)
                                 for t in (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)]),
     "spread": (w_spread, [dict(m=m, tau=t) for m in (5, 10, 20) for t in (0.2, 0.4, 0.6, 0.8, 1.0)]),
@@ -216,10 +232,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/fusion_transfer.json"))
     ap.add_argument("--table", default=None, help="also write every (setting, mode, rule) score here")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--no-shuffled", action="store_true",
+                    help="skip the shuffled-LLM-legs setting of every full-length dump")
     args = ap.parse_args(argv)
     command = "python benchmarks/fusion_rules.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     settings = [load(Path(p)) for p in args.lists]
+    settings += [shuffled(s) for s in settings if s.max_length >= 512 and not args.no_shuffled]
     datasets = sorted({s.dataset for s in settings})
     bm25 = {s.name: ndcg(s, s.legs["bm25"]) for s in settings}
     legs_alone = {s.name: {leg: ndcg(s, s.legs[leg]) for leg in ("dense", "sparse")} for s in settings}

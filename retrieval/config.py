@@ -8,7 +8,7 @@ from typing import Any
 
 DOC_WEIGHTINGS = ("raw", "relu", "log1p")
 QUERY_WEIGHTINGS = ("binary", "raw", "relu", "log1p")
-FUSION_METHODS = ("minmax", "rrf", "zscore")
+FUSION_METHODS = ("minmax", "rrf", "zscore", "agree")
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ in it (and the missing value) is 0, so it does not move the fused order.
 - Agreement-gated z-score (``agree``, the default of the leg sets with BM25): z-score fusion
   where every list other than the *anchor* (the BM25 leg in search) has its weight scaled, per
   query, by how much its top ``k`` agrees with the anchor's top ``k``:
-  ``w'_i = w_i · min(1, o_i / τ)^p`` with ``o_i = |top_k(i) ∩ top_k(anchor)| / k`` (the
-  anchor keeps ``w_a``). A list that shares nothing with the anchor's top k for this query —
+  ``w'_i = w_i · min(1, max(0, o_i - f) / (τ - f))^p`` with
+  ``o_i = |top_k(i) ∩ top_k(anchor)| / k`` and a floor ``f`` < τ (default 0: ``min(1, o_i/τ)^p``;
+  the anchor keeps ``w_a``). A list that shares nothing with the anchor's top k for this query —
   noise, e.g. an LLM leg that saw only a truncated document — drops out (weight 0), and the
   fused order falls back to the anchor's; one that shares at least ``τ·k`` of it keeps its full
   weight. This is CombSUM over z-scores (Fox & Shaw, "Combination of Multiple Searches",
@@ -43,13 +44,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "agree", "agree_weights",
+__all__ = ["AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "agree", "agree_weights",
            "agreement", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
 
 Ranking = Mapping[str, float]
 FUSION_METHODS = ("rrf", "minmax", "zscore", "agree")
-#: ``agree`` defaults: top-k compared, agreement at which a list keeps its full weight, power
-AGREE_K, AGREE_TAU, AGREE_POWER = 10, 0.3, 1.0
+#: ``agree`` defaults: top-k compared, agreement at which a list keeps its full weight, power,
+#: agreement at or below which it drops out
+AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR = 10, 0.3, 1.0, 0.0
 
 
 def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
@@ -179,9 +181,11 @@ def agree_weights(
     k: int = AGREE_K,
     tau: float = AGREE_TAU,
     power: float = AGREE_POWER,
+    floor: float = AGREE_FLOOR,
 ) -> list[float]:
-    """The per-query weights :func:`agree` gives each run: ``w_i · min(1, agreement_i / tau)^power``
-    for every run but the anchor, ``w_anchor`` for it. An empty anchor gates nothing (there is
+    """The per-query weights :func:`agree` gives each run:
+    ``w_i · min(1, max(0, agreement_i - floor) / (tau - floor))^power`` for every run but the
+    anchor, ``w_anchor`` for it. An empty anchor gates nothing (there is
     nothing to agree with): the weights are returned as given."""
     runs = _check(runs)
     w = _weights(len(runs), weights, None)
@@ -191,11 +195,14 @@ def agree_weights(
         raise InvalidInputError(f"agree tau must be > 0, got {tau}")
     if not (math.isfinite(power) and power > 0):
         raise InvalidInputError(f"agree power must be > 0, got {power}")
+    if not (math.isfinite(floor) and 0 <= floor < tau):
+        raise InvalidInputError(f"agree floor must be in [0, tau={tau}), got {floor}")
     a = anchor % len(runs)
     if not runs[a]:
         agreement(runs[a], runs[a], k)  # still validate k
         return w
-    return [wi if i == a else wi * min(1.0, agreement(r, runs[a], k) / tau) ** power
+    return [wi if i == a else
+            wi * min(1.0, max(0.0, agreement(r, runs[a], k) - floor) / (tau - floor)) ** power
             for i, (wi, r) in enumerate(zip(w, runs))]
 
 
@@ -206,12 +213,13 @@ def agree(
     k: int = AGREE_K,
     tau: float = AGREE_TAU,
     power: float = AGREE_POWER,
+    floor: float = AGREE_FLOOR,
     missing: str = "min",
     top: int | None = None,
 ) -> dict[str, float]:
     """Z-score fusion with the weights of :func:`agree_weights` (``anchor``: index of the
     anchor run, default the last)."""
-    w = agree_weights(runs, weights, anchor, k, tau, power)
+    w = agree_weights(runs, weights, anchor, k, tau, power, floor)
     return _convex(runs, "zscore", w, None, missing, top)
 
 

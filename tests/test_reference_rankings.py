@@ -1,7 +1,11 @@
 """Every search mode on ADI with the real SmolLM2 returns exactly the rankings saved before the
 architecture refactor (issue 14): the same document ids in the same order with the same float32
 scores, top-100 for every ADI query. ``ALIGNIR_WRITE_REFERENCE=1`` rewrites the reference file
-(only ever from a commit whose rankings are the reference)."""
+(only ever from a commit whose rankings are the reference).
+
+The leg sets with BM25 are searched with ``fusion="zscore"``: the reference holds the fixed
+z-score weights that were their default until issue 17 made "agree" the default; the option
+must keep giving exactly those rankings."""
 from __future__ import annotations
 
 import json
@@ -22,7 +26,8 @@ def _rankings(searcher, queries: dict[str, str]) -> dict[str, dict[str, list]]:
     qids = sorted(queries)
     out: dict[str, dict[str, list]] = {}
     for mode in MODES:
-        runs = searcher.batch_search([queries[q] for q in qids], k=100, mode=mode)
+        fusion = "zscore" if "bm25" in mode and "+" in mode else None
+        runs = searcher.batch_search([queries[q] for q in qids], k=100, mode=mode, fusion=fusion)
         out[mode] = {q: [[h.id, float(np.float32(h.score))] for h in hits] for q, hits in zip(qids, runs)}
     return out
 
