@@ -32,7 +32,7 @@ PUBLIC: dict[str, list[str]] = {
                             "check_fingerprint"],
     "alignir.retrieval.beir": ["load_beir"],
     "alignir.retrieval.metrics": ["evaluate"],
-    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore"],
+    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore", "agree", "agree_weights"],
     "alignir.retrieval.config": ["SparseConfig", "FusionConfig"],
     "alignir.retrieval.sparsify": ["Sparsifier.for_model"],
     "alignir.retrieval.bm25": ["bm25_weights", "lexical_leg"],
