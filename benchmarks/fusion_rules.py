@@ -116,15 +116,22 @@ def w_fixed(q: Query, base, **_):
     return np.array(base, float)
 
 
-def w_agree(q: Query, base, k=10, tau=0.5, power=1.0, floor=0.0, cap=1.0, **_):
+def w_agree(q: Query, base, k=10, tau=0.5, power=1.0, floor=0.0, cap=1.0, chance=False, kb=None, **_):
     """LLM leg i weighted by cap · base_i · g^power, g = clip((o - floor) / (tau - floor), 0, 1),
-    o = overlap(top-k_i, top-k_bm25)."""
+    o = overlap(top-k_i, top-k_bm25); ``chance``: o corrected for the overlap two random top-k
+    picks from the pooled candidates U would have, c = k/|U|: o' = max(0, (o - c) / (1 - c))."""
     w = np.array(base, float)
     a = len(base) - 1  # bm25 is last
     if not q.present[a]:
         return w
+    kb = kb or k
+    c = min(1.0, kb / len(q.docs))
+    if chance and c >= 1.0:
+        return w
     for i in range(a):
-        o = overlap(q.top[i], q.top[a], k)
+        o = len(set(q.top[i][:k]) & set(q.top[a][:kb])) / k
+        if chance:
+            o = max(0.0, (o - c) / (1.0 - c))
         w[i] *= cap * min(1.0, max(0.0, o - floor) / (tau - floor)) ** power
     return w
 
@@ -178,8 +185,14 @@ RULES: dict[str, tuple[Callable, list[dict]]] = {
     "zscore": (w_fixed, [{}]),
     "rrf": (s_rrf, [dict(k=60), dict(k=60, weighted=True)]),
     "agree": (w_agree, [dict(k=k, tau=t, power=p, floor=f, cap=c) for k in (5, 10, 20)
-                        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0) for p in (1.0, 2.0)
-                        for f in (0.0, 0.1, 0.2) if f < t for c in (1.0, 1.5, 2.0)]),
+                        for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7) for p in (1.0, 2.0)
+                        for f in (0.0, 0.1) if f < t for c in (1.0, 1.5, 2.0)]),
+    "agree-chance": (w_agree, [dict(k=k, tau=t, power=p, cap=c, chance=True) for k in (5, 10, 20)
+                               for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7) for p in (1.0, 2.0)
+                               for c in (1.0, 1.5, 2.0)]),
+    "agree-deep": (w_agree, [dict(k=k, kb=kb, tau=t, cap=c, chance=True) for k in (5, 10)
+                             for kb in (30, 100) for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7)
+                             for c in (1.0, 1.5, 2.0)]),
     "consensus": (w_consensus, [dict(k=k, tau=t) for k in (5, 10, 20)
                                 for t in (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)]),
     "spread": (w_spread, [dict(m=m, tau=t) for m in (5, 10, 20) for t in (0.2, 0.4, 0.6, 0.8, 1.0)]),
@@ -202,7 +215,7 @@ def apply_rule(prepared: dict[str, Query], base, rule: str, params: dict) -> dic
         if w.sum() <= 0:
             w = np.array(base, float) * q.present
         score = w @ q.z
-        order = sorted(range(len(q.docs)), key=lambda j: (-score[j], q.docs[j]))[:10]
+        order = np.lexsort((np.arange(len(q.docs)), -score))[:10]  # docs are sorted: ties by id
         run[qid] = {q.docs[j]: float(score[j]) for j in order}
     return run
 
@@ -284,6 +297,10 @@ def main(argv: list[str] | None = None) -> None:
                         ndcg(s, apply_rule(prepared, base, rule, p)), bm25[s.name])
         full[mode] = {"|".join(k): v[0] for k, v in table.items()}
         candidates = sorted({k[1:] for k in table})
+        every = [s.name for s in settings]
+        pick = choose(table, every, candidates)
+        print(f"{mode:18s} chosen on ALL settings (the product default's basis): {pick[0]} {pick[1]}",
+              flush=True)
         for held in datasets:
             train = [s.name for s in settings if s.dataset != held]
             test = [s for s in settings if s.dataset == held]
