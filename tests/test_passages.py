@@ -61,3 +61,56 @@ def test_aggregation_ties_and_errors():
         aggregate({0: 1.0}, m, "sumk", k=0)
     with pytest.raises(ValueError, match="not in the passage map"):
         aggregate({3: 1.0}, m)
+
+
+# ----------------------------------------------------------------------------- splitting text
+from alignir.retrieval.passages import parse_passages, split_passages  # noqa: E402
+
+LONG = " ".join(f"Sentence number {i} talks about wind tunnels and heat." for i in range(30))
+
+
+def _spans(tok, text):
+    return [(a, b) for a, b in tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            if b > a]
+
+
+def test_parse_passages():
+    assert parse_passages("256") == (256, 128)
+    assert parse_passages("256:64") == (256, 64)
+    assert parse_passages("1") == (1, 1)
+    for bad in ("0", "64:0", "64:65", "x", "64:y", ""):
+        with pytest.raises(ValueError, match="passages"):
+            parse_passages(bad)
+
+
+@pytest.mark.parametrize("window, stride", [(32, 16), (40, 40), (25, 7)])
+def test_windows_cover_every_token_with_the_stride(tiny_tokenizer, window, stride):
+    spans = _spans(tiny_tokenizer, LONG)
+    assert len(spans) > window
+    plain = split_passages(LONG, tiny_tokenizer, window, stride, sentence_aware=False)
+    starts = [p.start for p in plain]
+    assert starts == [spans[i][0] for i in range(0, stride * len(plain), stride)]
+    for p in plain:
+        assert p.text == LONG[p.start:p.end]
+        assert sum(1 for a, b in spans if p.start <= a and b <= p.end) <= window
+    assert plain[-1].end == spans[-1][1]
+    covered = {i for p in plain for i, (a, b) in enumerate(spans) if p.start <= a and b <= p.end}
+    assert covered == set(range(len(spans)))
+
+
+def test_sentence_aware_cut_and_short_documents(tiny_tokenizer):
+    window, stride = 120, 60
+    spans = _spans(tiny_tokenizer, LONG)
+    aware = split_passages(LONG, tiny_tokenizer, window, stride)
+    plain = split_passages(LONG, tiny_tokenizer, window, stride, sentence_aware=False)
+    assert [p.start for p in aware] == [p.start for p in plain]
+    cut = 0
+    for i, (a, p) in enumerate(zip(aware[:-1], plain[:-1])):
+        quarter = spans[i * stride + 3 * window // 4][0]      # where the last quarter starts
+        dots = [j + 1 for j in range(quarter, p.end) if LONG[j] == "." and LONG[j + 1:j + 2] == " "]
+        assert a.end == (dots[-1] if dots else p.end)         # the last sentence end in it, if any
+        cut += a.end < p.end
+    assert cut > 0
+    assert aware[-1] == plain[-1]                              # the last passage ends with the text
+    short = "A short document."
+    assert split_passages(short, tiny_tokenizer, 64, 32) == [type(aware[0])(0, len(short), short)]
