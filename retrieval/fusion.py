@@ -44,14 +44,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "agree", "agree_weights",
+__all__ = ["AGREE_CHANCE", "AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "agree", "agree_weights",
            "agreement", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
 
 Ranking = Mapping[str, float]
 FUSION_METHODS = ("rrf", "minmax", "zscore", "agree")
 #: ``agree`` defaults: top-k compared, agreement at which a list keeps its full weight, power,
-#: agreement at or below which it drops out
-AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR = 10, 0.3, 1.0, 0.0
+#: agreement at or below which it drops out, correct the agreement for chance
+AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR, AGREE_CHANCE = 10, 0.3, 1.0, 0.0, False
 
 
 def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
@@ -182,10 +182,14 @@ def agree_weights(
     tau: float = AGREE_TAU,
     power: float = AGREE_POWER,
     floor: float = AGREE_FLOOR,
+    chance: bool = AGREE_CHANCE,
 ) -> list[float]:
     """The per-query weights :func:`agree` gives each run:
     ``w_i · min(1, max(0, agreement_i - floor) / (tau - floor))^power`` for every run but the
-    anchor, ``w_anchor`` for it. An empty anchor gates nothing (there is
+    anchor, ``w_anchor`` for it. ``chance``: the agreement is first corrected for what two
+    random top-k picks from the pooled candidates U (the union of the runs) would share,
+    ``c = k / |U|``: ``max(0, (o - c) / (1 - c))`` (when ``|U| <= k`` nothing can be judged
+    and the weights are returned as given). An empty anchor gates nothing (there is
     nothing to agree with): the weights are returned as given."""
     runs = _check(runs)
     w = _weights(len(runs), weights, None)
@@ -198,12 +202,18 @@ def agree_weights(
     if not (math.isfinite(floor) and 0 <= floor < tau):
         raise InvalidInputError(f"agree floor must be in [0, tau={tau}), got {floor}")
     a = anchor % len(runs)
+    agreement(runs[a], runs[a], k)  # validates k
     if not runs[a]:
-        agreement(runs[a], runs[a], k)  # still validate k
         return w
-    return [wi if i == a else
-            wi * min(1.0, max(0.0, agreement(r, runs[a], k) - floor) / (tau - floor)) ** power
-            for i, (wi, r) in enumerate(zip(w, runs))]
+    c = min(1.0, k / len({d for r in runs for d in r})) if chance else 0.0
+    if c >= 1.0:
+        return w
+
+    def gate(o: float) -> float:
+        o = max(0.0, (o - c) / (1.0 - c))
+        return min(1.0, max(0.0, o - floor) / (tau - floor)) ** power
+
+    return [wi if i == a else wi * gate(agreement(r, runs[a], k)) for i, (wi, r) in enumerate(zip(w, runs))]
 
 
 def agree(
@@ -214,12 +224,13 @@ def agree(
     tau: float = AGREE_TAU,
     power: float = AGREE_POWER,
     floor: float = AGREE_FLOOR,
+    chance: bool = AGREE_CHANCE,
     missing: str = "min",
     top: int | None = None,
 ) -> dict[str, float]:
     """Z-score fusion with the weights of :func:`agree_weights` (``anchor``: index of the
     anchor run, default the last)."""
-    w = agree_weights(runs, weights, anchor, k, tau, power, floor)
+    w = agree_weights(runs, weights, anchor, k, tau, power, floor, chance)
     return _convex(runs, "zscore", w, None, missing, top)
 
 

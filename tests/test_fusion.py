@@ -185,3 +185,14 @@ def test_agree_falls_back_to_the_anchor_when_a_leg_is_noise():
     only_noise = agree([noise, anchor], [0.4, 0.6], k=10, tau=0.3)
     assert list(only_noise)[:10] == top                           # BM25's order, untouched
     assert list(zscore([noise, anchor], weights=[0.4, 0.6]))[:10] != top  # the fixed weights are not
+
+
+def test_agree_chance_correction():
+    anchor = {f"d{i}": float(20 - i) for i in range(20)}          # union of the runs: 20 docs
+    leg = {"d0": 5.0, "d1": 4.0, "d10": 3.0, "d11": 2.0}          # top-4 shares 2 of anchor's top-4
+    c = 4 / 20
+    o = (0.5 - c) / (1 - c)
+    assert agree_weights([leg, anchor], [0.4, 0.6], k=4, tau=0.75, chance=True) == pytest.approx([0.4 * o / 0.75, 0.6])
+    assert agree_weights([leg, anchor], [0.4, 0.6], k=4, tau=0.75) == pytest.approx([0.4 * 0.5 / 0.75, 0.6])
+    tiny = {"a": 1.0, "b": 0.5}
+    assert agree_weights([{"c": 1.0}, tiny], [0.4, 0.6], k=4, chance=True) == [0.4, 0.6]  # |U| <= k
