@@ -268,9 +268,30 @@ def choose(table: dict, train: list[str], candidates: list[tuple[str, str]]) -> 
     return max(candidates, key=lambda c: (margin(c), mean(c)))
 
 
+def render(rows: list[dict], mode: str = "dense+sparse+bm25") -> str:
+    """The README table of one leg set from the committed ``fusion-rule`` rows: BM25, the fixed
+    z-score weights (the default before issue 17), the agree default, and the rule chosen with
+    this collection held out."""
+    prod = [r for r in rows if r.get("kind") == "fusion-rule" and r["mode"] == mode
+            and r["rule"].startswith("product default")]
+    held = {r["setting"]: r for r in rows if r.get("kind") == "fusion-rule" and r["mode"] == mode
+            and r.get("chosen_overall")}
+    lines = ["| setting | BM25 | z-score 0.2/0.2/0.6 (before) | agree (default) | ≥ BM25 − 0.005 | gain kept "
+             "| chosen without this collection |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(prod, key=lambda r: (r["setting"].endswith("shuffled"), -r["max_length"], r["setting"])):
+        h = held.get(r["setting"])
+        kept = "–" if r["gain_kept"] is None else f"{r['gain_kept']:.2f}"
+        lines.append(f"| {r['setting']} | {r['bm25_ndcg@10']:.3f} | {r['today_zscore_ndcg@10']:.3f} | "
+                     f"{r['ndcg@10']:.3f} | {'✓' if r['meets_bm25_minus_0.005'] else '✗'} | {kept} | "
+                     + ("–" if h is None else f"{h['ndcg@10']:.3f} ({h['rule']})") + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("lists", nargs="+", help="dump_leg_lists.py outputs (.json.gz)")
+    ap.add_argument("lists", nargs="*", help="dump_leg_lists.py outputs (.json.gz)")
+    ap.add_argument("--markdown", metavar="MODE", default=None,
+                    help="only print the README table of this leg set from --out's rows")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/fusion_transfer.json"))
     ap.add_argument("--table", default=None, help="also write every (setting, mode, rule) score here")
     ap.add_argument("--no-write", action="store_true")
@@ -279,6 +300,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     command = "python benchmarks/fusion_rules.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.markdown:
+        print(render(json.loads(Path(args.out).read_text()), args.markdown))
+        return
+    if not args.lists:
+        ap.error("give the leg-list dumps")
     settings = [load(Path(p)) for p in args.lists]
     settings += [shuffled(s) for s in settings if s.max_length >= 512 and not args.no_shuffled]
     datasets = sorted({s.dataset for s in settings})
