@@ -6,11 +6,12 @@ the LLM legs deliberately bad: the degraded setting), plus, for every full-lengt
 "shuffled" setting whose LLM legs are another query's lists (useless legs, as the LLM legs on
 long news articles in issue 17: dense .074, sparse .135 vs BM25 .640). For every held-out *collection*,
 each rule's parameters — and then the rule itself — are chosen on the settings of the other
-collections only (never on the held-out collection's qrels, in any of its settings), one choice
-for all three leg sets with BM25 (the rule scales today's base weights); the choice is applied
+collections only (never on the held-out collection's qrels, in any of its settings), for each
+leg set with BM25 (the rules scale today's base weights of that set); the choice is applied
 to every setting of the held-out collection. The selection criterion, over the training
-(leg set, setting) units: among the (rule, parameters) whose fused nDCG@10 stays >= BM25 - 0.005
-on every unit, the best mean nDCG@10; when none does, the best worst-case margin. The product
+(leg set, setting) units of the leg set: among the (rule, parameters) whose fused nDCG@10 stays >= BM25 - 0.005
+on every unit (the shuffled ones included), the best mean nDCG@10 over the real units (the
+shuffled ones only constrain); when none does, the best worst-case margin. The product
 default is the same criterion over all units.
 
     python benchmarks/fusion_rules.py /work/bg/out/fusion/lists/*.json.gz
@@ -225,7 +226,7 @@ def apply_rule(prepared: dict[str, Query], base, rule: str, params: dict) -> dic
 def product_run(setting: Setting, legs: tuple[str, ...], method: str | None = None) -> dict:
     """The fused run of the product code (searcher.fuse_legs) with the Searcher's default for
     this leg set (``method``: that method with its LEG_SET_WEIGHTS instead)."""
-    from alignir.retrieval.searcher import LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, fuse_legs
+    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, fuse_legs
 
     method = method or LEG_SET_DEFAULTS[legs][0]
     base = LEG_SET_WEIGHTS[method][legs]
@@ -234,7 +235,8 @@ def product_run(setting: Setting, legs: tuple[str, ...], method: str | None = No
     run = {}
     for q in setting.legs["bm25"]:
         lists = [setting.legs[leg].get(q, {}) for leg in legs]
-        run[q] = dict(F.ranked(fuse_legs(lists, w, cfg, w, anchor=legs.index("bm25")), 10))
+        run[q] = dict(F.ranked(fuse_legs(lists, w, cfg, w, anchor=legs.index("bm25"),
+                                         agree_params=LEG_SET_AGREE.get(legs)), 10))
     return run
 
 
@@ -243,25 +245,28 @@ def ndcg(setting: Setting, run) -> float:
 
 
 def _product_params(legs: tuple[str, ...]) -> dict:
-    from alignir.retrieval.searcher import LEG_SET_DEFAULTS
+    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS
 
     method, w = LEG_SET_DEFAULTS[legs]
     out = {"fusion": method, "weights": w}
     if method == "agree":
-        out.update(k=F.AGREE_K, tau=F.AGREE_TAU, power=F.AGREE_POWER, floor=F.AGREE_FLOOR,
-                   chance=F.AGREE_CHANCE)
+        out.update(LEG_SET_AGREE[legs])
     return out
 
 
 # ----------------------------------------------------------------------------- selection
 def choose(table: dict, train: list[str], candidates: list[tuple[str, str]]) -> tuple[str, str]:
-    """(rule, params json) for the training settings: best mean among those within TOL of BM25
-    on every training setting, else the best worst-case margin. ``table[(setting, rule,
-    params)] = (ndcg, bm25)``; ties go to the earlier candidate."""
+    """(rule, params json) for the training units: among those within TOL of BM25 on every
+    training unit (shuffled ones included), the best mean nDCG@10 over the real (not shuffled)
+    units; when none is, the best worst-case margin. ``table[(unit, rule, params)] = (ndcg,
+    bm25)``; ties go to the earlier candidate."""
+    real = [u for u in train if not u.endswith("-shuffled")] or train
+
     def margin(c):
         return min(table[(s, *c)][0] - table[(s, *c)][1] for s in train)
+
     def mean(c):
-        return sum(table[(s, *c)][0] for s in train) / len(train)
+        return sum(table[(s, *c)][0] for s in real) / len(real)
     safe = [c for c in candidates if margin(c) >= -TOL]
     if safe:
         return max(safe, key=lambda c: (mean(c), margin(c)))
@@ -326,35 +331,37 @@ def main(argv: list[str] | None = None) -> None:
                     table[(f"{mode}|{s.name}", rule, json.dumps(p, sort_keys=True))] = (
                         ndcg(s, apply_rule(prepared, base, rule, p)), bm25[s.name])
     candidates = sorted({k[1:] for k in table})
-    units = sorted({k[0] for k in table})
-    pick = choose(table, units, candidates)
-    print(f"chosen on ALL settings and leg sets (the product default's basis): {pick[0]} {pick[1]}",
-          flush=True)
     rows = []
-    for held in datasets:
-        train = [u for u in units if by_name[u.split("|")[1]].dataset != held]
-        if not train:
-            continue
-        per_rule = {rule: choose(table, train, [c for c in candidates if c[0] == rule]) for rule in RULES}
-        overall = choose(table, train, list(per_rule.values()))
-        print(f"held out {held}: chosen on the others {overall[0]} {overall[1]}", flush=True)
-        for u in units:
-            mode, name = u.split("|")
-            s = by_name[name]
-            if s.dataset != held:
+    for legs in MODES:
+        mode = "+".join(legs)
+        units = sorted(k[0] for k in table if k[0].startswith(mode + "|") and k[1:] == ("zscore", "{}"))
+        pick = choose(table, units, candidates)
+        print(f"{mode:18s} chosen on ALL settings (the product default's basis): {pick[0]} {pick[1]}",
+              flush=True)
+        for held in datasets:
+            train = [u for u in units if by_name[u.split("|")[1]].dataset != held]
+            if not train:
                 continue
-            today = table[(u, "zscore", "{}")][0]
-            line = {rule: table[(u, *c)][0] for rule, c in per_rule.items()}
-            print(f"  {mode:18s} {name:40s} bm25 {bm25[name]:.4f} | "
-                  + " ".join(f"{r} {v:.4f}" for r, v in line.items()), flush=True)
-            for rule, c in per_rule.items():
-                rows.append({"kind": "fusion-rule", "setting": name, "dataset": s.dataset,
-                             "model": s.model, "max_length": s.max_length, "mode": mode,
-                             "rule": rule, "params": json.loads(c[1]),
-                             "selected_on": sorted({by_name[x.split("|")[1]].dataset for x in train}),
-                             "chosen_overall": c == overall,
-                             "ndcg@10": table[(u, *c)][0], "bm25_ndcg@10": bm25[name],
-                             "today_zscore_ndcg@10": today, "command": command})
+            per_rule = {rule: choose(table, train, [c for c in candidates if c[0] == rule]) for rule in RULES}
+            overall = choose(table, train, list(per_rule.values()))
+            print(f"  held out {held}: chosen on the others {overall[0]} {overall[1]}", flush=True)
+            for u in units:
+                name = u.split("|")[1]
+                s = by_name[name]
+                if s.dataset != held:
+                    continue
+                today = table[(u, "zscore", "{}")][0]
+                line = {rule: table[(u, *c)][0] for rule, c in per_rule.items()}
+                print(f"    {name:40s} bm25 {bm25[name]:.4f} | "
+                      + " ".join(f"{r} {v:.4f}" for r, v in line.items()), flush=True)
+                for rule, c in per_rule.items():
+                    rows.append({"kind": "fusion-rule", "setting": name, "dataset": s.dataset,
+                                 "model": s.model, "max_length": s.max_length, "mode": mode,
+                                 "rule": rule, "params": json.loads(c[1]),
+                                 "selected_on": sorted({by_name[x.split("|")[1]].dataset for x in train}),
+                                 "chosen_overall": c == overall,
+                                 "ndcg@10": table[(u, *c)][0], "bm25_ndcg@10": bm25[name],
+                                 "today_zscore_ndcg@10": today, "command": command})
     for legs in MODES:  # the shipped default, product code, on every setting
         mode = "+".join(legs)
         for s in settings:

@@ -51,7 +51,7 @@ Ranking = Mapping[str, float]
 FUSION_METHODS = ("rrf", "minmax", "zscore", "agree")
 #: ``agree`` defaults: top-k compared, agreement at which a list keeps its full weight, power,
 #: agreement at or below which it drops out, correct the agreement for chance
-AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR, AGREE_CHANCE = 10, 0.3, 1.0, 0.0, False
+AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR, AGREE_CHANCE = 10, 0.4, 1.0, 0.0, False
 
 
 def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:

@@ -63,10 +63,18 @@ LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
         ("dense", "sparse", "bm25"): {"dense": 0.2, "sparse": 0.2, "bm25": 0.6},
     },
     "agree": {
-        ("dense", "bm25"): {"dense": 0.4, "bm25": 0.6},
-        ("sparse", "bm25"): {"sparse": 0.4, "bm25": 0.6},
+        ("dense", "bm25"): {"dense": 0.6, "bm25": 0.6},
+        ("sparse", "bm25"): {"sparse": 0.6, "bm25": 0.6},
         ("dense", "sparse", "bm25"): {"dense": 0.3, "sparse": 0.3, "bm25": 0.6},
     },
+}
+#: The agreement gate of each leg set under "agree" (fusion.agree_weights: top-k compared,
+#: agreement for full weight τ, power, floor, chance correction), chosen per leg set with the
+#: weights above (benchmarks/fusion_rules.py).
+LEG_SET_AGREE: dict[tuple[str, ...], dict[str, Any]] = {
+    ("dense", "bm25"): {"k": 20, "tau": 0.7, "power": 1.0, "floor": 0.1, "chance": False},
+    ("sparse", "bm25"): {"k": 20, "tau": 0.5, "power": 1.0, "floor": 0.0, "chance": True},
+    ("dense", "sparse", "bm25"): {"k": 10, "tau": 0.4, "power": 1.0, "floor": 0.0, "chance": False},
 }
 #: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights.
 LEG_SET_FUSION = "agree"
@@ -312,7 +320,8 @@ class Searcher:
         for i in range(len(queries)):
             per_leg = [lists[leg][i] for leg in legs]
             ranking = per_leg[0] if len(legs) == 1 else fuse_legs(
-                per_leg, leg_w, fcfg, rrf_w, anchor=legs.index("bm25") if "bm25" in legs else None)
+                per_leg, leg_w, fcfg, rrf_w, anchor=legs.index("bm25") if "bm25" in legs else None,
+                agree_params=LEG_SET_AGREE.get(legs))
             hits = []
             for rank, (num, score) in enumerate(fusion_mod.ranked(ranking, k), start=1):
                 leg_score = {leg: lists[leg][i].get(num) if leg in lists else None for leg in LEGS}
@@ -448,10 +457,12 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
 
 
 def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,
-              rrf_weights: Sequence[float] | None = None, anchor: int | None = None) -> dict:
+              rrf_weights: Sequence[float] | None = None, anchor: int | None = None,
+              agree_params: Mapping[str, Any] | None = None) -> dict:
     """Fuse one query's leg lists (doc number -> raw score). Convex fusions weigh leg i by
     ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF); "agree" gates every leg but
-    ``anchor`` (the index of the bm25 list) by its agreement with it (fusion.agree). Empty
+    ``anchor`` (the index of the bm25 list) by its agreement with it (fusion.agree, with
+    ``agree_params``: the leg set's :data:`LEG_SET_AGREE`; None: fusion's defaults). Empty
     lists (e.g. a query with no word in the BM25 vocabulary) drop out and the others keep their
     weights (an empty anchor: "agree" is plain z-score); one non-empty list is returned as it
     is. With two lists [dense, sparse] and weights [α, 1-α] this is the hybrid fusion."""
@@ -468,5 +479,5 @@ def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cf
             raise InvalidInputError("fusion 'agree' needs an anchor list (the bm25 leg)")
         if anchor not in keep:
             return fusion_mod.zscore(runs, weights=w)
-        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor))
+        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), **dict(agree_params or {}))
     return fusion_mod.fuse(runs, method=cfg.method, weights=w)

@@ -30,18 +30,15 @@ def test_replayed_rules_equal_the_product_code():
                 for q in replay:  # same top 10 in the same order (q3 without BM25: the product
                     assert list(replay[q]) == list(product[q])  # keeps one leg's raw scores)
     # the product default's agree on the 3-leg set equals the replayed agree with its parameters
-    from alignir.retrieval import fusion as F
-    from alignir.retrieval.searcher import LEG_SET_WEIGHTS
+    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_WEIGHTS
 
-    legs = ("dense", "sparse", "bm25")
-    w = LEG_SET_WEIGHTS["agree"][legs]
-    cap = w["dense"] / 0.2
-    params = {"k": F.AGREE_K, "tau": F.AGREE_TAU, "power": F.AGREE_POWER, "floor": F.AGREE_FLOOR,
-              "cap": cap, "chance": F.AGREE_CHANCE}
-    replay = apply_rule(prepare(s, legs), MODES[legs], "agree", params)
-    product = product_run(s, legs)
-    for q in replay:
-        assert list(replay[q]) == list(product[q])
+    for legs in MODES:
+        w = LEG_SET_WEIGHTS["agree"][legs]
+        cap = w[legs[0]] / MODES[legs][0] * MODES[legs][-1] / w["bm25"]
+        replay = apply_rule(prepare(s, legs), MODES[legs], "agree", {**LEG_SET_AGREE[legs], "cap": cap})
+        product = product_run(s, legs)
+        for q in replay:
+            assert list(replay[q]) == list(product[q]), (legs, q)
 
 
 def test_shuffled_gives_each_query_the_next_querys_llm_legs():

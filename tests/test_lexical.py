@@ -269,8 +269,8 @@ def test_leg_sets_with_bm25_zscore_option_keeps_the_fixed_weights(built, tiny_mo
 
 def test_leg_sets_with_bm25_default_to_agree(built, tiny_model):
     """The default gates each LLM leg per query by its top-10 agreement with the BM25 leg
-    (fusion.agree over the leg lists cut to the fusion depth, with LEG_SET_WEIGHTS["agree"])."""
-    from alignir.retrieval.searcher import LEG_SET_DEFAULTS, LEG_SET_WEIGHTS
+    (fusion.agree over the leg lists with LEG_SET_WEIGHTS["agree"] and LEG_SET_AGREE)."""
+    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS
 
     s = Searcher.open(built, loaded=tiny_model)
     for q in QUERIES:
@@ -284,7 +284,7 @@ def test_leg_sets_with_bm25_default_to_agree(built, tiny_model):
             hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
             if not runs[-1]:  # no query word in the BM25 vocabulary: plain z-score of the rest
                 continue
-            manual = fusion.agree(runs, weights=w)
+            manual = fusion.agree(runs, weights=w, **LEG_SET_AGREE[names])
             assert [h.doc_number for h in hits] == list(manual)
             assert [h.score for h in hits] == pytest.approx(list(manual.values()), abs=1e-12)
             assert hits == s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs, fusion="agree")
