@@ -17,7 +17,8 @@ configured method (minmax / zscore: convex combination with per-leg weights; rrf
 ranks, weighted only when weights are given; agree: z-score with each LLM leg's weight gated
 per query by its agreement with the BM25 leg). Leg sets with BM25 default to agree
 (LEG_SET_DEFAULTS, chosen on held-out collections); ``fusion="zscore"`` without weights gives
-the earlier fixed z-score default (BM25 at 0.6); other methods weigh legs equally. Pyserini's BEIR hybrid runs fuse a learned representation with BM25 the same way.
+the earlier fixed z-score default (BM25 at 0.6); other methods weigh legs equally. Pyserini's
+BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
 and torch modules are not re-entrant); sparse searches run concurrently (SparseIndex runs a
