@@ -17,7 +17,7 @@ WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm
                 "(relative; default for sets with bm25: the --fusion method's base weights, "
                 "BM25 at 0.6; else equal).")
 FUSION_HELP = ("minmax | rrf | zscore | agree. Leg sets with bm25 default to agree: z-score "
-               "fusion where each LLM leg's weight is gated per query by its top-10 agreement "
+               "fusion where each LLM leg's weight is gated per query by its top-k agreement "
                "with the bm25 leg (falls back to BM25 when a leg is noise); zscore: the fixed "
                "weights (BM25 at 0.6, the default before issue 17).")
 
