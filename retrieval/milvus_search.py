@@ -69,7 +69,9 @@ class MilvusSearcher(Searcher):
 
     # ------------------------------------------------------------------ legs
     def _leg_lists(self, queries, batch: QueryBatch, legs, side_k: int, allowed_ids, threads,
-                   tm: Timings) -> dict[str, list[dict[int, float]]]:
+                   tm: Timings, search=None) -> dict[str, list[dict[int, float]]]:
+        """As :meth:`Searcher._leg_lists`: check ``batch`` for ``legs``, then search the legs in
+        ``search`` (default: ``legs``) in the Milvus collection."""
         n = len(queries)
         for leg, part in (("dense", batch.dense), ("sparse", batch.sparse)):
             if leg in legs and (part is None or part.shape[0] != n):
@@ -82,10 +84,11 @@ class MilvusSearcher(Searcher):
                 raise InvalidInputError("encoded batch and queries differ in length")
         allowed = self._allowed_numbers(allowed_ids)
         tm.encode = batch.seconds
+        searched = legs if search is None else search
         if allowed is not None and allowed.size == 0:
-            return {leg: [{} for _ in range(n)] for leg in legs}
+            return {leg: [{} for _ in range(n)] for leg in searched}
         lists: dict[str, list[dict[int, float]]] = {}
-        for leg in legs:
+        for leg in searched:
             t0 = time.perf_counter()
             if leg == "dense":
                 lists[leg] = self.milvus.search_dense(self.index.dense.transform_queries(batch.dense), side_k,
@@ -93,7 +96,7 @@ class MilvusSearcher(Searcher):
             else:
                 lists[leg] = self.milvus.search_sparse(batch.sparse if leg == "sparse" else batch.lexical, side_k,
                                                        allowed, field=leg)
-            setattr(tm, leg, time.perf_counter() - t0)
+            tm.legs[leg] = time.perf_counter() - t0
         return lists
 
     # ------------------------------------------------------------------ fused search

@@ -14,9 +14,11 @@ BM25 word-term weights scored by the same sparse kernel, retrieval/bm25.py; no m
 A mode is one leg, "hybrid" (dense + sparse, ``alpha`` weighs dense: unchanged from before the
 lexical leg existed) or a '+'-joined leg set such as "dense+sparse+bm25", fused with the
 configured method (minmax / zscore: convex combination with per-leg weights; rrf: reciprocal
-ranks, weighted only when weights are given). Leg sets with BM25 default to z-score fusion
-with BM25 at 0.6 (LEG_SET_DEFAULTS, chosen on held-out collections); others weigh legs
-equally. Pyserini's BEIR hybrid runs fuse a learned representation with BM25 the same way.
+ranks, weighted only when weights are given; agree: z-score with each LLM leg's weight gated
+per query by its agreement with the BM25 leg). Leg sets with BM25 default to agree
+(LEG_SET_DEFAULTS, chosen on held-out collections); ``fusion="zscore"`` without weights gives
+the earlier fixed z-score default (BM25 at 0.6); other methods weigh legs equally. Pyserini's
+BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
 and torch modules are not re-entrant); sparse searches run concurrently (SparseIndex runs a
@@ -55,16 +57,38 @@ BASE_MODES = MODES[:3]
 #: (reach and check the collection before the model loads) and ``wrap(searcher, uri, collection)``
 #: (the folder searcher with its legs there); imported by name, only when used
 BACKENDS: dict[str, str | None] = {"folder": None, "milvus": "alignir.retrieval.milvus_search"}
-#: Default fusion of the leg sets with the BM25 leg (used when a call gives no fusion, alpha or
-#: weights): z-score fusion with the weights chosen leave-one-collection-out on ADI, MED,
-#: Cranfield and CISI (benchmarks/fusion_transfer.py; every held-out choice was z-score with
-#: BM25 at 0.6, except sparse+bm25 on ADI at 0.7). Held out, dense+sparse+bm25 beat BM25 on all
-#: four (e.g. MED 0.736 vs 0.667, Cranfield 0.366 vs 0.352); equal min-max weights did not.
-LEG_SET_DEFAULTS: dict[tuple[str, ...], tuple[str, dict[str, float]]] = {
-    ("dense", "bm25"): ("zscore", {"dense": 0.4, "bm25": 0.6}),
-    ("sparse", "bm25"): ("zscore", {"sparse": 0.4, "bm25": 0.6}),
-    ("dense", "sparse", "bm25"): ("zscore", {"dense": 0.2, "sparse": 0.2, "bm25": 0.6}),
+#: Base weights of the leg sets with the BM25 leg per fusion method, used when a call gives no
+#: ``weights`` or ``alpha``. "zscore": the fixed weights chosen leave-one-collection-out on ADI,
+#: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; the default until issue 17: BM25 at
+#: 0.6). "agree" (the default): the same z-score fusion with every LLM leg's weight gated per
+#: query by its top-k agreement with the BM25 leg (fusion.agree), so a leg that is noise for a
+#: query (a truncated long document, a model unfit for the domain) drops out and the fused
+#: order falls back to BM25's; weights and gate chosen leave-one-collection-out on dumped leg
+#: lists, with the LLM legs also deliberately degraded (benchmarks/fusion_rules.py).
+LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
+    "zscore": {
+        ("dense", "bm25"): {"dense": 0.4, "bm25": 0.6},
+        ("sparse", "bm25"): {"sparse": 0.4, "bm25": 0.6},
+        ("dense", "sparse", "bm25"): {"dense": 0.2, "sparse": 0.2, "bm25": 0.6},
+    },
+    "agree": {
+        ("dense", "bm25"): {"dense": 0.6, "bm25": 0.6},
+        ("sparse", "bm25"): {"sparse": 0.6, "bm25": 0.6},
+        ("dense", "sparse", "bm25"): {"dense": 0.3, "sparse": 0.3, "bm25": 0.6},
+    },
 }
+#: The agreement gate of each leg set under "agree" (fusion.agree_weights: top-k compared,
+#: agreement for full weight τ, power, floor, chance correction), chosen per leg set with the
+#: weights above (benchmarks/fusion_rules.py).
+LEG_SET_AGREE: dict[tuple[str, ...], dict[str, Any]] = {
+    ("dense", "bm25"): {"k": 20, "tau": 0.7, "power": 1.0, "floor": 0.1, "chance": False},
+    ("sparse", "bm25"): {"k": 20, "tau": 0.5, "power": 1.0, "floor": 0.0, "chance": True},
+    ("dense", "sparse", "bm25"): {"k": 10, "tau": 0.4, "power": 1.0, "floor": 0.0, "chance": False},
+}
+#: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights.
+LEG_SET_FUSION = "agree"
+LEG_SET_DEFAULTS: dict[tuple[str, ...], tuple[str, dict[str, float]]] = {
+    legs: (LEG_SET_FUSION, w) for legs, w in LEG_SET_WEIGHTS[LEG_SET_FUSION].items()}
 LEXICAL_HINT = ("rebuild it with `alignir build-index --lexical` (the default) or add the leg with "
                 "`alignir add-lexical --index DIR`")
 
@@ -371,30 +395,39 @@ class Searcher:
     ) -> list[list[Hit]]:
         """Top-``k`` hits per query, best first.
 
-        ``mode``: "hybrid" (fuse dense and sparse), one leg ("sparse": aligned tokens, eq.16;
-        "dense"; "bm25": the lexical leg; or any other leg of this searcher) or a '+'-joined
-        leg set ("dense+bm25", "sparse+bm25", "dense+sparse+bm25"...; see :func:`parse_mode`).
-        ``fusion`` ("minmax" | "zscore" | "rrf") / ``alpha`` / ``depth`` (how deep each leg's
-        list goes into the fusion) override the searcher's FusionConfig for this call.
-        ``alpha`` weighs the dense leg: in "hybrid" α·dense + (1-α)·sparse as always; in a leg
-        set (only when given in this call) the other legs share 1-α equally. ``weights``
-        ({leg: weight}, relative: convex fusions divide by their sum; rrf uses them as given)
-        set every leg's weight of a '+'-joined leg set instead (legs not in the mode are
-        ignored; "hybrid" keeps α). Leg sets with the BM25 leg default to
-        :data:`LEG_SET_DEFAULTS` (z-score, BM25 at 0.6) when none of ``fusion``, ``alpha``,
-        ``weights`` is given; others weigh legs equally. ``allowed_ids``: restrict results to
-        these document ids (others never come back, even when k exceeds their number).
-        ``explain``: attach the shared terms and their contributions to each hit (from the
-        first leg of the mode that explains; for a mode without one, the first such leg
-        sharing its encoder pass). ``threads``: threads of the sparse kernels. ``timings``: a
-        :class:`Timings` filled with the seconds per stage. ``encoded``: reuse a
+        ``mode``: "hybrid" (fuse dense and sparse), "sparse" (aligned tokens, eq.16), "dense",
+        "bm25" (the lexical leg), any other leg of this searcher or a '+'-joined leg set ("dense+bm25", "sparse+bm25",
+        "dense+sparse+bm25"...; see :func:`parse_mode`). ``fusion`` / ``alpha`` / ``depth``
+        override the searcher's FusionConfig for this call. ``alpha`` weighs the dense leg:
+        in "hybrid" α·dense + (1-α)·sparse as always; in a leg set (only when given in this
+        call) the other legs share 1-α equally. ``weights`` ({leg: weight}, relative: convex
+        fusions divide by their sum; rrf uses them as given) set every leg's weight of a
+        '+'-joined leg set instead (legs not in the mode are ignored; "hybrid" keeps α).
+        Leg sets with the BM25 leg default to :data:`LEG_SET_DEFAULTS` ("agree": z-score with
+        each LLM leg gated by its top-k agreement with BM25, fusion.agree) when none of
+        ``fusion``, ``alpha``, ``weights`` is given; with ``fusion`` "zscore" or "agree" and no
+        weights or alpha they take that method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed
+        default before issue 17); other methods and leg sets weigh legs equally. "agree" needs
+        the bm25 leg (its anchor). ``allowed_ids``: restrict results to these document
+        ids (others never come back, even when k exceeds their number). ``explain``: attach
+        the shared terms and their contributions to each hit (from the first leg of the mode that
+        explains; for a mode without one, the first such leg sharing its encoder pass).
+        ``threads``: threads of the sparse kernels. ``timings``: a :class:`Timings` filled with
+        the seconds per stage. ``encoded``: reuse a
         :class:`QueryBatch` from :meth:`encode` (e.g. to sweep fusion settings).
         """
         legs = self.parse_mode(mode)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
-        if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
-            fusion, weights = LEG_SET_DEFAULTS[legs]
+        if "bm25" in legs:
+            self._lexical()  # a clear error before any work when the index lacks the leg
+        if alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
+            fusion = fusion or LEG_SET_FUSION
+            weights = LEG_SET_WEIGHTS.get(fusion, {}).get(legs)
+        if (fusion or self.fusion.method) == "agree" and len(legs) > 1 and "bm25" not in legs:
+            raise InvalidInputError(f"fusion 'agree' gates the LLM legs by their agreement with the bm25 "
+                                    f"leg; mode {mode!r} has none (use e.g. dense+sparse+bm25, or "
+                                    f"another fusion)")
         fcfg = FusionConfig(method=fusion or self.fusion.method,
                             alpha=self.fusion.alpha if alpha is None else alpha,
                             depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
@@ -411,7 +444,9 @@ class Searcher:
         results = []
         for i in range(len(queries)):
             per_leg = [lists[leg][i] for leg in legs]
-            ranking = per_leg[0] if len(legs) == 1 else fuse_legs(per_leg, leg_w, fcfg, rrf_w)
+            ranking = per_leg[0] if len(legs) == 1 else fuse_legs(
+                per_leg, leg_w, fcfg, rrf_w, anchor=legs.index("bm25") if "bm25" in legs else None,
+                agree_params=LEG_SET_AGREE.get(legs))
             hits = []
             for rank, (num, score) in enumerate(fusion_mod.ranked(ranking, k), start=1):
                 hits.append(Hit(self.index.doc_ids[num], float(score), rank, num,
@@ -556,12 +591,15 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
 
 
 def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,
-              rrf_weights: Sequence[float] | None = None) -> dict:
+              rrf_weights: Sequence[float] | None = None, anchor: int | None = None,
+              agree_params: Mapping[str, Any] | None = None) -> dict:
     """Fuse one query's leg lists (doc number -> raw score). Convex fusions weigh leg i by
-    ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF). Empty lists (e.g. a query
-    with no word in the BM25 vocabulary) drop out and the others keep their weights; one
-    non-empty list is returned as it is. With two lists [dense, sparse] and weights
-    [α, 1-α] this is the hybrid fusion."""
+    ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF); "agree" gates every leg but
+    ``anchor`` (the index of the bm25 list) by its agreement with it (fusion.agree, with
+    ``agree_params``: the leg set's :data:`LEG_SET_AGREE`; None: fusion's defaults). Empty
+    lists (e.g. a query with no word in the BM25 vocabulary) drop out and the others keep their
+    weights (an empty anchor: "agree" is plain z-score); one non-empty list is returned as it
+    is. With two lists [dense, sparse] and weights [α, 1-α] this is the hybrid fusion."""
     keep = [i for i, run in enumerate(lists) if run]
     if len(keep) <= 1:
         return dict(lists[keep[0]]) if keep else {}
@@ -569,4 +607,11 @@ def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cf
     if cfg.method == "rrf":
         rw = None if rrf_weights is None else [rrf_weights[i] for i in keep]
         return fusion_mod.rrf(runs, k=cfg.rrf_k, weights=rw)
-    return fusion_mod.fuse(runs, method=cfg.method, weights=[weights[i] for i in keep])
+    w = [weights[i] for i in keep]
+    if cfg.method == "agree":
+        if anchor is None:
+            raise InvalidInputError("fusion 'agree' needs an anchor list (the bm25 leg)")
+        if anchor not in keep:
+            return fusion_mod.zscore(runs, weights=w)
+        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), **dict(agree_params or {}))
+    return fusion_mod.fuse(runs, method=cfg.method, weights=w)

@@ -11,6 +11,7 @@ import typer
 
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options,
                                                echo_json, setup_logging, user_errors)
+from alignir.retrieval.commands.evaluate import FUSION_HELP
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 
@@ -110,7 +111,7 @@ def search_cmd(
     explain: bool = typer.Option(False, help="Show the matched tokens and their contributions."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"query\", \"hits\": [...]} as JSON."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
-    fusion: Optional[str] = typer.Option(None, help="Hybrid fusion: minmax | rrf | zscore."),
+    fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in minmax/zscore fusion."),
     weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
                                           "dense=0.4,sparse=0.2,bm25=0.4 (default: z-score with BM25 at 0.6 for sets with bm25, else equal)."),
