@@ -50,11 +50,24 @@ def normalize_fingerprint(fingerprint: dict[str, Any]) -> dict[str, Any]:
     return fp
 
 
-def check_encoder(stored: Any, embedder: Any) -> None:
+def check_encoder(stored: Any, embedder: Any, allow_precision_mismatch: bool = False) -> None:
     """Refuse a query/re-sparsify encoder whose fingerprint differs from the index's
-    (index.store.FingerprintMismatch names the differing fields)."""
-    check_fingerprint({"encoder": normalize_fingerprint(stored.fingerprint)},
-                      doc_encoder_fingerprint(embedder))
+    (index.store.FingerprintMismatch names the differing fields).
+
+    ``allow_precision_mismatch``: accept an encoder that differs only in its precision (an fp32
+    query encoder on an int8 index or the reverse; encoders.quantize) — the vectors then differ
+    slightly from the ones the index was built with."""
+    stored_fp, query_fp = normalize_fingerprint(stored.fingerprint), doc_encoder_fingerprint(embedder)
+    if allow_precision_mismatch:
+        stored_fp, query_fp = _without_precision(stored_fp), _without_precision(query_fp)
+    check_fingerprint({"encoder": stored_fp}, query_fp)
+
+
+def _without_precision(fp: dict[str, Any]) -> dict[str, Any]:
+    model = fp.get("model")
+    if isinstance(model, dict) and "precision" in model:
+        return {**fp, "model": {k: v for k, v in model.items() if k != "precision"}}
+    return fp
 
 
 def term_map_arrays(term_map: TermMap) -> dict[str, np.ndarray]:

@@ -161,7 +161,8 @@ class Searcher:
     @classmethod
     def open(cls, path: str | Path, *, model: str | None = None, loaded: Any = None,
              instruction: str | None = None, device: str = "auto",
-             fusion: FusionConfig | None = None, verify: bool = True) -> "Searcher":
+             fusion: FusionConfig | None = None, verify: bool = True, precision: str | None = None,
+             allow_precision_mismatch: bool = False) -> "Searcher":
         """Open ``path`` and load its query encoder.
 
         ``model`` overrides the model spec recorded in the index (e.g. another copy of the
@@ -169,6 +170,8 @@ class Searcher:
         fingerprint must equal the index's, or :class:`index.store.FingerprintMismatch` is
         raised naming the fields that differ. ``instruction`` is the query-side task
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
+        ``precision``: the query encoder's ("fp32" | "int8"; default: the index's);
+        ``allow_precision_mismatch``: accept one that differs from the index's in precision only.
         """
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
@@ -185,8 +188,10 @@ class Searcher:
         options = dict(spec.get("options", {}))
         if instruction is not None:
             options["instruction"] = instruction
+        if precision is not None:
+            options["precision"] = precision
         embedder = get_embedder(spec["family"], loaded, progress=False, **options)
-        check_encoder(stored, embedder)
+        check_encoder(stored, embedder, allow_precision_mismatch)
         params = stored.params
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
