@@ -3,7 +3,8 @@ Linear layers, for CPUs; issue #16 item 4).
 
 int8 is torch's dynamic quantisation: the weights of every ``nn.Linear`` inside the transformer
 backbone (attention q/k/v/o and MLP projections) are stored as int8 with one scale per output
-channel; activations are quantised per row on the fly and accumulated in int32. Embeddings,
+channel; activations are quantised on the fly, with one scale per Linear call (so an int8
+vector moves slightly with what else is in its batch), and accumulated in int32. Embeddings,
 norms and the LM head E_g stay fp32, so the aligned tokens (“A Text is Worth Several Tokens”
 §2, eq.15-16: the top entries of E_g·h) are read through the exact head; only h moves.
 
