@@ -7,6 +7,7 @@ LLM2Comp memory tokens) and ``alignir_train.json`` (method, stage, hyper-paramet
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
+from alignir.index.io import sha256_file
 
 import contextlib
 import copy
@@ -119,7 +120,7 @@ def adapter_hash(path: str | Path) -> str:
     for name in _HASHED:
         f = p / name
         if f.is_file():
-            h.update(name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).hexdigest().encode() + b"\n")
+            h.update(name.encode() + b"\0" + sha256_file(f).encode() + b"\n")
     return h.hexdigest()
 
 
