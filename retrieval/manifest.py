@@ -89,10 +89,14 @@ def _precision(fp: dict[str, Any]) -> str:
     return str(model.get("precision", "fp32")) if isinstance(model, dict) else "fp32"
 
 
+#: the model identity's precision fields (encoders.quantize)
+PRECISION_KEYS = ("precision", "int8_scheme")
+
+
 def _without_precision(fp: dict[str, Any]) -> dict[str, Any]:
     model = fp.get("model")
-    if isinstance(model, dict) and "precision" in model:
-        return {**fp, "model": {k: v for k, v in model.items() if k != "precision"}}
+    if isinstance(model, dict):
+        return {**fp, "model": {k: v for k, v in model.items() if k not in PRECISION_KEYS}}
     return fp
 
 

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from alignir.encoders.cache import EmbeddingCache
 from alignir.encoders.embedders import get_embedder
-from alignir.encoders.quantize import check_precision, precision_of
+from alignir.encoders.models import backbone
+from alignir.encoders.quantize import INT8_SCHEME, check_precision, precision_of
 from alignir.errors import InvalidInputError
 from alignir.index.store import FingerprintMismatch
 from alignir.retrieval.indexer import build_index
@@ -35,6 +36,12 @@ def _linear_types(module: torch.nn.Module) -> set[type]:
     return {type(m) for m in module.modules() if isinstance(m, (torch.nn.Linear, QDyn))}
 
 
+def _assert_int8(module: torch.nn.Module) -> None:
+    """int8 everywhere but the MLP down-projections (encoders.quantize.FP32_LINEARS)."""
+    kinds = {n: type(m) for n, m in module.named_modules() if isinstance(m, (torch.nn.Linear, QDyn))}
+    assert kinds and all((t is torch.nn.Linear) == n.endswith("down_proj") for n, t in kinds.items()), kinds
+
+
 def test_check_precision():
     assert check_precision(None) == "fp32"
     assert check_precision(" INT8 ") == "int8"
@@ -50,8 +57,10 @@ def test_int8_prompteol_quantises_a_copy_and_keeps_the_head(tiny_model):
     ref = fp.encode_documents(TINY_CORPUS)
     q = get_embedder("prompteol", tiny_model, progress=False, precision="int8")
     # the embedder runs int8 Linear layers; the caller's model keeps its fp32 ones, bit for bit
-    assert _linear_types(q._backbone) == {QDyn}
+    _assert_int8(q._backbone)
     assert QDyn not in _linear_types(tiny_model.model)
+    # the fixed prompt prefix runs once through the caller's fp32 backbone
+    assert q.prefix_cache and q._prefix_backbone is backbone(tiny_model.model)
     for n, p in tiny_model.model.named_parameters():
         assert torch.equal(p, before[n]), n
     assert np.array_equal(fp.encode_documents(TINY_CORPUS), ref)
@@ -64,7 +73,8 @@ def test_int8_prompteol_quantises_a_copy_and_keeps_the_head(tiny_model):
     # the precision is in the identity, hence in the fingerprint, and nowhere else
     assert precision_of(q) == "int8" and precision_of(fp) == "fp32"
     a, b = fp.fingerprint(), q.fingerprint()
-    assert "precision" not in a["model"] and b["model"] == {**a["model"], "precision": "int8"}
+    assert "precision" not in a["model"]
+    assert b["model"] == {**a["model"], "precision": "int8", "int8_scheme": INT8_SCHEME}
     assert {k: v for k, v in b.items() if k != "model"} == {k: v for k, v in a.items() if k != "model"}
     # fp32 asked explicitly is the default embedder, fingerprint unchanged
     assert get_embedder("prompteol", tiny_model, progress=False, precision="fp32").fingerprint() == a
@@ -92,7 +102,7 @@ def test_int8_with_an_adapter_runs_the_merged_adapter(tiny_model, tmp_path):
     ref, h = fp.encode_documents(TINY_CORPUS), q.encode_documents(TINY_CORPUS)
     assert _cos(ref, plain).max() < 0.98  # the adapter matters on these texts
     assert _cos(h, ref).min() > 0.99  # int8 follows the adapter, not the bare model
-    assert _linear_types(q._backbone) == {QDyn}  # merged: no LoRA side path left
+    _assert_int8(q._backbone)  # merged: no LoRA side path left
     assert not any("lora" in n for n, _ in q._backbone.named_modules())
     assert QDyn not in _linear_types(tiny_model.model)
     assert q.fingerprint()["adapter_sha256"] == fp.fingerprint()["adapter_sha256"]
@@ -103,6 +113,7 @@ def test_int8_trained_family_without_adapter(tiny_model):
     fp = get_embedder("autoregembed", tiny_model, k=2)
     q = get_embedder("autoregembed", tiny_model, k=2, precision="int8")
     assert q.model is not tiny_model.model and QDyn not in _linear_types(tiny_model.model)
+    _assert_int8(backbone(q.model))  # the LM head outside the backbone stays fp32
     ref, h = fp.encode_documents(TINY_CORPUS), q.encode_documents(TINY_CORPUS)
     assert _cos(h, ref).min() > 0.99 and not np.array_equal(h, ref)
     assert q.fingerprint()["model"]["precision"] == "int8"

@@ -287,7 +287,9 @@ class PromptEmbedder(Embedder):
         if held is None or held[0] is not self._backbone:
             prompt = self.template.prefix(self.instructions[role])
             ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-            held = (self._backbone, PrefixCache(self._backbone, ids, self.loaded.device))
+            # an int8 embedder keeps its fp32 backbone for the prefix (encoders.quantize)
+            fp32 = getattr(self, "_prefix_backbone", None) or self._backbone
+            held = (self._backbone, PrefixCache(fp32, ids, self.loaded.device))
             self._prefix[role] = held
         return held[1]
 
