@@ -74,7 +74,9 @@ def test_int8_prompteol_quantises_a_copy_and_keeps_the_head(tiny_model):
     assert precision_of(q) == "int8" and precision_of(fp) == "fp32"
     a, b = fp.fingerprint(), q.fingerprint()
     assert "precision" not in a["model"]
-    assert b["model"] == {**a["model"], "precision": "int8", "int8_scheme": INT8_SCHEME}
+    scheme = b["model"]["int8_scheme"]
+    assert scheme.startswith(INT8_SCHEME) and "smoothquant" in scheme and "prompt-prefix" in scheme
+    assert b["model"] == {**a["model"], "precision": "int8", "int8_scheme": scheme}
     assert {k: v for k, v in b.items() if k != "model"} == {k: v for k, v in a.items() if k != "model"}
     # fp32 asked explicitly is the default embedder, fingerprint unchanged
     assert get_embedder("prompteol", tiny_model, progress=False, precision="fp32").fingerprint() == a
@@ -223,3 +225,49 @@ def test_int8_smollm2_agrees_with_fp32(smollm2):
     ref = get_embedder("prompteol", smollm2, progress=False).encode_documents(texts)
     h = get_embedder("prompteol", smollm2, progress=False, precision="int8").encode_documents(texts)
     assert _cos(h, ref).min() > 0.95
+
+
+def _tiny_gemma(tok):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from alignir.encoders.models import wrap_model
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = Gemma3ForCausalLM(cfg)
+    with torch.no_grad():  # random norm weights, so that folding 1+w is really exercised
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(-0.5, 0.5)
+    return wrap_model("tiny-gemma", tok, model, {"name": "tiny-gemma", "source": "random-init", "seed": 0}, "cpu")
+
+
+@pytest.mark.parametrize("which", ["llama", "gemma"])
+def test_smoothing_keeps_the_fp32_function(which, tiny_model, tiny_tokenizer_bos):
+    """SmoothQuant's scales folded into the norms and projections change nothing in fp32
+    (Llama norm x·w, Gemma norm x·(1+w)), and the caller's model is untouched."""
+    from alignir.encoders.quantize import _structure_copy
+    from alignir.encoders.smoothing import CALIBRATION_TEXTS, input_maxima, smooth, smoothing_groups
+
+    loaded = tiny_model if which == "llama" else _tiny_gemma(tiny_tokenizer_bos)
+    e = get_embedder("prompteol", loaded, progress=False)
+    fp32 = e._backbone
+    before = {n: p.detach().clone() for n, p in fp32.named_parameters()}
+    ref = e.encode_documents(TINY_CORPUS)
+    layers = list(fp32.layers)
+    assert [len(smoothing_groups(x)) for x in layers] == [2, 2]
+    maxima = input_maxima(layers, lambda: e.encode_documents(list(CALIBRATION_TEXTS)))
+    assert len(maxima) == 4
+    copy = _structure_copy(fp32)
+    assert smooth(list(copy.layers), maxima) == 4
+    norm = copy.layers[0].input_layernorm.weight
+    assert not torch.allclose(norm, fp32.layers[0].input_layernorm.weight)  # really rescaled
+    e._backbone = copy
+    np.testing.assert_allclose(e.encode_documents(TINY_CORPUS), ref, rtol=1e-4, atol=1e-4)
+    for n, p in fp32.named_parameters():
+        assert torch.equal(p, before[n]), n
+    # and int8 on top of it stays close to fp32
+    q = get_embedder("prompteol", loaded, progress=False, precision="int8")
+    assert _cos(q.encode_documents(TINY_CORPUS), ref).min() > 0.99
