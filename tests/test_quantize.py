@@ -215,6 +215,17 @@ def test_cli_precision(tmp_path, tiny_model, monkeypatch):
     r = run(app, ["build-index", str(corpus), "--index", str(tmp_path / "i2"), "--model", str(folder),
                   "--precision", "int4"])
     assert r.exit_code == 1 and "unknown precision 'int4'" in r.output
+    # beir: build + eval in one go at int8 (the eval's searcher takes the index's precision)
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(corpus.read_text())
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "plants"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    r = run(app, ["beir", str(beir), "--index", str(tmp_path / "i3"), "--model", str(folder), "--precision", "int8",
+                  "--json", "--mode", "dense"])
+    assert r.exit_code == 0, r.output
+    man = json.loads((tmp_path / "i3" / "manifest.json").read_text())
+    assert man["encoder"]["model"]["precision"] == "int8"
 
 
 @pytest.mark.model
