@@ -50,8 +50,8 @@ import torch
 from alignir.encoders.smoothing import ALPHA, CALIBRATION_TEXTS, input_maxima, smooth
 from alignir.errors import InvalidInputError
 
-__all__ = ["PRECISIONS", "DEFAULT_PRECISION", "FP32_LINEARS", "INT8_SCHEME", "check_precision", "precision_of", "quantize_module",
-           "to_int8", "apply_precision"]
+__all__ = ["PRECISIONS", "DEFAULT_PRECISION", "FP32_LINEARS", "INT8_SCHEME", "check_precision", "precision_of",
+           "quantize_module", "to_int8", "apply_precision"]
 
 PRECISIONS = ("fp32", "int8")
 DEFAULT_PRECISION = "fp32"
