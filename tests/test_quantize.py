@@ -282,3 +282,16 @@ def test_smoothing_keeps_the_fp32_function(which, tiny_model, tiny_tokenizer_bos
     # and int8 on top of it stays close to fp32
     q = get_embedder("prompteol", loaded, progress=False, precision="int8")
     assert _cos(q.encode_documents(TINY_CORPUS), ref).min() > 0.99
+
+
+def test_resparsify_an_int8_index(int8_index, tiny_model, tmp_path):
+    """The writer rebuilds the index's int8 encoder from the manifest (the fingerprint matches)."""
+    import shutil
+
+    from alignir.retrieval.indexer import resparsify
+
+    idx = tmp_path / "copy"
+    shutil.copytree(int8_index, idx)
+    man = resparsify(idx, loaded=tiny_model, doc_k=8)
+    assert man["params"]["sparse"]["doc_k"] == 8 and man["encoder"]["model"]["precision"] == "int8"
+    assert len(Searcher.open(idx, loaded=tiny_model).search("plants", k=2, mode="sparse")) <= 2
