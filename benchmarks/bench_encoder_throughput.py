@@ -126,6 +126,12 @@ def run_model(spec: str, docs: list[str], args) -> dict:
     emb = get_embedder("prompteol", loaded, max_length=args.max_length, batch_tokens=args.batch_tokens, progress=False)
     emb.encode_documents(docs[:4])  # warm-up (allocator, kernels)
     baseline_encode(emb, docs[:4])
+    emb8 = None
+    if args.int8:  # the int8 encoder, timed on the same chunks in the same rounds (issue #16 item 4)
+        emb8 = get_embedder("prompteol", loaded, max_length=args.max_length, batch_tokens=args.batch_tokens,
+                            progress=False, precision="int8")
+        emb8.encode_documents(docs[:4])
+    int8_s, V8 = 0.0, []
     mm_before = matmul_gflops()
     rounds = np.array_split(np.arange(len(docs)), args.rounds)
     ours_s = base_s = 0.0
@@ -148,6 +154,10 @@ def run_model(spec: str, docs: list[str], args) -> dict:
         base_tok += nt
         n_cut += nc
         V_base.append(vb)
+        if emb8 is not None:
+            t = time.perf_counter()
+            V8.append(emb8.encode_documents(chunk))
+            int8_s += time.perf_counter() - t
         print(f"  {spec} round {r + 1}/{len(rounds)}: ours {ours_tok / ours_s:.0f} tok/s, "
               f"baseline {base_tok / base_s:.0f} tok/s", flush=True)
     mm_after = matmul_gflops()
@@ -157,6 +167,14 @@ def run_model(spec: str, docs: list[str], args) -> dict:
     proj_s = projection(A, loaded, args.topk)
     gflops = forward_flops(loaded.model, lengths) / ours_s / 1e9
     mm = max(mm_before, mm_after)
+    int8 = {}
+    if emb8 is not None:
+        C = np.concatenate(V8)
+        c8 = (A * C).sum(1) / np.linalg.norm(A, axis=1) / np.linalg.norm(C, axis=1)
+        int8 = {"int8_seconds": round(int8_s, 2), "int8_docs_per_s": round(len(docs) / int8_s, 3),
+                "int8_speedup_docs_vs_fp32": round(ours_s / int8_s, 3),
+                "int8_cosine_to_fp32": {"min": float(c8.min()), "mean": float(c8.mean())},
+                "int8_scheme": emb8.loaded.identity["int8_scheme"]}
     return {
         "model": spec,
         "identity": loaded.identity,
@@ -187,6 +205,7 @@ def run_model(spec: str, docs: list[str], args) -> dict:
         "projection_share": round(proj_s / ours_s, 4),
         "vocab": int(loaded.lm_head.shape[0]),
         "load_seconds": round(load_s, 1),
+        **int8,
     }
 
 
@@ -201,6 +220,8 @@ def main() -> None:
     ap.add_argument("--baseline-batch", type=int, default=16)
     ap.add_argument("--topk", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--int8", action="store_true", help="also time the int8 encoder on the same chunks "
+                    "(fields int8_*; speed-up in documents/s, same documents, same run)")
     ap.add_argument("--append", action="store_true",
                     help="merge into an existing results file (entries of the same model are replaced)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "encoder_throughput.json")

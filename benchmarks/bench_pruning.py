@@ -36,33 +36,54 @@ import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 
-import bench_sparse_index as base  # noqa: E402  (a sibling script of this folder)
-import workload  # noqa: E402
+try:  # imported as benchmarks.bench_pruning (tests) or run as a script from this folder
+    from benchmarks import bench_sparse_index as base, workload  # noqa: E402
+except ImportError:
+    import bench_sparse_index as base  # noqa: E402
+    import workload  # noqa: E402
 from alignir.index import blockmax  # noqa: E402
 from alignir.index.sparse import SparseIndex  # noqa: E402
 
 KERNELS = {"pruned": "on", "exhaustive": "off"}
 
 
+SIZES = {"10k": 10_000, "50k": 50_000, "200k": 200_000, "1m": 1_000_000, "10m": 10_000_000}
+
+
+def parse_collection(name: str, stats_path: Path) -> tuple[str, int, Path | None]:
+    """``zipf-SIZE`` | ``LEG-SIZE`` (statistics from ``stats_path``) | ``LEG@DATA-SIZE``
+    (statistics from benchmarks/results/workload_stats_DATA.json), LEG aligned or bm25 ->
+    (leg or "zipf", n docs, statistics file or None)."""
+    kind, _, size = name.rpartition("-")
+    leg, _, data = kind.partition("@")
+    if size not in SIZES or leg not in ("zipf",) + workload.LEGS or (leg == "zipf" and data):
+        raise SystemExit(f"bad collection {name!r}: zipf-SIZE, LEG-SIZE or LEG@DATA-SIZE with LEG in "
+                         f"{workload.LEGS} and SIZE in {sorted(SIZES)}")
+    if leg == "zipf":
+        if f"synthetic-{size}" not in base.COLLECTIONS:
+            raise SystemExit(f"no Zipf collection of size {size}")
+        return leg, SIZES[size], None
+    return leg, SIZES[size], (ROOT / f"benchmarks/results/workload_stats_{data}.json" if data else stats_path)
+
+
 def load_collection(name: str, cache: Path, stats_path: Path, n_queries: int):
     """(D, Q, workload) of a named collection, cached as .npz under ``cache``."""
+    kind, n, stats_file = parse_collection(name, stats_path)
     d = cache / name
     if (d / "docs.npz").exists():
         D, Q = sp.load_npz(d / "docs.npz"), sp.load_npz(d / "queries.npz")
     else:
-        kind, size = name.split("-")
-        n = {"50k": 50_000, "1m": 1_000_000, "10m": 10_000_000, "200k": 200_000}[size]
         if kind == "zipf":
+            size = name.rpartition("-")[2]
             _, nnz, vocab = base.COLLECTIONS[f"synthetic-{size}"]
             D = base.zipf_csr(n, nnz, vocab, seed=1)
             Q = base.zipf_csr(base.N_QUERIES, base.QUERY_TOKENS, vocab, seed=2, binary=True)
         else:
-            stats = json.loads(stats_path.read_text())
+            stats = json.loads(stats_file.read_text())
             D, Q = workload.generate(stats, kind, n, base.N_QUERIES, seed=1)
         d.mkdir(parents=True, exist_ok=True)
         sp.save_npz(d / "docs.npz", D, compressed=False)
         sp.save_npz(d / "queries.npz", Q, compressed=False)
-    kind = name.split("-")[0]
     return D.tocsr(), Q.tocsr()[:n_queries], kind
 
 
@@ -227,7 +248,7 @@ def main(argv=None):
 
     out = Path(a.out)
     for name in a.collections.split(","):
-        big = not name.endswith("50k")
+        big = parse_collection(name, Path(a.stats))[1] > 100_000
         engines = ["bm25s"] if big else a.engines.split(",")
         rows = bench(name, [int(x) for x in a.ks.split(",")],
                      [int(x) for x in a.threads.split(",")], engines,

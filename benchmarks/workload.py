@@ -173,7 +173,7 @@ def generate(stats: dict, leg: str, n_docs: int, n_queries: int, seed: int = 0,
     return D, Q
 
 
-@njit(cache=True)
+@njit  # no cache: the module is imported both as `workload` (script) and `benchmarks.workload`
 def _ragged_distinct(draws, lens, vocab):
     """First lens[i] distinct ids of each row of draws (fewer if the row runs out)."""
     n = draws.shape[0]

@@ -48,6 +48,12 @@ class Template:
     def n_slots(self) -> int:
         return self.pattern.count(PLACEHOLDER)
 
+    def prefix(self, instruction: str | None = None) -> str:
+        """The rendered prompt before the first text slot: the same for every text (its KV
+        cache can be computed once, encoders.prefix_cache)."""
+        head = self.pattern.split(PLACEHOLDER)[0]
+        return (instruction + INSTRUCTION_SEPARATOR if instruction else "") + head
+
     def render(self, text: str, instruction: str | None = None) -> tuple[str, tuple[int, int]]:
         """Fill every slot with ``text``; prefix ``instruction`` + separator when given.
 

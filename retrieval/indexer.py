@@ -96,6 +96,7 @@ def build_index(
     on_stage: Callable[[str], None] | None = None,
     lexical: bool | LexicalConfig = UNSET,
     wait: bool = False,
+    precision: str | None = None,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
@@ -104,6 +105,8 @@ def build_index(
     ``dense_kind`` + ``dense_options`` (``DenseIndex.build`` keywords) / ``lexical`` (a
     :class:`LexicalConfig`, True for the default one, False for none) replace that part of it
     when given. By default the BM25 leg is stored (k1 0.9, b 0.4, Lucene IDF; the "bm25" modes).
+    ``precision``: "fp32" (default) or "int8" (dynamic int8 Linear layers, encoders.quantize);
+    recorded in the embedder options and the encoder fingerprint, so searches use it too.
     ``wait``: when another process is writing the same index, wait for it instead of failing
     (index.lock: one writer at a time; resparsify and add_lexical take the same option).
 
@@ -114,10 +117,12 @@ def build_index(
     """
     from alignir.encoders.embedders import get_embedder
     from alignir.encoders.models import load_model
+    from alignir.encoders.quantize import check_precision
     from alignir.encoders.shipped import resolve_shipped
 
     cfg = _build_config(config, sparse, dense_kind, dense_options, lexical)
     stage = on_stage or (lambda s: log.info(s))
+    precision = None if precision is None else check_precision(precision)  # fails before any work
     model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
         check_target(index_dir)
@@ -128,6 +133,8 @@ def build_index(
         stage(f"loading model {model}")
         loaded = loaded if loaded is not None else load_model(model, device=device)
         opts = dict(embedder_options or {})
+        if precision is not None and precision != "fp32":
+            opts["precision"] = precision
         enc = get_embedder(embedder, loaded, progress=progress, **opts)
         stage(f"encoding {len(texts)} documents")
         H = encode_corpus(enc, texts, cache_dir, use_cache=use_cache, progress=progress)

@@ -4,15 +4,18 @@ match, and the term map of the sparse side. Used by the build code and the searc
 searcher never imports the build code)."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from alignir.encoders.aligned import TermMap
-from alignir.index.store import CorruptIndexError, check_fingerprint
+from alignir.index.store import CorruptIndexError, FingerprintMismatch, check_fingerprint
 
-__all__ = ["embedder_spec", "check_encoder", "doc_encoder_fingerprint", "normalize_fingerprint",
+log = logging.getLogger(__name__)
+
+__all__ = ["embedder_spec", "check_encoder", "PrecisionMismatch", "doc_encoder_fingerprint", "normalize_fingerprint",
            "term_map_arrays", "term_map_from_arrays"]
 
 
@@ -50,11 +53,51 @@ def normalize_fingerprint(fingerprint: dict[str, Any]) -> dict[str, Any]:
     return fp
 
 
-def check_encoder(stored: Any, embedder: Any) -> None:
+class PrecisionMismatch(FingerprintMismatch):
+    """The query encoder runs at another precision (fp32 | int8) than the index's encoder."""
+
+    def __init__(self, index_precision: str, query_precision: str):
+        super().__init__({"model.precision": (index_precision, query_precision)})
+        self.args = (f"this index was built by a {index_precision} encoder but the query encoder is "
+                     f"{query_precision}: search with --precision {index_precision} (Searcher.open("
+                     f"precision={index_precision!r})), or pass --allow-precision-mismatch "
+                     f"(allow_precision_mismatch=True) to accept slightly different query vectors",)
+
+
+def check_encoder(stored: Any, embedder: Any, allow_precision_mismatch: bool = False) -> None:
     """Refuse a query/re-sparsify encoder whose fingerprint differs from the index's
-    (index.store.FingerprintMismatch names the differing fields)."""
-    check_fingerprint({"encoder": normalize_fingerprint(stored.fingerprint)},
-                      doc_encoder_fingerprint(embedder))
+    (index.store.FingerprintMismatch names the differing fields; :class:`PrecisionMismatch`
+    when only the precision differs, encoders.quantize).
+
+    ``allow_precision_mismatch``: accept an encoder that differs in its precision only (an
+    fp32 query encoder on an int8 index or the reverse), with a warning: its vectors differ
+    slightly from the ones the index was built with."""
+    stored_fp, query_fp = normalize_fingerprint(stored.fingerprint), doc_encoder_fingerprint(embedder)
+    a, b = _precision(stored_fp), _precision(query_fp)
+    if a != b:
+        if not allow_precision_mismatch:
+            check_fingerprint({"encoder": _without_precision(stored_fp)}, _without_precision(query_fp))
+            raise PrecisionMismatch(a, b)
+        log.warning("the query encoder is %s, the index's encoder %s (allowed): query vectors differ slightly "
+                    "from the documents' encoding", b, a)
+        stored_fp, query_fp = _without_precision(stored_fp), _without_precision(query_fp)
+    check_fingerprint({"encoder": stored_fp}, query_fp)
+
+
+def _precision(fp: dict[str, Any]) -> str:
+    model = fp.get("model")
+    return str(model.get("precision", "fp32")) if isinstance(model, dict) else "fp32"
+
+
+#: the model identity's precision fields (encoders.quantize)
+PRECISION_KEYS = ("precision", "int8_scheme")
+
+
+def _without_precision(fp: dict[str, Any]) -> dict[str, Any]:
+    model = fp.get("model")
+    if isinstance(model, dict):
+        return {**fp, "model": {k: v for k, v in model.items() if k not in PRECISION_KEYS}}
+    return fp
 
 
 def term_map_arrays(term_map: TermMap) -> dict[str, np.ndarray]:

@@ -281,7 +281,8 @@ class Searcher:
     def open(cls, path: str | Path, *, model: str | None = None, loaded: Any = None,
              instruction: str | None = None, device: str = "auto",
              fusion: FusionConfig | None = None, verify: bool = True, backend: str = "folder",
-             uri: str | None = None, collection: str | None = None) -> "Searcher":
+             uri: str | None = None, collection: str | None = None, precision: str | None = None,
+             allow_precision_mismatch: bool = False) -> "Searcher":
         """Open ``path`` and load its query encoder.
 
         ``backend="milvus"``: the legs are searched in the Milvus collection ``collection``
@@ -296,6 +297,8 @@ class Searcher:
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
         ``fusion``: the default fusion of fused modes (default: the one saved in the index's
         :class:`IndexConfig`).
+        ``precision``: the query encoder's ("fp32" | "int8"; default: the index's);
+        ``allow_precision_mismatch``: accept one that differs from the index's in precision only.
         """
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
@@ -319,8 +322,10 @@ class Searcher:
         options = dict(spec.get("options", {}))
         if instruction is not None:
             options["instruction"] = instruction
+        if precision is not None:
+            options["precision"] = precision
         embedder = get_embedder(spec["family"], loaded, progress=False, **options)
-        check_encoder(stored, embedder)
+        check_encoder(stored, embedder, allow_precision_mismatch)
         stored.dense.use_gpu(dense_on_gpu(device))
         params = stored.params
         config = SparseConfig.from_dict(params.get("sparse", {}))

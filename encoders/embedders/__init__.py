@@ -57,12 +57,18 @@ def embedder_class(name: str) -> type[Embedder]:
 
 def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
     """Build an embedder. ``model`` is a LoadedModel or a model spec for ``load_model``
-    (then the options ``device`` and ``dtype`` go to the loader)."""
+    (then the options ``device`` and ``dtype`` go to the loader).
+
+    ``precision`` (option): "fp32" (default) or "int8" — dynamic int8 Linear layers in the
+    transformer, adapter merged first, LM head fp32 (encoders.quantize); the caller's model is
+    not changed, and the precision is part of the encoder fingerprint."""
     cls = embedder_class(name)
     from alignir.encoders.models import LoadedModel, load_model
+    from alignir.encoders.quantize import apply_precision, check_precision
 
+    precision = check_precision(options.pop("precision", None))  # a bad value fails before any load
     if isinstance(model, str):
         model = load_model(model, device=options.pop("device", "auto"), dtype=options.pop("dtype", None))
     elif not isinstance(model, LoadedModel):
         raise InvalidInputError(f"model must be a LoadedModel or a model spec string, got {type(model).__name__}")
-    return cls(model, **options)
+    return apply_precision(cls(model, **options), precision)

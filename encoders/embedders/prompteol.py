@@ -25,6 +25,10 @@ Mechanics shared by all of them:
 - Dynamic batching: prompts sorted by token length, batches filled up to ``batch_tokens``
   padded tokens (and ``max_batch_size`` rows; a prompt longer than the budget runs alone);
   vectors come back in input order.
+- ``prefix_cache=True`` (off by default): the fixed prompt prefix (instruction + template head)
+  runs once per role and its KV cache is reused by every text (encoders.prefix_cache); vectors
+  equal the full forward's up to float rounding, so it is not part of the fingerprint.
+  ``last_stats["n_prefix_cached"]`` counts the texts that used it.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from tqdm.auto import tqdm
 from alignir.encoders.embedders.base import Embedder
 from alignir.encoders.models import LoadedModel, backbone
 from alignir.encoders.pooling import POOLINGS, pool
+from alignir.encoders.prefix_cache import PrefixCache
 from alignir.encoders.templates import INSTRUCTION_SEPARATOR, Template, get_template, resolve_instruction
 
 log = logging.getLogger(__name__)
@@ -104,6 +109,7 @@ class PromptEmbedder(Embedder):
         progress: bool = True,
         family: str | None = None,
         adapter: str | None = None,
+        prefix_cache: bool = False,
     ) -> None:
         if adapter is not None:
             raise InvalidInputError(
@@ -144,6 +150,8 @@ class PromptEmbedder(Embedder):
         tok = loaded.tokenizer
         self._pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         self._overhead: dict[str, int] = {}
+        self.prefix_cache = bool(prefix_cache)
+        self._prefix: dict[str, tuple[Any, PrefixCache]] = {}
 
     # ------------------------------------------------------------------ fingerprint
 
@@ -272,6 +280,19 @@ class PromptEmbedder(Embedder):
         )
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
+    def _prefix_cache(self, role: str) -> PrefixCache:
+        """The KV cache of the role's fixed prompt prefix (instruction + template head, special
+        tokens included), computed once per role and backbone (encoders.prefix_cache)."""
+        held = self._prefix.get(role)
+        if held is None or held[0] is not self._backbone:
+            prompt = self.template.prefix(self.instructions[role])
+            ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+            # an int8 embedder keeps its fp32 backbone for the prefix (encoders.quantize)
+            fp32 = getattr(self, "_prefix_backbone", None) or self._backbone
+            held = (self._backbone, PrefixCache(fp32, ids, self.loaded.device))
+            self._prefix[role] = held
+        return held[1]
+
     # ------------------------------------------------------------------ encode
 
     def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
@@ -316,16 +337,29 @@ class PromptEmbedder(Embedder):
         batches = self._batches(lengths, order)
         show = self.progress if progress is None else progress
         bar = tqdm(total=len(live), desc=f"encode {role}s ({self.family})", unit="text", disable=not show or len(batches) < 2)
+        stats["n_prefix_cached"] = 0
         with torch.inference_mode():
-            for b in batches:
-                input_ids, attn, position_ids, pmask = self._collate([ids[i] for i in b], [pos[i] for i in b])
-                hidden = self._forward(input_ids, attn, position_ids)
-                h = pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))
-                out[b] = h.cpu().numpy()
-                stats["n_tokens"] += int(attn.sum())
-                stats["n_padded_tokens"] += int(attn.numel())
-                stats["n_batches"] += 1
-                bar.update(len(b))
+            pc = self._prefix_cache(role) if self.prefix_cache else None
+            for batch in batches:
+                cached = np.array([pc is not None and pc.covers(ids[i], pos[i]) for i in batch], dtype=bool)
+                for b, on_cache in ((batch[cached], True), (batch[~cached], False)):
+                    if not b.size:
+                        continue
+                    rows, rpos = [ids[i] for i in b], [pos[i] for i in b]
+                    if on_cache:  # only the tokens after the fixed prefix run
+                        input_ids, attn, _, pmask = self._collate([x[pc.n:] for x in rows],
+                                                                  [[j - pc.n for j in p] for p in rpos])
+                        hidden = pc.forward(self._backbone, input_ids, attn)
+                        stats["n_prefix_cached"] += len(b)
+                    else:
+                        input_ids, attn, position_ids, pmask = self._collate(rows, rpos)
+                        hidden = self._forward(input_ids, attn, position_ids)
+                    h = pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))
+                    out[b] = h.cpu().numpy()
+                    stats["n_tokens"] += int(attn.sum())
+                    stats["n_padded_tokens"] += int(attn.numel())
+                    stats["n_batches"] += 1
+                bar.update(len(batch))
         bar.close()
         stats["seconds"] = time.perf_counter() - t0
         self.last_stats = stats

@@ -11,6 +11,10 @@ import typer
 
 from alignir.errors import AlignirError, InvalidInputError
 
+#: --precision of the commands that run the encoder (encoders.quantize)
+PRECISION_HELP = ("Encoder precision: fp32 | int8 (dynamic int8 Linear layers on the CPU, LM head fp32; "
+                  "recorded in the encoder fingerprint, encodings cached apart).")
+
 #: exit code for bad input / a failed operation (typer uses 2 for usage errors)
 EXIT_FAILURE = 1
 

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options,
-                                               echo_json, setup_logging, user_errors)
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, PRECISION_HELP, URI_OPT,
+                                               backend_options, echo_json, setup_logging, user_errors)
 
 MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
@@ -159,6 +159,7 @@ def beir_cmd(
     weights: Optional[str] = typer.Option(None, help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json"),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder (default $ALIGNIR_CACHE/embeddings)."),
+    precision: str = typer.Option("fp32", help=PRECISION_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Build an index over a BEIR folder with the default model, then evaluate it: the
@@ -175,13 +176,17 @@ def beir_cmd(
 
             FusionConfig(method=fusion)
         folder = resolve_dataset(dataset)
+        from alignir.encoders.quantize import check_precision
+
+        precision = check_precision(precision)
         tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
+        tag += "" if precision == "fp32" else f"-{precision}"
         target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{tag}"
         options: dict = {"max_length": max_length}
         if adapter is not None:
             options["adapter"] = str(adapter)
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
-                    embedder_options=options, lexical=lexical,
+                    embedder_options=options, lexical=lexical, precision=precision,
                     on_stage=lambda s: typer.secho(f"• {s}", err=True))
         result = _evaluate(target, str(folder), split, mode, run, 100, None, fusion, None,
                            bm25, progress=not as_json, weights=leg_weights)

@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options,
-                                               echo_json, setup_logging, user_errors)
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, PRECISION_HELP, URI_OPT,
+                                               backend_options, echo_json, setup_logging, user_errors)
 from alignir.retrieval.commands.evaluate import FUSION_HELP
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
@@ -70,6 +70,7 @@ def build_index_cmd(
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
                                              "(default $ALIGNIR_CACHE/embeddings, ~/.cache/alignir)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    precision: str = typer.Option("fp32", help=PRECISION_HELP),
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -92,7 +93,7 @@ def build_index_cmd(
         manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
-                               device=device, lexical=lexical, wait=wait,
+                               device=device, lexical=lexical, wait=wait, precision=precision,
                                on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
@@ -120,6 +121,10 @@ def search_cmd(
     uri: Optional[str] = URI_OPT,
     collection: Optional[str] = COLLECTION_OPT,
     device: str = DEVICE_OPT,
+    precision: Optional[str] = typer.Option(None, help="Query encoder precision: fp32 | int8 "
+                                            "(default: the index's)."),
+    allow_precision_mismatch: bool = typer.Option(False, "--allow-precision-mismatch", help="Accept a "
+                                                  "query encoder whose precision differs from the index's."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Search an index from the shell (its legs in the folder, or in Milvus with --backend milvus)."""
@@ -136,6 +141,7 @@ def search_cmd(
         parse_mode(mode)
         leg_weights = parse_weights(weights)
         searcher = Searcher.open(index, model=model, instruction=instruction, device=device,
+                                 precision=precision, allow_precision_mismatch=allow_precision_mismatch,
                                  **backend_options(backend, uri, collection))
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                weights=leg_weights)
@@ -291,6 +297,7 @@ def encode_cmd(
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
                                              "(default $ALIGNIR_CACHE/embeddings)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    precision: str = typer.Option("fp32", help=PRECISION_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Encode a corpus (or one shard of it) into the embedding cache, Pyserini-style: run
@@ -309,7 +316,7 @@ def encode_cmd(
         texts = read_source(source, skip_bad=skip_bad).texts()
         model, embedder, opts = resolve_shipped(model, embedder, {})
         enc = get_embedder(embedder, load_model(model, device=device), max_length=max_length,
-                           batch_tokens=batch_tokens, **opts)
+                           batch_tokens=batch_tokens, precision=precision, **opts)
         H = EmbeddingCache(cache_dir).encode_cached(enc, texts, "document", shard_size=128,
                                                     shard_id=shard_id, shard_num=shard_num)
         typer.echo(f"encoded {H.shape[0]} of {len(texts)} documents into the cache")

@@ -1,0 +1,147 @@
+"""Single-query encoding against the machine's floor (issue #16 items 3-4): fp32, fp32 with the
+prompt prefix's KV cache, and int8 (which always runs the prefix through the cache, in fp32).
+
+For each model and configuration, every query is encoded alone (batch of one, as a user's query
+is) with the index-time encoder of ``alignir build-index`` (PromptEOL, 512 tokens) plus the
+dataset's query instruction; ``encode_p50_ms`` / ``encode_p99_ms`` are over the queries.
+
+The floor of one query is 2 x non-embedding parameters x its prompt tokens (template and
+instruction included) / the fp32 GEMM rate measured in the same run with the same threads
+(best of 3, before and after; the lower one is used, conservatively high floor); ``floor_ms``
+is its median over the queries and ``ratio_to_floor`` = encode_p50_ms / floor_ms (goal <= 1.5,
+fp32). The prefix-cached configurations run fewer tokens than the prompt holds, so they can
+go below this full-prompt floor. ``ndcg_delta_vs_fp32`` is copied from benchmarks/results/int8_quality.json when that
+file has the dataset (hybrid mode), else null.
+
+Timings mean something only on a quiet machine: run it alone (nothing else in the queue).
+
+    .venv/bin/python benchmarks/bench_query_encode.py --models smollm2-135m,gemma3-270m \\
+        --dataset /work/shared/datasets/med --threads 2 --out benchmarks/results/latency.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from alignir.encoders.embedders import get_embedder  # noqa: E402
+from alignir.encoders.models import backbone, load_model  # noqa: E402
+from alignir.encoders.templates import INSTRUCTIONS  # noqa: E402
+from alignir.retrieval.beir import load_beir  # noqa: E402
+
+#: name -> (precision, prefix_cache)
+CONFIGS = {"fp32": ("fp32", False), "fp32+prefix": ("fp32", True), "int8": ("int8", True)}
+
+
+def matmul_gflops(n: int = 1024, reps: int = 20) -> float:
+    """Best-of-3 fp32 GEMM rate with the current torch threads."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def non_embedding_params(model: torch.nn.Module) -> int:
+    """Parameters of the transformer without its input embeddings (the LM head is outside it)."""
+    bb = backbone(model)
+    return sum(p.numel() for p in bb.parameters()) - model.get_input_embeddings().weight.numel()
+
+
+def prompt_tokens(emb, query: str) -> int:
+    ids, _, _, _ = emb._prepare([query], "query")
+    return len(ids[0])
+
+
+def time_queries(emb, queries: list[str], warmup: int = 3) -> np.ndarray:
+    for q in queries[:warmup]:
+        emb.encode_queries([q])
+    out = []
+    for q in queries:
+        t = time.perf_counter()
+        emb.encode_queries([q])
+        out.append(time.perf_counter() - t)
+    return np.array(out) * 1000
+
+
+def ndcg_delta(quality: Path, dataset: str, model: str) -> float | None:
+    if not quality.exists():
+        return None
+    for r in json.loads(quality.read_text()).get("rows", []):
+        if r["dataset"] == dataset and r["model"] == model and r["mode"] == "hybrid":
+            return float(r["ndcg_delta_vs_fp32"])
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--max-queries", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quality", default=str(ROOT / "benchmarks/results/int8_quality.json"))
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/latency.json"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    command = "python benchmarks/bench_query_encode.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    data = load_beir(args.dataset)
+    queries = list(data.queries.values())[: args.max_queries]
+    rows = []
+    for spec in args.models.split(","):
+        loaded = load_model(spec, device="cpu")
+        n_params = non_embedding_params(loaded.model)
+        mm = [matmul_gflops()]
+        for name in args.configs.split(","):
+            precision, cached = CONFIGS[name]
+            instruction = data.name if data.name in INSTRUCTIONS else None
+            emb = get_embedder("prompteol", loaded, progress=False, instruction=instruction, precision=precision,
+                               prefix_cache=cached)
+            t = time_queries(emb, queries)
+            mm.append(matmul_gflops())
+            tokens = np.array([prompt_tokens(emb, q) for q in queries])
+            rows.append({"collection": data.name, "mode": "encode", "model": spec, "precision": precision,
+                         "prefix_cache": cached, "config": name, "queries": len(queries), "threads": args.threads,
+                         "encode_p50_ms": round(float(np.percentile(t, 50)), 2),
+                         "encode_p99_ms": round(float(np.percentile(t, 99)), 2),
+                         "prompt_tokens_p50": float(np.percentile(tokens, 50)),
+                         "prefix_tokens": emb._prefix_cache("query").n if cached else 0,
+                         "n_prefix_cached_last": emb.last_stats.get("n_prefix_cached", 0),
+                         "non_embedding_params": n_params,
+                         "tokens": tokens.tolist(), "times_ms": np.round(t, 3).tolist()})
+        gflops = min(mm)
+        for r in rows:
+            if r["model"] == spec:
+                floor = 2 * n_params * np.array(r.pop("tokens")) / (gflops * 1e9) * 1000
+                times = np.array(r.pop("times_ms"))
+                r.update(floor_ms=round(float(np.percentile(floor, 50)), 2),
+                         ratio_to_floor=round(float(np.percentile(times / floor, 50)), 3),
+                         matmul_gflops=round(gflops, 2), matmul_gflops_runs=[round(x, 2) for x in mm],
+                         ndcg_delta_vs_fp32=(ndcg_delta(Path(args.quality), data.name, spec)
+                                             if r["precision"] == "int8" else 0.0),
+                         torch=torch.__version__, machine=f"{platform.machine()}", load=load, command=command,
+                         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                print(json.dumps(r), file=sys.stderr, flush=True)
+    out = Path(args.out)
+    old = json.loads(out.read_text()) if out.exists() else []
+    key = lambda r: (r["collection"], r["mode"], r.get("model"), r.get("config"))  # noqa: E731
+    keys = {key(r) for r in rows}
+    out.write_text(json.dumps([r for r in old if key(r) not in keys] + rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
