@@ -136,3 +136,19 @@ def test_gircse_and_llm2comp_on_smollm2(smollm2):
     torch.testing.assert_close(G1, G0, atol=2e-4, rtol=1e-3)
     v = LLM2CompEmbedder(smollm2, k=2).encode_documents(texts)
     assert v.shape == (2, smollm2.hidden_size) and np.isfinite(v).all()
+
+
+def test_inference_embedders_do_not_import_training_code():
+    """#14: the embedders (and the adapters they read) are inference code; encoders/train builds on
+    them, never the reverse."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import alignir.encoders.embedders.autoregembed, alignir.encoders.embedders.gircse\n"
+            "import alignir.encoders.embedders.llm2comp, alignir.encoders.embedders.infonce\n"
+            "from alignir.encoders.embedders import embedder_class\n"
+            "[embedder_class(n) for n in ('autoregembed', 'gircse', 'llm2comp', 'infonce')]\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('alignir.encoders.train', 'encoders'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "[]", out.stdout

@@ -13,8 +13,8 @@ from alignir.errors import InvalidInputError
 import torch
 
 from alignir.encoders.templates import I_NEXT, I_SELF, INSTRUCTION_SEPARATOR
-from alignir.encoders.train.embedder_base import TrainedEmbedder
-from alignir.encoders.train.genbase import (bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone,
+from alignir.encoders.embedders.trained import TrainedEmbedder
+from alignir.encoders.embedders.generative import (bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone,
                                     token_ids)
 
 __all__ = ["AutoRegEmbedEmbedder", "compress", "autoreg_input_ids", "role_instruction"]

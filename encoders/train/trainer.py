@@ -33,7 +33,7 @@ __all__ = ["TrainConfig", "METHODS", "method_class", "train"]
 METHODS = {
     "infonce": "alignir.encoders.train.infonce:InfoNCEMethod",
     "autoregembed": "alignir.encoders.train.autoregembed:AutoRegEmbedMethod",
-    "llm2comp": "encoders.train.llm2comp:LLM2CompMethod",
+    "llm2comp": "alignir.encoders.train.llm2comp:LLM2CompMethod",
     "gircse": "alignir.encoders.train.gircse:GircseMethod",
 }
 

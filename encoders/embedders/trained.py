@@ -1,4 +1,5 @@
-"""Common inference shell of the trained embedders: options, adapter by path, batching, fingerprint."""
+"""Common inference shell of the trained embedders (AutoRegEmbed, LLM2Comp, GIRCSE): options, adapter by
+path, batching, fingerprint. Training code builds on it, never the reverse."""
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
@@ -10,8 +11,8 @@ import torch
 from tqdm.auto import tqdm
 
 from alignir.encoders.embedders.base import Embedder
-from alignir.encoders.train.adapter import adapter_hash, load_adapter
-from alignir.encoders.train.genbase import init_soft_tokens
+from alignir.encoders.embedders.adapters import adapter_hash, load_adapter
+from alignir.encoders.embedders.generative import init_soft_tokens
 
 __all__ = ["TrainedEmbedder"]
 
