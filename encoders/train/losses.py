@@ -160,9 +160,12 @@ def icr_regulariser(Lk: torch.Tensor) -> torch.Tensor:
     return torch.clamp(logs[1:] - logs[:-1], min=0).mean()
 
 
-def gircse_loss(Lk: torch.Tensor, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """L_total = L_contrast + λ L_reg with L_contrast = Σ_k L_k (GIRCSE eq.7, eq.8).
-    Returns (total, contrast, reg)."""
+def gircse_loss(Lk: torch.Tensor, lam: float = 1.0, reduction: str = "sum") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """L_total = L_contrast + λ L_reg with L_contrast = Σ_k L_k (GIRCSE eq.7, eq.8); ``reduction="mean"``
+    optimises Σ_k L_k / K + λ L_reg instead. Returns (total, contrast = Σ_k L_k, reg)."""
+    if reduction not in ("sum", "mean"):
+        raise InvalidInputError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     contrast = Lk.sum()
     reg = icr_regulariser(Lk)
-    return contrast + lam * reg, contrast, reg
+    scaled = contrast if reduction == "sum" else contrast / Lk.numel()
+    return scaled + lam * reg, contrast, reg

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, save_adapter
-from alignir.encoders.train.data import batch_indices, load_pairs, load_texts
+from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
+from alignir.encoders.train.data import batch_indices, describe_texts, load_mix, load_texts
 
-__all__ = ["TrainConfig", "METHODS", "method_class", "train"]
+__all__ = ["TrainConfig", "METHODS", "method_class", "train", "trainable_sha256", "DEFAULT_LR"]
 
 METHODS = {
     "infonce": "alignir.encoders.train.infonce:InfoNCEMethod",
@@ -41,8 +41,9 @@ METHODS = {
 DEFAULT_LR = {
     ("infonce", "contrastive"): 1e-4,
     ("autoregembed", "ic"): 2e-5, ("autoregembed", "ic-text"): 2e-5, ("autoregembed", "cda"): 5e-6,
+    ("autoregembed", "contrastive"): 1e-4,  # §4.1 gives none; its InfoNCE baselines' best (App. A)
     ("llm2comp", "rc"): 1e-4, ("llm2comp", "nll"): 1e-4, ("llm2comp", "ctkd"): 1e-4,
-    ("llm2comp", "ucl"): 3e-5, ("llm2comp", "scl"): 3e-5,
+    ("llm2comp", "ucl"): 3e-5, ("llm2comp", "scl"): 1e-4,  # App. 2.1: pretext 1e-4, UCL 3e-5, SCL 1e-4
     ("gircse", "icr"): 1e-5,
 }
 
@@ -77,6 +78,7 @@ class TrainConfig:
     target_length: int = 128
     split: str = "train"
     n_negatives: int = 1
+    data_mix: str | None = None  # pair sources: "supervised,title,crop" (caps: "title=2000"); None: supervised
     max_examples: int | None = None
     seed: int = 0
     device: str = "auto"
@@ -124,10 +126,30 @@ def _lr_lambda(total: int, warmup: int):
     return f
 
 
-def _load_data(cfg: TrainConfig, kind: str) -> list:
+def _load_data(cfg: TrainConfig, kind: str) -> tuple[list, dict]:
+    """(examples, description of the data for the saved config)."""
     if kind == "pairs":
-        return load_pairs(cfg.data, cfg.split, n_negatives=cfg.n_negatives, seed=cfg.seed, max_queries=cfg.max_examples)
-    return load_texts(cfg.data, max_texts=cfg.max_examples)
+        return load_mix(cfg.data, cfg.data_mix, cfg.split, n_negatives=cfg.n_negatives, seed=cfg.seed,
+                        max_examples=cfg.max_examples)
+    if cfg.data_mix:
+        raise InvalidInputError(f"stage {cfg.method}/{cfg.stage} trains on raw texts; a data mix applies to pair stages only")
+    texts = load_texts(cfg.data, max_texts=cfg.max_examples)
+    return texts, describe_texts(cfg.data, texts)
+
+
+def trainable_sha256(peft_model, extra: dict[str, torch.Tensor]) -> str:
+    """sha256 of every trained tensor (LoRA weights by name + soft tokens) as float32: equal hashes
+    mean a stage starts exactly where the previous one ended."""
+    import hashlib
+
+    from peft import get_peft_model_state_dict
+
+    h = hashlib.sha256()
+    tensors = {f"lora:{k}": v for k, v in get_peft_model_state_dict(peft_model).items()}
+    tensors.update({f"extra:{k}": v for k, v in extra.items()})
+    for k in sorted(tensors):
+        h.update(k.encode() + b"\0" + tensors[k].detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def split_heldout(data: list, n: int, seed: int) -> tuple[list, list]:
@@ -173,6 +195,11 @@ def check_resumable(ckpt: Path, cfg: TrainConfig) -> None:
                                 f"start over with --no-resume")
     now = json.loads(json.dumps(asdict(cfg), default=str))
     diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
+    lr_then = json.loads(meta_file.read_text()).get("lr")
+    lr_now = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
+    if not diff and lr_then is not None and float(lr_then) != float(lr_now):
+        diff = ["lr"]  # the same config, but the method's default learning rate changed meanwhile
+        saved, now = {**saved, "lr": lr_then}, {**now, "lr": lr_now}
     if diff:
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
         raise InvalidInputError(f"cannot resume {ckpt.parent}: its checkpoint was made with other settings ({shown}); "
@@ -208,7 +235,9 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     cls = method_class(cfg.method)
     kind = cls.STAGES[cfg.stage]
-    data, held = split_heldout(_load_data(cfg, kind), cfg.eval_examples, cfg.seed)
+    examples, data_desc = _load_data(cfg, kind)
+    data, held = split_heldout(examples, cfg.eval_examples, cfg.seed)
+    data_desc = {**data_desc, "train": len(data), "heldout": len(held)}
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint"
@@ -265,8 +294,13 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     meta = {
         "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
         "base_model": dict(loaded.identity), "embedder": method.embedder_family(),
-        "embedder_options": method.embedder_options(), "n_examples": len(data),
+        "embedder_options": method.embedder_options(), "n_examples": len(data), "data": data_desc,
+        "init_adapter_final_sha256": read_meta(cfg.init_adapter).get("final_weights_sha256") if cfg.init_adapter else None,
     }
+    if start == 0:
+        meta["start_weights_sha256"] = trainable_sha256(peft_model, method.extra_tensors())
+    elif (resume_from / META_FILE).is_file():
+        meta["start_weights_sha256"] = json.loads((resume_from / META_FILE).read_text()).get("start_weights_sha256")
     log_path = out / "loss_log.jsonl"
     eval_path = out / "eval_log.jsonl"
     if start == 0:
@@ -320,7 +354,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
                 return {"out": str(out), "steps": step + 1, "interrupted": True}
     seconds = time.perf_counter() - t0
     run_eval(cfg.steps)
-    meta.update({"steps": cfg.steps, "train_seconds": seconds, "final": last})
+    meta.update({"steps": cfg.steps, "train_seconds": seconds, "final": last,
+                 "final_weights_sha256": trainable_sha256(peft_model, method.extra_tensors())})
     if held:
         meta["heldout"] = {"n": len(held), "first": evals[0] if evals else None, "last": evals[-1]}
     peft_model.eval()
