@@ -15,8 +15,11 @@ Stage ``contrastive`` (§4.1 "Training": for retrieval the paper adds an epoch o
 fine-tuning after IC/CDA, "to better align with the evaluation process", with mined hard
 negatives): InfoNCE (eq.1) between the mean-pooled compress states of the query (I_next) and of
 every document of the batch (I_self: positives, in-batch negatives, hard negatives) — exactly the
-vectors the embedder retrieves with. τ=0.05 is the paper's temperature (App. A, also its InfoNCE
-baselines'); lr 1e-4 the best of its InfoNCE baselines (App. A), as §4.1 gives none for this epoch.
+vectors the embedder retrieves with. ``in_batch=False`` is eq.1 to the letter: each query's
+denominator holds its positive and its own hard negatives d_i^- only (the paper mines 7 from BM25-like
+ranks 30-210; here ``--negatives N`` BM25 negatives). τ=0.05 is the paper's temperature (App. A, also
+its InfoNCE baselines'); lr 1e-4 the best of its InfoNCE baselines (App. A), as §4.1 gives none for
+this epoch. The stage starts from the CDA (or IC) adapter: ``--stages ic,cda,contrastive``.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ from alignir.encoders.embedders.autoregembed import compress, pool_compress, rol
 from alignir.encoders.train.adapter import frozen
 from alignir.encoders.train.base import Method, pair_texts
 from alignir.encoders.train.genbase import decoder_logits, init_soft_tokens, pad_id, right_pad, token_ids, token_logprobs
-from alignir.encoders.train.losses import SQUASH, cda_divergence_loss, cda_loss, info_nce, sequence_nll, token_divergence
+from alignir.encoders.train.losses import (SQUASH, cda_divergence_loss, cda_loss, info_nce, own_candidates, sequence_nll,
+                                          token_divergence)
 
 __all__ = ["AutoRegEmbedMethod"]
 
@@ -43,7 +47,7 @@ class AutoRegEmbedMethod(Method):
         "ic": {"k": 5, "task": "retrieval", "ic_self": True},
         "ic-text": {"k": 5, "task": "retrieval"},
         "cda": {"k": 5, "task": "retrieval", "tau": 0.05, "beta": 0.1, "squash": "sigmoid", "divergence": "logratio"},
-        "contrastive": {"k": 5, "task": "retrieval", "tau": 0.05},
+        "contrastive": {"k": 5, "task": "retrieval", "tau": 0.05, "in_batch": True},
     }
 
     def setup(self, extra):
@@ -107,7 +111,8 @@ class AutoRegEmbedMethod(Method):
             queries, docs, pos = pair_texts(batch)
             q = pool_compress(self._enc(queries, self.i_next), "mean")
             d = pool_compress(self._enc(docs, self.i_self), "mean")
-            loss = info_nce(q, d, torch.tensor(pos), float(self.hp["tau"]))
+            cand = None if self.hp["in_batch"] else own_candidates([len(p.negatives) for p in batch])
+            loss = info_nce(q, d, torch.tensor(pos), float(self.hp["tau"]), cand)
             return loss, {"loss": float(loss.detach())}
         return self._cda(batch)
 

@@ -185,7 +185,7 @@ def batch_indices(n: int, batch_size: int, seed: int, start_step: int = 0) -> It
 
 
 #: pair sources of ``--data-mix``: supervised = the qrels split (or a triples jsonl); title and crop
-#: are unsupervised pairs from the corpus alone (encoders/train/unsupervised.py)
+#: are unsupervised pairs from a corpus alone (encoders/train/unsupervised.py)
 MIX_SOURCES = ("supervised", "title", "crop")
 #: qrels splits that never train (they measure the product)
 FORBIDDEN_SPLITS = ("test",)
@@ -215,12 +215,14 @@ def parse_mix(spec: str | None) -> list[tuple[str, int | None]]:
 
 
 def load_mix(path: str | Path, spec: str | None = None, split: str = "train", n_negatives: int = 1, seed: int = 0,
-             max_examples: int | None = None) -> tuple[list[Pair], dict]:
+             max_examples: int | None = None, corpora: list[str] | None = None) -> tuple[list[Pair], dict]:
     """Pairs of every source of the data mix ``spec`` (see :func:`parse_mix`), concatenated, and a
     description of them (sources, counts, split) for the run's saved config.
 
-    ``max_examples`` keeps the first N queries of the supervised source (as before); test qrels
-    (``split="test"``) are refused: they never train.
+    The supervised source reads ``path``; the unsupervised ones (title, crop) read the corpus of
+    every folder in ``corpora`` (default: ``path`` alone), each corpus mining its own BM25
+    negatives, a cap ``=N`` applying per corpus. ``max_examples`` keeps the first N queries of the
+    supervised source; test qrels (``split="test"``) are refused: they never train.
     """
     from alignir.encoders.train import unsupervised as un
 
@@ -229,7 +231,7 @@ def load_mix(path: str | Path, spec: str | None = None, split: str = "train", n_
         raise InvalidInputError(f"the {split!r} qrels never train (they measure the product); use the train split")
     pairs: list[Pair] = []
     desc: dict = {"path": str(path), "mix": spec or "supervised", "sources": []}
-    docs = None
+    docs: dict[str, list] = {}
     for name, cap in sources:
         if name == "supervised":
             got = load_pairs(path, split, n_negatives=n_negatives, seed=seed, max_queries=max_examples)
@@ -238,14 +240,17 @@ def load_mix(path: str | Path, spec: str | None = None, split: str = "train", n_
                 got = [got[int(i)] for i in keep]
             row = {"name": name, "count": len(got), "negatives_per_pair": n_negatives,
                    "qrels_split": split if Path(path).is_dir() else None, "file": None if Path(path).is_dir() else str(path)}
-        else:
-            docs = docs if docs is not None else un.load_corpus_docs(path)
-            fn = un.title_pairs if name == "title" else un.crop_pairs
-            got = fn(docs, n_negatives=n_negatives, seed=seed, max_pairs=cap)
-            row = {"name": name, "count": len(got), "negatives_per_pair": n_negatives, "from": "corpus.jsonl (no qrels)",
-                   "corpus_docs": len(docs)}
-        desc["sources"].append(row)
-        pairs.extend(got)
+            desc["sources"].append(row)
+            pairs.extend(got)
+            continue
+        fn = un.title_pairs if name == "title" else un.crop_pairs
+        for corpus in corpora or [str(path)]:
+            if corpus not in docs:
+                docs[corpus] = un.load_corpus_docs(corpus)
+            got = fn(docs[corpus], n_negatives=n_negatives, seed=seed, max_pairs=cap)
+            desc["sources"].append({"name": name, "corpus": str(corpus), "count": len(got), "negatives_per_pair": n_negatives,
+                                    "from": "corpus.jsonl (no queries, no qrels)", "corpus_docs": len(docs[corpus])})
+            pairs.extend(got)
     desc["total"] = len(pairs)
     return pairs, desc
 

@@ -22,7 +22,7 @@ from alignir.errors import InvalidInputError
 __all__ = ["run_stages", "stage_configs", "split_stage_hp", "STAGE_FIELDS"]
 
 #: TrainConfig fields a stage may override (the others describe the whole run)
-STAGE_FIELDS = ("steps", "lr", "batch_size", "grad_accum", "weight_decay", "warmup_ratio", "data", "data_mix",
+STAGE_FIELDS = ("steps", "lr", "batch_size", "grad_accum", "weight_decay", "warmup_ratio", "data", "data_mix", "corpora",
                 "split", "n_negatives", "max_examples", "max_length", "target_length", "eval_examples", "eval_every",
                 "save_every")
 

@@ -79,6 +79,7 @@ class TrainConfig:
     split: str = "train"
     n_negatives: int = 1
     data_mix: str | None = None  # pair sources: "supervised,title,crop" (caps: "title=2000"); None: supervised
+    corpora: list[str] | None = None  # corpora of the unsupervised sources / raw-text stages (default: [data])
     max_examples: int | None = None
     seed: int = 0
     device: str = "auto"
@@ -108,6 +109,9 @@ class TrainConfig:
             raise InvalidInputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not Path(self.data).exists():
             raise InvalidInputError(f"training data {self.data!r} does not exist")
+        for c in self.corpora or []:
+            if not Path(c).exists():
+                raise InvalidInputError(f"corpus {c!r} does not exist")
         if self.eval_examples < 0 or self.eval_every < 0:
             raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
@@ -130,11 +134,16 @@ def _load_data(cfg: TrainConfig, kind: str) -> tuple[list, dict]:
     """(examples, description of the data for the saved config)."""
     if kind == "pairs":
         return load_mix(cfg.data, cfg.data_mix, cfg.split, n_negatives=cfg.n_negatives, seed=cfg.seed,
-                        max_examples=cfg.max_examples)
+                        max_examples=cfg.max_examples, corpora=cfg.corpora)
     if cfg.data_mix:
         raise InvalidInputError(f"stage {cfg.method}/{cfg.stage} trains on raw texts; a data mix applies to pair stages only")
-    texts = load_texts(cfg.data, max_texts=cfg.max_examples)
-    return texts, describe_texts(cfg.data, texts)
+    texts: list[str] = []
+    for src in cfg.corpora or [cfg.data]:
+        texts.extend(load_texts(src, max_texts=cfg.max_examples))
+    desc = describe_texts(cfg.data, texts)
+    if cfg.corpora:
+        desc["corpora"] = list(cfg.corpora)
+    return texts, desc
 
 
 def trainable_sha256(peft_model, extra: dict[str, torch.Tensor]) -> str:

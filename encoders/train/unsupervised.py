@@ -1,7 +1,7 @@
 """Unsupervised training pairs from a corpus alone (no queries, no qrels).
 
-- ``title_pairs``: a document's title as the query, its abstract (body text) as the positive — the
-  title ↔ body pairs of Contriever-style pre-training data.
+- ``title_pairs``: a document's title as the query, its abstract (body text, without a leading copy
+  of the title) as the positive — the title ↔ body pairs of Contriever-style pre-training data.
 - ``crop_pairs``: *independent cropping* (Izacard et al., "Unsupervised Dense Information Retrieval
   with Contrastive Learning" (Contriever), §3.2): two spans of one document drawn independently,
   each covering a uniform 10–50 % of its words; one is the query, the other the positive.
@@ -14,6 +14,7 @@ test query can enter these pairs.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 from alignir.encoders.train.data import Pair, _read_jsonl
 from alignir.errors import InvalidInputError
 
-__all__ = ["CorpusDoc", "load_corpus_docs", "crop_span", "title_pairs", "crop_pairs", "MIN_CROP_WORDS"]
+__all__ = ["CorpusDoc", "load_corpus_docs", "crop_span", "body_without_title", "title_pairs", "crop_pairs", "MIN_CROP_WORDS"]
 
 #: documents with fewer words than this give no crop pairs (a 10 % span would be empty)
 MIN_CROP_WORDS = 10
@@ -92,14 +93,34 @@ def _subset(idx: list[int], max_pairs: int | None, seed: int) -> list[int]:
     return idx
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def body_without_title(doc: CorpusDoc) -> str:
+    """The document's text with a leading copy of its title removed (Cranfield texts open with
+    their title: the pair would be solved by string matching). Matching ignores case and
+    punctuation; texts that do not start with the title are returned unchanged."""
+    title, text = _words(doc.title), doc.text
+    if not title or _words(text)[:len(title)] != title:
+        return text
+    seen = 0
+    for m in re.finditer(r"\w+", text):
+        seen += 1
+        if seen == len(title):
+            return text[m.end():].lstrip(" .,;:-\n\t")
+    return text
+
+
 def title_pairs(docs: list[CorpusDoc], n_negatives: int = 1, seed: int = 0, max_pairs: int | None = None,
                 depth: int = 30) -> list[Pair]:
-    """(title, abstract) of every document that has both; negatives: abstracts of BM25 neighbours."""
-    idx = _subset([i for i, d in enumerate(docs) if d.title and d.text], max_pairs, seed)
+    """(title, body) of every document that has both (the body without a leading copy of the title,
+    :func:`body_without_title`); negatives: the bodies of BM25 neighbours."""
+    bodies = [body_without_title(d) if d.title else d.text for d in docs]
+    idx = _subset([i for i, d in enumerate(docs) if d.title and bodies[i]], max_pairs, seed)
     if not idx:
         raise InvalidInputError("no document has both a title and a text: no title pairs")
-    bodies = [d.text for d in docs]
-    return _with_negatives([docs[i].title for i in idx], [docs[i].text for i in idx], idx, bodies,
+    return _with_negatives([docs[i].title for i in idx], [bodies[i] for i in idx], idx, bodies,
                            n_negatives, depth, seed, lambda j, rng: bodies[j])
 
 
