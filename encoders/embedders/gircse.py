@@ -38,10 +38,13 @@ def gircse_input_ids(tokenizer, text: str, instruction: str | None, max_length: 
     §4.1), the raw text when there is no instruction."""
     if prompt not in PROMPTS:
         raise InvalidInputError(f"unknown GIRCSE prompt {prompt!r}; use one of {PROMPTS}")
-    body = token_ids(tokenizer, text, max_length)
     if prompt == "instruct":
-        pre = token_ids(tokenizer, f"Instruct: {instruction}\nQuery: ") if instruction else []
-        return bos_ids(tokenizer) + pre + body
+        if not instruction:
+            return bos_ids(tokenizer) + token_ids(tokenizer, text, max_length)
+        # the text keeps its leading space (" word" as in running text, not a lone space token)
+        pre = token_ids(tokenizer, f"Instruct: {instruction}\nQuery:")
+        return bos_ids(tokenizer) + pre + token_ids(tokenizer, " " + text, max_length)
+    body = token_ids(tokenizer, text, max_length)
     pre = token_ids(tokenizer, instruction + INSTRUCTION_SEPARATOR) if instruction else []
     if prompt == "prompteol":
         return bos_ids(tokenizer) + pre + token_ids(tokenizer, _EOL_HEAD) + body + token_ids(tokenizer, _EOL_TAIL)
