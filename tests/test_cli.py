@@ -143,11 +143,19 @@ def test_killed_build_leaves_old_index_usable(env, tiny_folder):
         p = subprocess.Popen(cmd, env=child_env, cwd=ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         time.sleep(delay)
-        finished = p.poll() is not None
         p.send_signal(signal.SIGKILL)
         p.wait()
-        if finished:
-            break  # the build beat the kill: the new index must be whole
+        # The kill may land before the swap (the old index must be untouched) or after it (the
+        # process can still be shutting down when the new index is already in place; then the
+        # new index must be whole): never anything in between.
+        info = invoke("info", "--index", idx, "--json")
+        assert info.exit_code == 0, info.output
+        n_docs = json.loads(info.stdout)["counts"]["docs"]
+        assert n_docs in (3, 400), n_docs
+        if n_docs == 400:
+            hits = json.loads(invoke("search", "plants", "--index", idx, "--mode", "sparse", "--json").stdout)
+            assert len(hits["hits"]) == 10
+            break
         after = invoke("search", "plants", "--index", idx, "--mode", "sparse", "--json")
         assert after.exit_code == 0, after.output
         assert after.stdout == before

@@ -1,7 +1,14 @@
 """Every search mode on ADI with the real SmolLM2 returns exactly the rankings saved before the
 architecture refactor (issue 14): the same document ids in the same order with the same float32
 scores, top-100 for every ADI query. ``ALIGNIR_WRITE_REFERENCE=1`` rewrites the reference file
-(only ever from a commit whose rankings are the reference)."""
+(only ever from a commit whose rankings are the reference).
+
+On the machine that wrote the reference the rankings are equal bit for bit. Another CPU (other
+SIMD width, other thread count) sums the model's float32 matmuls in another order, so the scores
+are compared to a relative 1e-4 of the list's top score (float noise scales with the operands: a
+tail score of 0.004 under a top score of 17 moves by ~1e-4 when an aligned-token weight near
+its cut-off moves), and two documents may trade places only when their reference scores are that
+close (a near tie); any real change of behaviour moves scores far more."""
 from __future__ import annotations
 
 import json
@@ -42,6 +49,33 @@ def test_adi_rankings_equal_the_saved_reference(tmp_path, monkeypatch, smollm2):
     want = json.loads(REFERENCE.read_text())
     assert set(got) == set(want)
     for mode in MODES:
+        assert set(got[mode]) == set(want[mode]), mode
         for q, hits in want[mode].items():
-            assert [h[0] for h in got[mode][q]] == [h[0] for h in hits], (mode, q)
-            assert [h[1] for h in got[mode][q]] == [h[1] for h in hits], (mode, q)
+            _assert_same_ranking(got[mode][q], hits, (mode, q))
+
+
+RTOL = 1e-4
+
+
+def _assert_same_ranking(got: list, want: list, where: tuple) -> None:
+    """Same length, the score at every rank close, and every document either at its reference
+    rank or swapped within a near tie (its reference score close to the score at its new rank;
+    a document new to the top-k must tie with the reference's last score)."""
+    assert len(got) == len(want), where
+    if not want:
+        return
+    tol = RTOL * max(1e-6, max(abs(s) for _, s in want))
+
+    def close(a: float, b: float) -> bool:
+        return abs(a - b) <= tol
+
+    diffs = [abs(g[1] - w[1]) for g, w in zip(got, want)]
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if not close(g[1], w[1])]
+    assert not bad, (where, f"scores differ at ranks {bad[:5]}, max |diff| {max(diffs):.3g}")
+    want_score = {doc: score for doc, score in want}
+    for rank, (doc, score) in enumerate(got):
+        if doc == want[rank][0]:
+            continue
+        ref = want_score.get(doc, want[-1][1])
+        assert close(ref, score), (where, f"rank {rank + 1}: {doc} (reference score {ref}) replaces "
+                                           f"{want[rank][0]} ({want[rank][1]}), not a near tie")
