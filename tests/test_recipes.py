@@ -158,3 +158,18 @@ def test_gircse_adapter_records_its_prompt_and_old_adapters_read_plain(tiny_mode
     with pytest.raises(ValueError, match="prompt"):
         train(_cfg(tmp_path, "gircse", "icr", data_files["pairs"], steps=1, hp={"prompt": "chat"}, resume=False),
               loaded=tiny_model)
+
+
+def test_a_long_run_in_time_slices_equals_one_run(tiny_model, data_files, tmp_path):
+    """``--stop-after N`` pauses with a checkpoint even between ``save_every`` points; the same
+    command continues exactly (same per-step losses as one uninterrupted run)."""
+    full = train(_cfg(tmp_path / "a", "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3),
+                 loaded=tiny_model)
+    cfg = _cfg(tmp_path / "b", "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3, stop_after=2)
+    assert train(cfg, loaded=tiny_model)["steps"] == 2
+    assert train(cfg, loaded=tiny_model)["steps"] == 4
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps"] == 5 and not done.get("interrupted")
+    assert len(train_log(done["out"])) == 5
+    torch.testing.assert_close(torch.tensor([r["loss"] for r in train_log(done["out"])]),
+                               torch.tensor([r["loss"] for r in train_log(full["out"])]), rtol=1e-5, atol=1e-6)

@@ -89,7 +89,7 @@ class TrainConfig:
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     resume: bool = True
     progress: bool = True
-    stop_after: int | None = None  # stop (as if interrupted) after this many steps of this run, no final save
+    stop_after: int | None = None  # pause after this many steps of this run (checkpoint saved, no final adapter)
     eval_examples: int = 0  # hold out this many examples (seeded); their loss is logged without gradients
     eval_every: int = 0  # steps between held-out evaluations (0: only before the first and after the last step)
     hp: dict[str, Any] = field(default_factory=dict)
@@ -360,6 +360,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                 _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0)
             if cfg.stop_after and step + 1 - start >= cfg.stop_after and step + 1 < cfg.steps:
+                # a pause: checkpoint here so that the same command continues exactly
+                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0)
                 return {"out": str(out), "steps": step + 1, "interrupted": True}
     seconds = time.perf_counter() - t0
     run_eval(cfg.steps)

@@ -93,6 +93,8 @@ def register(app: typer.Typer) -> None:
         grad_checkpointing: bool = typer.Option(False, "--grad-checkpointing"),
         init_adapter: Optional[str] = typer.Option(None, help="continue from a previous stage's adapter"),
         save_every: int = typer.Option(0, min=0, help="checkpoint every N steps (0: only at the end)"),
+        stop_after: Optional[int] = typer.Option(None, min=1, help="pause after N steps of this invocation (checkpoint "
+                                                 "saved; the same command continues): a long run in time slices"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="resume from OUT/checkpoint if present"),
         eval_examples: int = typer.Option(0, min=0, help="hold out N examples; log their loss (eval_log.jsonl)"),
         eval_every: int = typer.Option(0, min=0, help="held-out loss every N steps (0: before and after only)"),
@@ -118,6 +120,7 @@ def register(app: typer.Typer) -> None:
             split=split, n_negatives=negatives, data_mix=data_mix, corpora=list(corpus) or None,
             max_examples=max_examples, seed=seed, device=device, dtype=dtype,
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
+            stop_after=stop_after,
             eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
         )
         try:
