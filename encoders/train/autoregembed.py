@@ -16,8 +16,8 @@ fine-tuning after IC/CDA, "to better align with the evaluation process", with mi
 negatives): InfoNCE (eq.1) between the mean-pooled compress states of the query (I_next) and of
 every document of the batch (I_self: positives, in-batch negatives, hard negatives) — exactly the
 vectors the embedder retrieves with. ``in_batch=False`` is eq.1 to the letter: each query's
-denominator holds its positive and its own hard negatives d_i^- only (the paper mines 7 from BM25-like
-ranks 30-210; here ``--negatives N`` BM25 negatives). τ=0.05 is the paper's temperature (App. A, also
+denominator holds its positive and its own hard negatives d_i^- only (the paper draws 7 from NV-Embed's
+ranks 30-210; here ``--negatives N`` from BM25's top 30). τ=0.05 is the paper's temperature (App. A, also
 its InfoNCE baselines'); lr 1e-4 the best of its InfoNCE baselines (App. A), as §4.1 gives none for
 this epoch. The stage starts from the CDA (or IC) adapter: ``--stages ic,cda,contrastive``.
 """
