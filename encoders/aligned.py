@@ -17,6 +17,7 @@ float32 with one column per *term* (a token, or a folded group of token variants
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
+from alignir.index.io import save_npy
 
 import hashlib
 import json
@@ -312,7 +313,7 @@ class TermMap:
     def save(self, folder: str | os.PathLike) -> None:
         """Write ``token_to_term.npy`` and ``terms.json`` (no pickle)."""
         os.makedirs(folder, exist_ok=True)
-        np.save(os.path.join(folder, "token_to_term.npy"), self.token_to_term.astype("<i4"))
+        save_npy(os.path.join(folder, "token_to_term.npy"), self.token_to_term.astype("<i4"))
         with open(os.path.join(folder, "terms.json"), "w", encoding="utf-8") as f:
             json.dump({"kind": self.kind, "fingerprint": self.fingerprint(),
                        "term_strings": list(self.term_strings)}, f, ensure_ascii=False)

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 import uuid
 import zipfile
@@ -38,6 +37,7 @@ from tqdm.auto import tqdm
 from alignir.encoders.embedders.base import Embedder
 from alignir.encoders.models import cache_dir
 from alignir.errors import InvalidInputError
+from alignir.index.io import atomic_write, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -186,28 +186,15 @@ class EmbeddingCache:
         path = self.root / fp / "fingerprint.json"
         if path.is_file():
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fingerprint.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(fingerprint, fh, sort_keys=True, indent=1)
-        os.replace(tmp, path)
+        atomic_write_json(path, fingerprint, sort_keys=True, indent=1)
 
     @staticmethod
     def _write_part(folder: Path, tag: str, seq: int, keys: list[bytes], vectors: np.ndarray) -> str:
         folder.mkdir(parents=True, exist_ok=True)
         name = f"part-{tag}-{seq:06d}-{uuid.uuid4().hex[:8]}.npz"
         karr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), _KEY_BYTES)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, keys=karr, vectors=np.ascontiguousarray(vectors, dtype=np.float32))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, folder / name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with atomic_write(folder / name, "wb") as fh:
+            np.savez(fh, keys=karr, vectors=np.ascontiguousarray(vectors, dtype=np.float32))
         return name
 
     # ------------------------------------------------------------------ public API
@@ -321,10 +308,8 @@ class EmbeddingCache:
                     for part in sorted(rdir.glob("part-*.npz")):
                         if (dst / part.name).exists():
                             continue
-                        fd, tmp = tempfile.mkstemp(dir=dst, prefix=".part-", suffix=".tmp")
-                        os.close(fd)
-                        shutil.copyfile(part, tmp)
-                        os.replace(tmp, dst / part.name)
+                        with open(part, "rb") as src, atomic_write(dst / part.name, "wb") as fh:
+                            shutil.copyfileobj(src, fh)
                         copied += 1
         return copied
 

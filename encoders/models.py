@@ -18,6 +18,7 @@ which is right for tied and untied heads alike.
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
+from alignir.index.io import atomic_write_text, replace_dir, sha256_file
 
 import contextlib
 import fcntl
@@ -186,11 +187,7 @@ def file_sha256(path: str | os.PathLike, memo: bool = True) -> str:
                 return str(table[key])
         except (OSError, ValueError):
             pass
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    digest = h.hexdigest()
+    digest = sha256_file(p)
     if memo:
         try:
             with _file_lock(memo_file.with_suffix(".lock")):
@@ -199,18 +196,10 @@ def file_sha256(path: str | os.PathLike, memo: bool = True) -> str:
                 except (OSError, ValueError):
                     table = {}
                 table[key] = digest
-                _atomic_write_text(memo_file, json.dumps(table, indent=0, sort_keys=True))
+                atomic_write_text(memo_file, json.dumps(table, indent=0, sort_keys=True))
         except OSError as e:  # a read-only cache must not stop a load
             log.debug("could not memoise sha256: %s", e)
     return digest
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -326,9 +315,7 @@ def _convert_gguf(gguf: Path, target: Path, sha: str) -> None:
         tok.save_pretrained(tmp)
         meta = {"format": CONVERT_FORMAT, "source": str(gguf), "name": target.name, "sha256": sha}
         (tmp / "alignir_source.json").write_text(json.dumps(meta, indent=1))
-        if target.exists():  # callers hold the lock, so only a stale folder can be here
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        replace_dir(tmp, target)  # callers hold the lock, so only a stale folder can be replaced
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

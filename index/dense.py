@@ -18,7 +18,7 @@ Index kinds: ``"flat"`` (exact ``IndexFlatIP``, the default), ``"hnsw"``
 (``IndexHNSWFlat``), ``"ivfpq"`` (``IndexIVFPQ``, trained on the corpus). A faiss GPU
 copy is used for flat/IVF-PQ searches when ``faiss.get_num_gpus() > 0``.
 
-Files written by ``save`` (no pickle): ``dense.json`` (parameters), ``index.faiss``
+A part of the index folder (``index.parts.Part``). Files written by ``save`` (no pickle): ``dense.json`` (parameters), ``index.faiss``
 (faiss serialisation), ``mean.npy`` / ``whiten.npy`` (the fitted map),
 ``deleted.npy`` (tombstones).
 """
@@ -31,12 +31,13 @@ import math
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import faiss
 import numpy as np
 
 from alignir.index.io import save_npy
+from alignir.index.parts import check_empty_folder
 
 FORMAT_VERSION = 1
 KINDS = ("flat", "hnsw", "ivfpq")
@@ -444,11 +445,16 @@ class DenseIndex:
 
     # ---- persistence -------------------------------------------------------------
 
-    def save(self, directory: str | Path) -> None:
+    def describe(self) -> dict[str, Any]:
+        """The index manifest's entry for this part (``index.parts.Part``)."""
+        return {"kind": self.kind, "n_docs": self.n_docs, "n_live": self.n_live, "dim_in": self.dim_in,
+                "dim": self.dim, "normalize": self.params.normalize, "center": self.params.center,
+                "whiten": self.params.whiten}
+
+    def save(self, folder: str | Path) -> None:
         """Write ``dense.json``, ``index.faiss``, ``deleted.npy`` and the transform
-        arrays into ``directory`` (created if needed). No pickle."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        arrays into ``folder`` (new or empty). No pickle."""
+        out = check_empty_folder(folder)
         meta = {
             "format_version": FORMAT_VERSION,
             "faiss_version": faiss.__version__,
@@ -468,12 +474,19 @@ class DenseIndex:
             save_npy(out / "mean.npy", self.transform.mean)
         if self.transform.matrix is not None:
             save_npy(out / "whiten.npy", self.transform.matrix)
-        (out / "dense.json").write_text(json.dumps(meta, indent=2))
+        with open(out / "dense.json", "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2)
 
     @classmethod
-    def load(cls, directory: str | Path, mmap: bool = False, use_gpu: bool = True) -> "DenseIndex":
-        """Read what :meth:`save` wrote. ``mmap``: map the faiss file (flat / IVF only)."""
-        src = Path(directory)
+    def load(cls, folder: str | Path, entry: Mapping[str, Any] | None = None, *, mmap: bool = False,
+             use_gpu: bool = True) -> "DenseIndex":
+        """Read what :meth:`save` wrote (``entry``: unused, the folder describes itself).
+
+        ``mmap``: map ``index.faiss`` read-only instead of reading it: the vectors of a flat
+        index and the HNSW storage are used in place from the page cache (faiss
+        ``IO_FLAG_MMAP_IFC``), IVF-PQ inverted lists likewise (``IO_FLAG_MMAP``); the index is
+        then read-only (``add`` refuses, ``remove`` still works: tombstones are in memory)."""
+        src = Path(folder)
         meta_path = src / "dense.json"
         if not meta_path.is_file():
             raise InvalidInputError(f"{src} is not a dense index folder (no dense.json)")
@@ -489,7 +502,9 @@ class DenseIndex:
         known = set(DenseParams.__dataclass_fields__)
         params = DenseParams(**{k: v for k, v in meta["params"].items() if k in known})
         params.validate()
-        flags = faiss.IO_FLAG_MMAP if (mmap and params.kind != "hnsw") else 0
+        flags = 0
+        if mmap:
+            flags = faiss.IO_FLAG_MMAP if params.kind == "ivfpq" else faiss.IO_FLAG_MMAP_IFC
         try:
             index = faiss.read_index(str(src / "index.faiss"), flags)
         except RuntimeError as e:
@@ -509,6 +524,22 @@ class DenseIndex:
         out = cls(params, dim_in, Transform(mean, matrix), index, deleted, use_gpu=use_gpu)
         out.read_only = bool(flags)
         return out
+
+    def vectors(self) -> np.ndarray | None:
+        """The indexed (transformed) vectors [n_docs, dim] as a read-only view of faiss's own
+        storage — the mapped ``index.faiss`` after ``load(mmap=True)`` — for the flat and HNSW
+        kinds; None for IVF-PQ (its vectors are compressed codes)."""
+        store = self._index
+        if self.params.kind == "hnsw":
+            store = faiss.downcast_index(self._index.storage)
+        elif self.params.kind != "flat":
+            return None
+        n = self.n_docs
+        if n == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        view = faiss.rev_swig_ptr(store.get_xb(), n * self.dim).reshape(n, self.dim)
+        view.flags.writeable = False
+        return view
 
 
 # ---------------------------------------------------------------------------------

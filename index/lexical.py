@@ -5,12 +5,14 @@ same numba kernel as the aligned tokens) plus its vocabulary (term id = position
 parameters that made the weights (k1, b, analyser). It knows nothing about how words are
 found in text: retrieval/bm25.py turns texts into weights and queries into term vectors.
 
-Folder layout (``index.store`` puts it at ``lexical/`` and checksums every file)::
+A part of the index folder (``index.parts.Part``). Folder layout (``index.store`` puts it at
+``lexical/`` and checksums every file)::
 
     postings/     index.sparse.SparseIndex.save output
     vocab.json    JSON list of the term strings (no pickle)
 
-The parameters live in the index manifest (``manifest["lexical"]``), not in this folder.
+The parameters live in the part's manifest entry (``manifest["parts"]["lexical"]["params"]``,
+what :meth:`LexicalLeg.describe` returns), not in this folder.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from alignir.index.parts import check_empty_folder
 from alignir.index.sparse import SparseIndex
 
 POSTINGS_DIR = "postings"
@@ -52,21 +55,26 @@ class LexicalLeg:
     def n_terms(self) -> int:
         return len(self.vocab)
 
-    def save(self, path: str | Path) -> None:
-        """Write ``postings/`` and ``vocab.json`` into ``path`` (created)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        self.index.save(path / POSTINGS_DIR)
-        with open(path / VOCAB_FILE, "w", encoding="utf-8") as f:
+    def describe(self) -> dict[str, Any]:
+        """The index manifest's entry for this part (``index.parts.Part``): the parameters that
+        made the weights (which :meth:`load` reads back) and the sizes."""
+        return {"params": dict(self.params), "n_terms": self.n_terms,
+                "n_postings": int(self.index.n_postings)}
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``postings/`` and ``vocab.json`` into ``folder`` (new or empty)."""
+        folder = check_empty_folder(folder)
+        self.index.save(folder / POSTINGS_DIR)
+        with open(folder / VOCAB_FILE, "w", encoding="utf-8") as f:
             json.dump(self.vocab, f, ensure_ascii=False, separators=(",\n", ": "))
             f.write("\n")
 
     @classmethod
-    def load(cls, path: str | Path, params: Mapping[str, Any] | None = None, mmap: bool = True,
-             verify: bool = True) -> "LexicalLeg":
-        """Open a folder written by :meth:`save`. ``verify`` checks the postings' own
-        checksums (the index store checks every file, the vocabulary included)."""
-        path = Path(path)
+    def load(cls, folder: str | Path, entry: Mapping[str, Any] | None = None, *,
+             mmap: bool = True) -> "LexicalLeg":
+        """Open a folder written by :meth:`save`; ``entry`` (what :meth:`describe` returned)
+        gives the parameters (``entry["params"]``)."""
+        path = Path(folder)
         vf = path / VOCAB_FILE
         if not vf.is_file():
             raise InvalidInputError(f"{path}: the lexical vocabulary {VOCAB_FILE} is missing")
@@ -76,8 +84,11 @@ class LexicalLeg:
             raise InvalidInputError(f"{vf} is not a valid JSON term list: {e}") from None
         if not isinstance(vocab, list) or not all(isinstance(t, str) for t in vocab):
             raise InvalidInputError(f"{vf} must hold a JSON list of strings")
-        index = SparseIndex.load(path / POSTINGS_DIR, mmap=mmap, verify=verify)
-        return cls(index, vocab, dict(params or {}))
+        params = (entry or {}).get("params") or {}
+        if not isinstance(params, Mapping):
+            raise InvalidInputError(f"{path}: the lexical parameters must be a JSON object")
+        index = SparseIndex.load(path / POSTINGS_DIR, mmap=mmap)
+        return cls(index, vocab, dict(params))
 
     def term_strings(self, terms: Sequence[int]) -> list[str]:
         return [self.vocab[int(t)] for t in terms]

@@ -14,24 +14,25 @@ from __future__ import annotations
 
 from alignir.errors import InvalidInputError
 
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 
-from . import blockmax, kernels
+from alignir.index import blockmax, kernels
+from alignir.index.io import save_npy
+from alignir.index.parts import check_empty_folder
 
 FORMAT = "alignir-sparse"
 FORMAT_VERSION = 2  # 2: dense columns for frequent (term, block) lists; 1 is still read
+META_FILE = "sparse.json"
+_LEGACY_META_FILE = "manifest.json"  # written before parts (it also held per-file checksums)
 #: codes 0..levels; dense columns store code + 1 (0 = absent), hence 254 / 65534 levels
 _QUANT_LEVELS = {"uint8": (np.uint8, 254), "uint16": (np.uint16, 65534)}
 _ARRAYS = ("map_", "ptr", "docs", "weights", "lo", "scale", "deleted", "dense_keys",
@@ -162,17 +163,9 @@ def _min_weight(seg: _Segment) -> float:
                                     seg.dense_keys, seg.dense, seg.n_terms, seg.nb))
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class SparseIndex:
     """Exact inverted index: ``from_csr`` -> ``search`` / ``add`` / ``delete`` / ``merge``,
-    ``save`` / ``load`` (mmap). ``quantize``: None (float32), "uint8" or "uint16"
+    ``save`` / ``load`` (mmap); a part of the index folder (``index.parts.Part``). ``quantize``: None (float32), "uint8" or "uint16"
     (per-term affine codes, see kernels.quantize_postings)."""
 
     def __init__(self, segments: list[_Segment], n_docs: int, n_terms: int,
@@ -417,53 +410,50 @@ class SparseIndex:
         self._segments = [_build_segment(m, nums[order], self.quantize, self.dense_min)]
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | os.PathLike) -> None:
-        """Write .npy arrays + manifest.json (sha256 per file) atomically: a temp sibling
-        directory is filled, then renamed over ``path``."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
-            segs = []
-            for i, s in enumerate(self._segments):
-                files = {}
-                for a in _ARRAYS:
-                    name = f"seg{i:04d}_{a}.npy"
-                    np.save(tmp / name, np.ascontiguousarray(getattr(s, a)))
-                    files[a] = {"file": name, "sha256": _sha256(tmp / name)}
-                segs.append({"n_terms": s.n_terms, "n": s.n, "doc_start": s.doc_start,
-                             "n_postings": s.n_postings,
-                             "min_weight": s.min_weight if np.isfinite(s.min_weight) else None,
-                             "files": files})
-            manifest = {"format": FORMAT, "version": FORMAT_VERSION, "n_docs": self._n_docs,
-                        "n_terms": self._n_terms, "quantize": self.quantize,
-                        "dense_min": self.dense_min,
-                        "block_bits": kernels.BLOCK_BITS, "segments": segs}
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
-            old = None
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}")
-                os.replace(path, old)
-            os.replace(tmp, path)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    def describe(self) -> dict[str, Any]:
+        """The index manifest's entry for this part (``index.parts.Part``)."""
+        return {"n_docs": self._n_docs, "n_terms": self._n_terms, "n_postings": self.n_postings,
+                "n_segments": self.n_segments, "quantize": self.quantize}
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write the segments' .npy arrays and ``sparse.json`` (shapes, quantisation) into
+        ``folder``, which must be new or empty. No temp folder and no checksums: the index
+        store (``index.store``) checksums the files and swaps the folder in atomically."""
+        folder = check_empty_folder(folder)
+        segs = []
+        for i, s in enumerate(self._segments):
+            files = {}
+            for a in _ARRAYS:
+                name = f"seg{i:04d}_{a}.npy"
+                save_npy(folder / name, np.ascontiguousarray(getattr(s, a)))
+                files[a] = {"file": name}
+            segs.append({"n_terms": s.n_terms, "n": s.n, "doc_start": s.doc_start,
+                         "n_postings": s.n_postings,
+                         "min_weight": s.min_weight if np.isfinite(s.min_weight) else None,
+                         "files": files})
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "n_docs": self._n_docs,
+                "n_terms": self._n_terms, "quantize": self.quantize, "dense_min": self.dense_min,
+                "block_bits": kernels.BLOCK_BITS, "segments": segs}
+        with open(folder / META_FILE, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, mmap: bool = True, verify: bool = True
-             ) -> "SparseIndex":
-        """Open an index saved by ``save``. ``mmap``: map the arrays copy-on-write instead of
-        reading them. ``verify``: check every file's sha256 (a mismatch raises ValueError)."""
-        path = Path(path)
-        mf = path / "manifest.json"
+    def load(cls, folder: str | os.PathLike, entry: Mapping[str, Any] | None = None, *,
+             mmap: bool = True) -> "SparseIndex":
+        """Open a folder written by :meth:`save` (or by alignir before parts existed, whose
+        ``manifest.json`` carried per-file checksums: they are not checked here, the index
+        store verifies every file). ``mmap``: map the arrays copy-on-write instead of reading
+        them. ``entry``: unused (the folder describes itself)."""
+        path = Path(folder)
+        mf = path / META_FILE
         if not mf.is_file():
-            raise InvalidInputError(f"{path} is not a sparse index directory (no manifest.json)")
+            mf = path / _LEGACY_META_FILE
+        if not mf.is_file():
+            raise InvalidInputError(f"{path} is not a sparse index directory (no {META_FILE})")
         try:
-            manifest = json.loads(mf.read_text())
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"corrupt manifest {mf}: {e}") from None
+            manifest = json.loads(mf.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InvalidInputError(f"corrupt sparse index metadata {mf}: {e}") from None
         if manifest.get("format") != FORMAT or manifest.get("version") not in (1, FORMAT_VERSION):
             raise InvalidInputError(f"{mf}: unsupported format {manifest.get('format')!r} "
                              f"version {manifest.get('version')!r}")
@@ -479,12 +469,9 @@ class SparseIndex:
                                  np.zeros(0, np.int64 if a == "dense_keys" else
                                           arrays["weights"].dtype))
                     continue
-                entry = sm["files"][a]
-                f = path / entry["file"]
+                f = path / sm["files"][a]["file"]
                 if not f.is_file():
                     raise InvalidInputError(f"sparse index file missing: {f}")
-                if verify and _sha256(f) != entry["sha256"]:
-                    raise InvalidInputError(f"checksum mismatch for {f}: the index is corrupt")
                 try:
                     arr = np.load(f, mmap_mode="c" if mmap else None, allow_pickle=False)
                 except (ValueError, OSError) as e:

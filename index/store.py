@@ -3,16 +3,24 @@
 Layout (all paths relative to the index folder)::
 
     manifest.json      format, encoder fingerprint + hash, params (K, M, λ, weighting,
-                       folding...), counts, dims, sha256 + size of every other file
+                       folding...), counts, dims, one entry per part (``parts``: its
+                       sub-folder + what its ``describe()`` returned), sha256 + size of
+                       every other file, and its own sha256
     doc_ids.parquet    column ``doc_id`` (string): row i = doc number i
     dense.npy          the encoder's vectors h [n, d], float32 or float16 — what a
                        re-sparsify (new K/M/λ/weighting, “A Text is Worth Several Tokens” eq.14-16) starts from
     pc1.npy            the corpus first principal component u1 (“A Text is Worth Several Tokens” eq.14), optional
-    sparse/            ``index.sparse.SparseIndex.save`` output, optional
-    lexical/           ``index.lexical.LexicalLeg.save`` output (BM25 word-term postings +
-                       vocab.json), optional; its parameters in ``manifest["lexical"]``
-    faiss/             ``index.dense.DenseIndex.save`` output, optional
+    sparse/            part "sparse": ``index.sparse.SparseIndex.save`` output, optional
+    faiss/             part "dense": ``index.dense.DenseIndex.save`` output, optional
+    lexical/           part "lexical": ``index.lexical.LexicalLeg.save`` output (BM25
+                       word-term postings + vocab.json), optional
     extra/NAME.npy     any further arrays the caller stores
+
+The store knows no part by name: it saves and loads whatever ``index.parts`` registers
+(``Part``: ``save(folder)``, ``load(folder, entry, mmap=...)``, ``n_docs``, ``describe()``).
+Format 1 (before parts had a protocol) named the parts in ``components`` and kept their
+sizes in ``counts`` / ``dims``; such indexes open unchanged and are rewritten as format 2
+by the next write.
 
 Atomic commit: everything is written into a hidden temp folder next to the target,
 checksummed, fsynced, then swapped into place — with ``renameat2(RENAME_EXCHANGE)``
@@ -26,7 +34,6 @@ from __future__ import annotations
 
 from alignir.errors import AlignirError, InvalidInputError
 
-import ctypes
 import errno
 import hashlib
 import json
@@ -36,32 +43,31 @@ import re
 import shutil
 import stat
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from alignir.index.io import fsync_path, save_npy, sha256_file
+from alignir.index.io import exchange_paths, fsync_path, save_npy, sha256_file, umask
+from alignir.index.parts import Part, PartSpec, json_clean, part_spec, registered_parts
 
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "alignir-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: parts under manifest["parts"]; 1 is still read
 MANIFEST = "manifest.json"
 DOC_IDS = "doc_ids.parquet"
 DENSE_VECTORS = "dense.npy"
 PC1 = "pc1.npy"
-SPARSE_DIR = "sparse"
-LEXICAL_DIR = "lexical"
-FAISS_DIR = "faiss"
 EXTRA_DIR = "extra"
 #: keys of manifest.json that the store computes; callers may not set them
 RESERVED = ("format", "format_version", "created", "encoder_hash", "counts", "dims",
-            "files", "components", "dense_dtype", "dense_index", "lexical", "manifest_sha256")
+            "files", "components", "parts", "dense_dtype", "dense_index", "lexical", "manifest_sha256")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -171,37 +177,8 @@ def _list_files(root: Path) -> list[str]:
     return sorted(out)
 
 
-_RENAME_EXCHANGE = 2
-_libc: Any = None
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths with Linux renameat2(RENAME_EXCHANGE); False if unsupported."""
-    global _libc
-    try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        fn = _libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd = -100
-    rc = fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), _RENAME_EXCHANGE)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
 #: set to False to force the two-rename swap (tests use it to cover that path)
 USE_RENAME_EXCHANGE = True
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _pid_alive(pid: int) -> bool:
@@ -293,7 +270,7 @@ class IndexWriter:
                 self._existed = True
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-",
                                              dir=self.path.parent))
-            os.chmod(self.tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; an index is shared
+            os.chmod(self.tmp, 0o777 & ~umask())  # mkdtemp makes 0700; an index is shared
 
     # ---- content -----------------------------------------------------------------
 
@@ -366,7 +343,7 @@ class IndexWriter:
         assert self.tmp is not None
         parent = self.path.parent
         if self.path.exists():
-            if USE_RENAME_EXCHANGE and _exchange(self.tmp, self.path):
+            if USE_RENAME_EXCHANGE and exchange_paths(self.tmp, self.path):
                 old = self.tmp  # now holds the previous index
             else:
                 old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-{os.getpid()}-", dir=parent))
@@ -450,22 +427,26 @@ def write_index(
     manifest: Mapping[str, Any],
     doc_ids: Sequence[str],
     dense_vectors: np.ndarray,
-    sparse_index: Any = None,
-    dense_index: Any = None,
+    *,
+    parts: Mapping[str, Part | None] | None = None,
     pc1: np.ndarray | None = None,
     extra_arrays: Mapping[str, np.ndarray] | None = None,
     dense_dtype: str = "float32",
     fsync: bool = True,
-    lexical: Any = None,
+    sparse_index: Part | None = None,
+    dense_index: Part | None = None,
+    lexical: Part | None = None,
 ) -> Path:
     """Write a complete index folder at ``path`` atomically (replacing an older index).
 
     ``manifest``: at least ``{"encoder": fingerprint}``; usually also ``"params"``
     (K, M, lambda, weighting, folding...). The store adds format, encoder hash,
-    counts, dims, components and checksums. ``sparse_index`` / ``dense_index``:
-    objects with ``save(dir)`` (``SparseIndex`` / ``DenseIndex``), or None.
-    ``lexical``: an :class:`index.lexical.LexicalLeg` (BM25 word-term postings), or None;
-    its ``params`` go to ``manifest["lexical"]``.
+    counts, dims, components, the parts' entries and checksums. ``parts``: name -> part
+    (``index.parts.Part``; names registered with ``index.parts.register_part``: built in are
+    ``"sparse"`` (``SparseIndex``), ``"dense"`` (``DenseIndex``), ``"lexical"``
+    (``LexicalLeg``)); each is saved into its sub-folder and ``describe()``d into
+    ``manifest["parts"][name]``; None values are skipped. ``sparse_index`` / ``dense_index`` /
+    ``lexical``: deprecated spellings of ``parts={"sparse": ..., "dense": ..., "lexical": ...}``.
     ``dense_dtype``: ``"float32"`` (exact re-sparsify) or ``"float16"`` (half size).
     Raises ValueError on inconsistent inputs (before anything is written),
     :class:`IndexWriteError` on I/O failure (nothing changed).
@@ -485,21 +466,16 @@ def write_index(
     if dense_dtype == "float16" and np.abs(vec).max(initial=0) > np.finfo(np.float16).max:
         raise InvalidInputError("dense_vectors exceed the float16 range; store them as float32")
     vec = vec.astype(dense_dtype, copy=False)
-    for name, obj, attr in (("sparse_index", sparse_index, "n_docs"), ("dense_index", dense_index, "n_docs"),
-                            ("lexical", lexical, "n_docs")):
-        if obj is not None and int(getattr(obj, attr)) != n:
-            raise InvalidInputError(f"{name} holds {getattr(obj, attr)} documents, doc_ids has {n}")
+    todo = _check_parts(_with_legacy_parts(parts, sparse=sparse_index, dense=dense_index, lexical=lexical), n)
     if pc1 is not None:
-        pc1 = np.asarray(pc1, dtype=np.float32)
-        if pc1.shape != (vec.shape[1],):
-            raise InvalidInputError(f"pc1 must have shape ({vec.shape[1]},), got {pc1.shape}")
+        pc1 = _check_pc1(pc1, int(vec.shape[1]))
     extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
 
     components: dict[str, Any] = {"doc_ids": DOC_IDS, "dense_vectors": DENSE_VECTORS}
     full.update({
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": _now(),
         "encoder_hash": fingerprint_hash(full["encoder"]),
         "dense_dtype": dense_dtype,
         "counts": {"docs": n},
@@ -508,49 +484,89 @@ def write_index(
     with IndexWriter(path, fsync=fsync) as w:
         w.save_doc_ids(ids)
         w.save_array(DENSE_VECTORS, vec)
-        if pc1 is not None:
-            w.save_array(PC1, pc1)
-            components["pc1"] = PC1
-        if sparse_index is not None:
-            _save_component(w, SPARSE_DIR, sparse_index)
-            components["sparse"] = SPARSE_DIR
-            _describe_sparse(full, sparse_index)
-        if dense_index is not None:
-            _save_component(w, FAISS_DIR, dense_index)
-            components["faiss"] = FAISS_DIR
-            full["counts"]["dense_live"] = int(getattr(dense_index, "n_live", n))
-            full["dims"]["faiss"] = int(dense_index.dim)
-            full["dense_index"] = {"kind": str(dense_index.kind)}
-        if lexical is not None:
-            _save_component(w, LEXICAL_DIR, lexical)
-            components["lexical"] = LEXICAL_DIR
-            _describe_lexical(full, lexical)
-        if extras:
-            components["extra"] = {}
-            for name, arr in extras.items():
-                w.save_array(f"{EXTRA_DIR}/{name}.npy", arr)
-                components["extra"][name] = f"{EXTRA_DIR}/{name}.npy"
+        entries = {spec.name: _save_part(w, spec, obj) for spec, obj in todo}
+        _save_store_arrays(w, components, pc1, extras)
         full["components"] = components
+        full["parts"] = entries
         return w.commit(full)
 
 
-def _save_component(w: IndexWriter, rel: str, obj: Any) -> None:
-    target = w._inside(rel)
-    with w._guard(f"writing {rel}/"):
+def _with_legacy_parts(parts: Mapping[str, Part | None] | None, **legacy: Part | None) -> Mapping[str, Part | None]:
+    """``parts`` plus the parts given by their old keyword names (deprecated, kept for callers
+    written before ``parts=``)."""
+    given = {k: v for k, v in legacy.items() if v is not None}
+    if not given:
+        return parts or {}
+    warnings.warn("write_index(sparse_index=, dense_index=, lexical=) is deprecated: pass "
+                  "parts={'sparse': ..., 'dense': ..., 'lexical': ...}", DeprecationWarning, stacklevel=3)
+    if not isinstance(parts, Mapping) and parts is not None:
+        raise InvalidInputError("parts must be a dict: part name -> part")
+    both = sorted(set(given) & set(parts or {}))
+    if both:
+        raise InvalidInputError(f"part(s) {both} given twice (parts= and a keyword)")
+    return {**(parts or {}), **given}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _check_pc1(pc1: np.ndarray, dim: int) -> np.ndarray:
+    pc1 = np.asarray(pc1, dtype=np.float32)
+    if pc1.shape != (dim,):
+        raise InvalidInputError(f"pc1 must have shape ({dim},), got {pc1.shape}")
+    return pc1
+
+
+def _spec(name: str) -> PartSpec:
+    try:
+        return part_spec(name)
+    except KeyError:
+        known = ", ".join(sorted(registered_parts()))
+        raise InvalidInputError(f"unknown index part {name!r} (registered parts: {known}; "
+                                f"add one with index.parts.register_part)") from None
+
+
+def _check_parts(parts: Mapping[str, Part | None], n: int) -> list[tuple[PartSpec, Part]]:
+    """The (spec, part) pairs to save, each checked: registered name, its class, ``n`` docs."""
+    if not isinstance(parts, Mapping):
+        raise InvalidInputError("parts must be a dict: part name -> part")
+    out = []
+    for name, obj in parts.items():
+        spec = _spec(name)
+        if obj is None:
+            continue
+        cls = spec.cls()
+        if not isinstance(obj, cls):
+            raise InvalidInputError(f"part {name!r} must be a {cls.__name__}, got {type(obj).__name__}")
+        if int(obj.n_docs) != n:
+            raise InvalidInputError(f"part {name!r} holds {obj.n_docs} documents, the index has {n}")
+        out.append((spec, obj))
+    return out
+
+
+def _save_part(w: IndexWriter, spec: PartSpec, obj: Part) -> dict[str, Any]:
+    """Save ``obj`` into its sub-folder of the temp index; returns its manifest entry."""
+    target = w._inside(spec.folder)
+    with w._guard(f"writing {spec.folder}/"):
         obj.save(target)
+    entry = json_clean(obj.describe())
+    if "path" in entry:
+        raise InvalidInputError(f"part {spec.name!r}: describe() may not set 'path' (the store's key)")
+    return {"path": spec.folder, **entry}
 
 
-def _describe_lexical(manifest: dict[str, Any], leg: Any) -> None:
-    manifest["lexical"] = dict(leg.params)
-    manifest["dims"]["lexical_terms"] = int(leg.n_terms)
-    manifest["counts"]["lexical_postings"] = int(leg.index.n_postings)
-
-
-def _describe_sparse(manifest: dict[str, Any], sparse_index: Any) -> None:
-    if hasattr(sparse_index, "n_terms"):
-        manifest["dims"]["sparse_terms"] = int(sparse_index.n_terms)
-    if hasattr(sparse_index, "n_postings"):
-        manifest["counts"]["sparse_postings"] = int(sparse_index.n_postings)
+def _save_store_arrays(w: IndexWriter, components: dict[str, Any], pc1: np.ndarray | None,
+                       extras: Mapping[str, np.ndarray]) -> None:
+    """Write PC1 and the named extra arrays; record them in ``components``."""
+    if pc1 is not None:
+        w.save_array(PC1, pc1)
+        components["pc1"] = PC1
+    if extras:
+        components["extra"] = dict(components.get("extra", {}))
+        for name, arr in extras.items():
+            w.save_array(f"{EXTRA_DIR}/{name}.npy", arr)
+            components["extra"][name] = f"{EXTRA_DIR}/{name}.npy"
 
 
 # ---------------------------------------------------------------------------------
@@ -560,21 +576,34 @@ def _describe_sparse(manifest: dict[str, Any], sparse_index: Any) -> None:
 @dataclass
 class StoredIndex:
     """An opened index folder. ``dense_vectors`` is memory-mapped when opened with
-    ``mmap=True``; ``sparse`` / ``dense`` / ``lexical`` are None when the index has no such
-    part (``lexical``: an :class:`index.lexical.LexicalLeg`, absent from indexes built before
-    it existed or with ``--no-lexical``)."""
+    ``mmap=True``; ``parts`` holds the loaded parts by name (``index.parts``); ``sparse`` /
+    ``dense`` / ``lexical`` are the built-in ones, None when the index has no such part
+    (``lexical``: absent from indexes built before it existed or with ``--no-lexical``)."""
 
     path: Path
     manifest: dict[str, Any]
     doc_ids: list[str]
     dense_vectors: np.ndarray
-    sparse: Any = None
-    dense: Any = None
     pc1: np.ndarray | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
-    lexical: Any = None
+    parts: dict[str, Part] = field(default_factory=dict)
 
     _numbers: dict[str, int] | None = field(default=None, repr=False)
+
+    @property
+    def sparse(self) -> Any:
+        """The aligned-token postings (``index.sparse.SparseIndex``), or None."""
+        return self.parts.get("sparse")
+
+    @property
+    def dense(self) -> Any:
+        """The FAISS index (``index.dense.DenseIndex``), or None."""
+        return self.parts.get("dense")
+
+    @property
+    def lexical(self) -> Any:
+        """The BM25 word postings (``index.lexical.LexicalLeg``), or None."""
+        return self.parts.get("lexical")
 
     @property
     def n_docs(self) -> int:
@@ -630,17 +659,46 @@ def _paths_in(node: Any) -> Iterator[str]:
 
 
 def _check_inside(path: Path, mpath: Path, manifest: Mapping[str, Any]) -> None:
-    """Every file and component path of the manifest must stay inside the index folder."""
+    """Every file, component and part path of the manifest must stay inside the index folder."""
     root = path.resolve()
-    for rel in [*manifest["files"], *_paths_in(manifest["components"])]:
+    part_dirs = [e.get("path") for e in manifest["parts"].values()]
+    for rel in [*manifest["files"], *_paths_in(manifest["components"]), *part_dirs]:
+        if not isinstance(rel, str) or not rel:
+            raise CorruptIndexError(f"{mpath}: invalid path {rel!r}; the manifest is corrupt")
         target = (path / rel).resolve()
         if Path(rel).is_absolute() or (target != root and root not in target.parents):
             raise CorruptIndexError(f"{mpath}: the path {rel!r} points outside the index folder; "
                                     f"the manifest is corrupt or was tampered with")
 
 
+#: format 1 named each part by hand: components key -> (part name, its manifest entry)
+def _v1_parts(m: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    comps, counts, dims = m["components"], m["counts"], m["dims"]
+    found = {
+        "sparse": ("sparse", {"n_terms": dims.get("sparse_terms"), "n_postings": counts.get("sparse_postings")}),
+        "faiss": ("dense", {"kind": (m.get("dense_index") or {}).get("kind"), "dim": dims.get("faiss"),
+                            "n_live": counts.get("dense_live")}),
+        "lexical": ("lexical", {"params": m.get("lexical") or {}, "n_terms": dims.get("lexical_terms"),
+                                "n_postings": counts.get("lexical_postings")}),
+    }
+    return {name: {"path": comps[key], **{k: v for k, v in entry.items() if v is not None}}
+            for key, (name, entry) in found.items() if key in comps}
+
+
+def _upgrade_v1(m: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 manifest in today's shape (parts under ``manifest["parts"]``); on disk it
+    stays as written until the next write of the index."""
+    out = {k: v for k, v in m.items() if k not in ("lexical", "dense_index")}
+    out["parts"] = _v1_parts(m)
+    out["components"] = {k: v for k, v in m["components"].items() if k not in ("sparse", "faiss", "lexical")}
+    out["counts"] = {k: v for k, v in m["counts"].items() if k == "docs"}
+    out["dims"] = {k: v for k, v in m["dims"].items() if k == "dense"}
+    return out
+
+
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """Read and validate ``manifest.json`` (format name and version), no checksums."""
+    """Read and validate ``manifest.json`` (format name and version, its own checksum), not the
+    files' checksums. A format-1 manifest is returned in today's shape (see ``_upgrade_v1``)."""
     path = Path(path)
     if not path.exists():
         recover(path)
@@ -672,9 +730,13 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     elif stored_digest != manifest_digest(manifest):
         raise CorruptIndexError(f"{mpath} fails its own checksum: it was edited or damaged; the index is corrupt "
                                 f"(restore the manifest, or rebuild the index)")
-    for key in ("encoder", "files", "components", "counts"):
+    for key in ("encoder", "files", "components", "counts", "dims") + (("parts",) if version >= 2 else ()):
         if not isinstance(manifest.get(key), dict):
             raise CorruptIndexError(f"{mpath}: missing or invalid {key!r}")
+    if version == 1:
+        manifest = _upgrade_v1(manifest)
+    if not all(isinstance(e, dict) for e in manifest["parts"].values()):
+        raise CorruptIndexError(f"{mpath}: invalid part entry")
     _check_inside(path, mpath, manifest)
     return manifest
 
@@ -709,25 +771,47 @@ def _verify_files(path: Path, listed: Mapping[str, Any]) -> None:
 
 
 def open_index(path: str | Path, verify: bool = True, mmap: bool = True,
-               load_sparse: bool = True, load_dense: bool = True,
-               load_lexical: bool = True) -> StoredIndex:
+               parts: Iterable[str] | None = None, *, load_sparse: bool | None = None,
+               load_dense: bool | None = None, load_lexical: bool | None = None) -> StoredIndex:
     """Open an index folder: validate the manifest, verify checksums (``verify``), load
-    the doc ids, dense vectors (memory-mapped with ``mmap``), PC1, extra arrays, and the
-    sparse / faiss / lexical parts. Errors: :class:`NotAnIndexError`, :class:`CorruptIndexError`,
-    :class:`UnsupportedFormatError`.
+    the doc ids, dense vectors, PC1, extra arrays, and the stored parts (``parts``: the
+    names to load, None: all; see ``index.parts``). ``mmap``: memory-map the dense vectors
+    and every part that can be (``Part.load(mmap=...)``) instead of reading them.
+    Errors: :class:`NotAnIndexError`, :class:`CorruptIndexError`,
+    :class:`UnsupportedFormatError` (also for a part this alignir has no class for).
 
     A writer may swap a new version in while this reads: when reading fails and the manifest
     has changed meanwhile, the new version is opened (once) instead of calling a healthy
-    index corrupt."""
+    index corrupt.
+
+    ``load_sparse`` / ``load_dense`` / ``load_lexical=False`` (deprecated): leave that part out,
+    as ``parts=`` without its name does."""
     path = Path(path).absolute()
+    if isinstance(parts, str):
+        raise InvalidInputError("parts must be a collection of part names, e.g. ('sparse',), not a string")
+    wanted = None if parts is None else frozenset(parts)
+    legacy = {"sparse": load_sparse, "dense": load_dense, "lexical": load_lexical}
+    skip = {name for name, flag in legacy.items() if flag is False}
+    if any(flag is not None for flag in legacy.values()):
+        warnings.warn("open_index(load_sparse=, load_dense=, load_lexical=) is deprecated: pass "
+                      "parts=(names to load)", DeprecationWarning, stacklevel=2)
+    if skip:
+        wanted = _AllBut(skip) if wanted is None else wanted - skip
     before = _manifest_bytes(path)
     try:
-        return _open_once(path, verify, mmap, load_sparse, load_dense, load_lexical)
+        return _open_once(path, verify, mmap, wanted)
     except (CorruptIndexError, NotAnIndexError, IndexReadError):
         if _manifest_bytes(path) == before:
             raise
         log.info("%s was replaced while it was being opened: opening the new version", path)
-        return _open_once(path, verify, mmap, load_sparse, load_dense, load_lexical)
+        return _open_once(path, verify, mmap, wanted)
+
+
+class _AllBut(frozenset):
+    """Every part name except these (``name in _AllBut(x)`` is ``name not in x``)."""
+
+    def __contains__(self, name: object) -> bool:
+        return not super().__contains__(name)
 
 
 def _manifest_bytes(path: Path) -> bytes | None:
@@ -737,8 +821,7 @@ def _manifest_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _open_once(path: Path, verify: bool, mmap: bool, load_sparse: bool, load_dense: bool,
-               load_lexical: bool) -> StoredIndex:
+def _open_once(path: Path, verify: bool, mmap: bool, wanted: frozenset[str] | None) -> StoredIndex:
     manifest = read_manifest(path)
     if verify:
         verify_index(path, manifest)
@@ -757,41 +840,31 @@ def _open_once(path: Path, verify: bool, mmap: bool, load_sparse: bool, load_den
     if len(doc_ids) != n or vectors.ndim != 2 or vectors.shape[0] != n:
         raise CorruptIndexError(f"{path}: manifest says {n} documents, doc ids have "
                                 f"{len(doc_ids)}, dense vectors {vectors.shape}")
-    sparse = dense = None
-    if load_sparse and "sparse" in comps:
-        from alignir.index.sparse import SparseIndex
+    loaded = {name: _load_part(path, name, entry, mmap, n)
+              for name, entry in manifest["parts"].items() if wanted is None or name in wanted}
+    return StoredIndex(path, manifest, doc_ids, vectors, pc1, extra, loaded)
 
-        try:  # checksums were verified above (or verification was declined)
-            sparse = SparseIndex.load(path / comps["sparse"], mmap=mmap, verify=False)
-        except ValueError as e:
-            raise CorruptIndexError(f"{path}: {e}") from e
-        if int(sparse.n_docs) != n:
-            raise CorruptIndexError(f"{path}: sparse index has {sparse.n_docs} docs, expected {n}")
-    if load_dense and "faiss" in comps:
-        from alignir.index.dense import DenseIndex
 
-        try:
-            dense = DenseIndex.load(path / comps["faiss"])
-        except ValueError as e:
-            raise CorruptIndexError(f"{path}: {e}") from e
-        if dense.n_docs != n:
-            raise CorruptIndexError(f"{path}: faiss index has {dense.n_docs} docs, expected {n}")
-    lexical = None
-    if load_lexical and "lexical" in comps:
-        from alignir.index.lexical import LexicalLeg
-
-        try:
-            lexical = LexicalLeg.load(path / comps["lexical"], manifest.get("lexical"), mmap=mmap,
-                                      verify=False)
-        except ValueError as e:
-            raise CorruptIndexError(f"{path}: {e}") from e
-        if lexical.n_docs != n:
-            raise CorruptIndexError(f"{path}: lexical index has {lexical.n_docs} docs, expected {n}")
-    return StoredIndex(path, manifest, doc_ids, vectors, sparse, dense, pc1, extra, lexical)
+def _load_part(path: Path, name: str, entry: Mapping[str, Any], mmap: bool, n: int) -> Part:
+    try:
+        spec = part_spec(name)
+    except KeyError:
+        raise UnsupportedFormatError(
+            f"{path} has a part {name!r} that this alignir does not know (written by a newer alignir "
+            f"or a plugin that is not installed); open it with parts= naming the parts you need") from None
+    try:  # checksums were verified by the caller (or verification was declined)
+        part = spec.cls().load(path / entry["path"], entry, mmap=mmap)
+    except ValueError as e:
+        raise CorruptIndexError(f"{path}: {e}") from e
+    except KeyError as e:  # the part's own metadata lacks a key
+        raise CorruptIndexError(f"{path}: the {name} part's metadata lacks {e}; the index is corrupt") from e
+    if int(part.n_docs) != n:
+        raise CorruptIndexError(f"{path}: the {name} part has {part.n_docs} docs, expected {n}")
+    return part
 
 
 # ---------------------------------------------------------------------------------
-# re-sparsify
+# replacing one part
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -812,85 +885,67 @@ def _check_generation(path: Path, current: Mapping[str, Any], expected: Mapping[
                                 f"nothing was written: run the command again")
 
 
-def replace_sparse(path: str | Path, new_sparse: Any, new_params: Mapping[str, Any],
-                   pc1: np.ndarray | None = None,
-                   extra_arrays: Mapping[str, np.ndarray] | None = None,
-                   fsync: bool = True, expected: Mapping[str, Any] | None = None) -> Path:
-    """Atomically replace the sparse part (and optionally PC1 and named extra arrays,
-    e.g. a new term map) of an index, merging ``new_params`` into
-    ``manifest["params"]`` — the re-sparsify step (new K, M, λ, weighting, folding from
-    the stored dense vectors, no re-encode). All other files are carried over (hard
-    links when possible) after their checksums are verified, the lexical part included.
-    ``expected``: the manifest the caller built ``new_sparse`` from; the swap is refused if
-    the index has changed since (another writer)."""
+def replace_part(path: str | Path, name: str, part: Part | None, *,
+                 params: Mapping[str, Any] | None = None, pc1: np.ndarray | None = None,
+                 extra_arrays: Mapping[str, np.ndarray] | None = None, fsync: bool = True,
+                 expected: Mapping[str, Any] | None = None) -> Path:
+    """Atomically add or replace the part ``name`` of an index (``part``), or remove it
+    (``part=None``); every other file is carried over (hard links when possible) after its
+    checksum is verified. In the same atomic step: ``params`` are merged into
+    ``manifest["params"]``, ``pc1`` and the named ``extra_arrays`` (e.g. a new term map)
+    replace the stored ones — what a re-sparsify needs (new K, M, λ, weighting, folding from
+    the stored dense vectors, no re-encode). ``expected``: the manifest the caller built
+    ``part`` from; the swap is refused (:class:`IndexChangedError`) if the index has changed
+    since (another writer)."""
     path = Path(path).absolute()
+    spec = _spec(name)
     old = read_manifest(path)
     _check_generation(path, old, expected)
     verify_index(path, old)
     n = old["counts"]["docs"]
-    if int(new_sparse.n_docs) != n:
-        raise InvalidInputError(f"new sparse index holds {new_sparse.n_docs} documents, the index has {n}")
-    if not isinstance(new_params, Mapping):
-        raise InvalidInputError("new_params must be a dict")
+    todo = _check_parts({name: part}, n)
+    if params is not None and not isinstance(params, Mapping):
+        raise InvalidInputError("params must be a dict")
     if pc1 is not None:
-        pc1 = np.asarray(pc1, dtype=np.float32)
-        if pc1.shape != (old["dims"]["dense"],):
-            raise InvalidInputError(f"pc1 must have shape ({old['dims']['dense']},), got {pc1.shape}")
+        pc1 = _check_pc1(pc1, int(old["dims"]["dense"]))
     extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
-    replaced = {f"{EXTRA_DIR}/{k}.npy" for k in extras}
+    entries = dict(old["parts"])
+    previous = entries.pop(name, None)
+    dropped = {spec.folder} | ({previous["path"]} if previous else set())
+    replaced = {f"{EXTRA_DIR}/{k}.npy" for k in extras} | ({PC1} if pc1 is not None else set())
     manifest = {k: v for k, v in old.items() if k != "files"}
-    manifest["params"] = {**old.get("params", {}), **json.loads(json.dumps(dict(new_params)))}
-    manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest["counts"] = {k: v for k, v in old["counts"].items() if k != "sparse_postings"}
-    manifest["dims"] = {k: v for k, v in old["dims"].items() if k != "sparse_terms"}
+    if params is not None:
+        manifest["params"] = {**old.get("params", {}), **json.loads(json.dumps(dict(params)))}
+    manifest["format_version"] = FORMAT_VERSION
+    manifest["created"] = _now()
     comps = dict(old["components"])
     with IndexWriter(path, fsync=fsync) as w:
         for rel in old["files"]:
-            if rel.startswith(SPARSE_DIR + "/") or (pc1 is not None and rel == PC1) or rel in replaced:
+            if rel in replaced or any(rel.startswith(d + "/") for d in dropped):
                 continue
             with w._guard(f"carrying over {rel}"):
                 _link_or_copy(path / rel, w._inside(rel))
-        _save_component(w, SPARSE_DIR, new_sparse)
-        comps["sparse"] = SPARSE_DIR
-        _describe_sparse(manifest, new_sparse)
-        if pc1 is not None:
-            w.save_array(PC1, pc1)
-            comps["pc1"] = PC1
-        if extras:
-            comps["extra"] = dict(comps.get("extra", {}))
-            for name, arr in extras.items():
-                w.save_array(f"{EXTRA_DIR}/{name}.npy", arr)
-                comps["extra"][name] = f"{EXTRA_DIR}/{name}.npy"
+        for s, obj in todo:
+            entries[s.name] = _save_part(w, s, obj)
+        _save_store_arrays(w, comps, pc1, extras)
         manifest["components"] = comps
+        manifest["parts"] = entries
         return w.commit(manifest)
 
 
-def replace_lexical(path: str | Path, lexical: Any, fsync: bool = True,
+def replace_sparse(path: str | Path, new_sparse: Part, new_params: Mapping[str, Any],
+                   pc1: np.ndarray | None = None, extra_arrays: Mapping[str, np.ndarray] | None = None,
+                   fsync: bool = True, expected: Mapping[str, Any] | None = None) -> Path:
+    """Deprecated: ``replace_part(path, "sparse", new_sparse, params=new_params, ...)``."""
+    warnings.warn("replace_sparse is deprecated: use replace_part(path, 'sparse', part, params=...)",
+                  DeprecationWarning, stacklevel=2)
+    return replace_part(path, "sparse", new_sparse, params=new_params, pc1=pc1, extra_arrays=extra_arrays,
+                        fsync=fsync, expected=expected)
+
+
+def replace_lexical(path: str | Path, lexical: Part | None, fsync: bool = True,
                     expected: Mapping[str, Any] | None = None) -> Path:
-    """Atomically add, replace (``lexical``: a :class:`index.lexical.LexicalLeg`) or remove
-    (``lexical=None``) the lexical part of an index; every other file is carried over after
-    its checksum is verified. ``expected``: as for :func:`replace_sparse`."""
-    path = Path(path).absolute()
-    old = read_manifest(path)
-    _check_generation(path, old, expected)
-    verify_index(path, old)
-    n = old["counts"]["docs"]
-    if lexical is not None and int(lexical.n_docs) != n:
-        raise InvalidInputError(f"lexical index holds {lexical.n_docs} documents, the index has {n}")
-    manifest = {k: v for k, v in old.items() if k not in ("files", "lexical")}
-    manifest["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest["counts"] = {k: v for k, v in old["counts"].items() if k != "lexical_postings"}
-    manifest["dims"] = {k: v for k, v in old["dims"].items() if k != "lexical_terms"}
-    comps = {k: v for k, v in old["components"].items() if k != "lexical"}
-    with IndexWriter(path, fsync=fsync) as w:
-        for rel in old["files"]:
-            if rel.startswith(LEXICAL_DIR + "/"):
-                continue
-            with w._guard(f"carrying over {rel}"):
-                _link_or_copy(path / rel, w._inside(rel))
-        if lexical is not None:
-            _save_component(w, LEXICAL_DIR, lexical)
-            comps["lexical"] = LEXICAL_DIR
-            _describe_lexical(manifest, lexical)
-        manifest["components"] = comps
-        return w.commit(manifest)
+    """Deprecated: ``replace_part(path, "lexical", lexical)`` (``None`` removes the part)."""
+    warnings.warn("replace_lexical is deprecated: use replace_part(path, 'lexical', part)",
+                  DeprecationWarning, stacklevel=2)
+    return replace_part(path, "lexical", lexical, fsync=fsync, expected=expected)

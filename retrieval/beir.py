@@ -14,6 +14,7 @@ records them in ``.skipped`` instead.
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
+from alignir.index.io import replace_dir
 
 import json
 import os
@@ -461,7 +462,7 @@ def download_beir(name: str, target_dir: str | Path, url: str | None = None, tim
         found = [c for c in [unpacked / name, unpacked] + list(unpacked.iterdir()) if _is_beir_folder(c)]
         if not found:
             raise InvalidInputError(f"{url}: the archive holds no corpus.jsonl/queries.jsonl")
-        os.replace(found[0], dest)
+        replace_dir(found[0], dest, overwrite=False)  # never deletes a folder that is not BEIR's
         return dest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -39,7 +39,7 @@ def export_documents(index_dir: str | Path, out_dir: str | Path, scale: float = 
                      contents: Mapping[str, str] | None = None) -> dict:
     """Write ``out_dir/docs-*.jsonl`` for ``pyserini.index.lucene --collection
     JsonVectorCollection --impact --pretokenized``; returns the export summary."""
-    stored = open_index(index_dir, load_dense=False)
+    stored = open_index(index_dir, parts=("sparse",))
     term_strings = [str(s) for s in stored.extra["term_strings"]]
     texts = [contents.get(d, "") for d in stored.doc_ids] if contents is not None else None
     return write_json_vector_collection(out_dir, stored.doc_ids, stored_doc_matrix(stored.sparse),

@@ -20,8 +20,7 @@ import numpy as np
 from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
-from alignir.index.store import (NotAnIndexError, open_index, read_manifest,
-                         replace_lexical, replace_sparse, write_index)
+from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, write_index
 from alignir.retrieval.beir import Corpus, read_corpus_jsonl
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
@@ -148,9 +147,9 @@ def build_index(
                       "skipped_lines": [[s.line, s.reason] for s in corpus.skipped]},
         }
         stage(f"writing {index_dir}")
-        write_index(index_dir, manifest, doc_ids, H, sparse_index=sparse_index,
-                    dense_index=dense_index, pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map),
-                    lexical=leg)
+        write_index(index_dir, manifest, doc_ids, H,
+                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg},
+                    pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map))
         return read_manifest(index_dir)
 
 
@@ -162,7 +161,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     from alignir.encoders.models import load_model
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
-        stored = open_index(index_dir, load_sparse=False, load_dense=False, load_lexical=False)
+        stored = open_index(index_dir, parts=())
         old = SparseConfig.from_dict(stored.params.get("sparse", {}))
         quantize = changes.pop("quantize", old.quantize)  # None is a value here ("float32")
         new = replace(old.with_changes(**changes), quantize=quantize)
@@ -182,7 +181,8 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind}
         # folding changes the term map: its arrays are replaced in the same atomic step
         extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
-        replace_sparse(index_dir, sparse_index, params, extra_arrays=extra, expected=stored.manifest)
+        replace_part(index_dir, "sparse", sparse_index, params=params, extra_arrays=extra,
+                     expected=stored.manifest)
         return read_manifest(index_dir)
 
 
@@ -200,12 +200,11 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
         if not src:
             raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
         corpus = read_source(src, skip_bad=skip_bad)
-        stored = open_index(index_dir, verify=False, load_sparse=False, load_dense=False,
-                            load_lexical=False)
+        stored = open_index(index_dir, verify=False, parts=())
         missing = [d for d in stored.doc_ids if d not in corpus]
         if missing:
             raise InvalidInputError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
                              "not the corpus of this index")
         leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=k1, b=b)
-        replace_lexical(index_dir, leg, expected=manifest)
+        replace_part(index_dir, "lexical", leg, expected=manifest)
         return read_manifest(index_dir)

@@ -18,10 +18,10 @@ tokens. Queries for ``pyserini.search.lucene --impact --encoder FILE`` are
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
+from alignir.index.io import atomic_write
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -56,10 +56,8 @@ def write_trec(
     ascending); returns the number of lines. Written atomically (temp file + rename)."""
     _no_ws("tag", tag)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_write(path, "w") as fh:
         for qid, hits in run.items():
             _no_ws("query id", str(qid))
             items = sorted(((str(d), float(s)) for d, s in hits.items()), key=lambda kv: (-kv[1], kv[0]))
@@ -69,7 +67,6 @@ def write_trec(
                     raise InvalidInputError(f"query {qid!r}, doc {did!r}: non-finite score {score}")
                 fh.write(f"{qid} Q0 {did} {rank} {score!r} {tag}\n")
                 n += 1
-    os.replace(tmp, path)
     return n
 
 

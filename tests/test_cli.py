@@ -124,7 +124,7 @@ def test_tiny_cycle(env, tiny_folder):
     assert r.exit_code == 0, r.output
     info = json.loads(invoke("info", "--index", idx, "--json").stdout)
     assert info["params"]["sparse"]["doc_k"] == 4
-    assert info["counts"]["sparse_postings"] <= 4 * 4
+    assert info["parts"]["sparse"]["n_postings"] <= 4 * 4
     assert "documents  4" in invoke("info", "--index", idx).output
 
 

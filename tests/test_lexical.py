@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from alignir.index.store import CorruptIndexError, open_index, replace_lexical
+from alignir.index.store import CorruptIndexError, open_index, replace_part
 from alignir.retrieval import fusion
 from alignir.retrieval.bm25 import BM25, QueryVectorizer, bm25_weights, lexical_leg
 from alignir.retrieval.config import FusionConfig, SparseConfig
@@ -128,14 +128,15 @@ def test_store_round_trip_mmap_and_params(built):
     st = open_index(built)
     leg = st.lexical
     assert leg is not None and leg.n_docs == st.n_docs == len(DOCS) - 1
-    assert st.manifest["lexical"]["k1"] == 0.9 and st.manifest["lexical"]["b"] == 0.4
-    assert st.manifest["dims"]["lexical_terms"] == leg.n_terms
+    entry = st.manifest["parts"]["lexical"]
+    assert entry["params"]["k1"] == 0.9 and entry["params"]["b"] == 0.4 and leg.params == entry["params"]
+    assert entry["n_terms"] == leg.n_terms and entry["path"] == "lexical"
     assert "lexical/vocab.json" in st.manifest["files"]
     assert isinstance(leg.index._segments[0].weights, np.memmap)
     fresh = lexical_leg(DOCS[:-1])
     assert leg.vocab == fresh.vocab
     np.testing.assert_array_equal(_leg_scores(leg, QUERIES)[0], _leg_scores(fresh, QUERIES)[0])
-    assert open_index(built, load_lexical=False).lexical is None
+    assert open_index(built, parts=("sparse", "dense")).lexical is None
 
 
 def test_corrupt_vocab_or_postings_detected(built):
@@ -160,7 +161,7 @@ def test_resparsify_keeps_lexical_leg(built, tiny_model):
     resparsify(built, loaded=tiny_model, doc_k=12)
     after = open_index(built)
     assert after.params["sparse"]["doc_k"] == 12
-    assert after.lexical is not None and after.manifest["lexical"] == before.manifest["lexical"]
+    assert after.lexical is not None and after.manifest["parts"]["lexical"] == before.manifest["parts"]["lexical"]
     assert {k: v for k, v in after.manifest["files"].items() if k.startswith("lexical/")} == files
 
 
@@ -169,7 +170,7 @@ def test_no_lexical_build_then_add_and_remove(tmp_path, corpus_file, tiny_model)
     build_index(corpus_file, idx, model="tiny", sparse=SparseConfig.paper(doc_k=24, query_m=5),
                 loaded=tiny_model, cache_dir=tmp_path / "cache", progress=False, lexical=False)
     st = open_index(idx)
-    assert st.lexical is None and "lexical" not in st.manifest
+    assert st.lexical is None and "lexical" not in st.manifest["parts"]
     s = Searcher.open(idx, loaded=tiny_model)
     for mode in ("bm25", "dense+bm25", "dense+sparse+bm25"):
         with pytest.raises(ValueError, match="--lexical"):
@@ -181,7 +182,7 @@ def test_no_lexical_build_then_add_and_remove(tmp_path, corpus_file, tiny_model)
     hits = s.search(QUERIES[0], k=3, mode="bm25")
     expected = np.sort(ref[0][ref[0] > 0])[::-1][:3]
     np.testing.assert_allclose([h.score for h in hits], expected, rtol=1e-6)
-    replace_lexical(idx, None)
+    replace_part(idx, "lexical", None)
     assert open_index(idx).lexical is None
 
 

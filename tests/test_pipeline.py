@@ -129,7 +129,7 @@ def test_resparsify_equals_fresh_build(tmp_path, built, corpus_file, tiny_model)
         ha, hb = a.search(q, k=6, mode="sparse"), b.search(q, k=6, mode="sparse")
         assert [(h.id, round(h.score, 4)) for h in ha] == [(h.id, round(h.score, 4)) for h in hb]
     stored = open_index(built)
-    assert stored.manifest["counts"]["sparse_postings"] <= 8 * stored.n_docs
+    assert stored.manifest["parts"]["sparse"]["n_postings"] <= 8 * stored.n_docs
 
 
 def test_resparsify_with_folding_rewrites_term_map(built, tiny_model):

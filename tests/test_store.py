@@ -21,7 +21,7 @@ import alignir.index.store as store
 from alignir.index.dense import DenseIndex
 from alignir.index.sparse import SparseIndex
 from alignir.index.store import (CorruptIndexError, FingerprintMismatch, NotAnIndexError,
-                         UnsupportedFormatError, check_fingerprint, open_index, replace_sparse,
+                         UnsupportedFormatError, check_fingerprint, open_index, replace_part,
                          write_index)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,9 +36,9 @@ MANIFEST = {"encoder": FP, "params": {"K": 32, "M": 8, "lambda": 0.0, "weighting
 QCSR = sp.random(4, V, density=0.05, format="csr", dtype=np.float32, random_state=4)
 
 
-def build(path: Path, ids=IDS, vecs=VECS, **kw) -> Path:
-    kw.setdefault("sparse_index", SparseIndex.from_csr(CSR))
-    kw.setdefault("dense_index", DenseIndex.build(vecs, center=True))
+def build(path: Path, ids=IDS, vecs=VECS, sparse=None, **kw) -> Path:
+    kw.setdefault("parts", {"sparse": sparse or SparseIndex.from_csr(CSR),
+                            "dense": DenseIndex.build(vecs, center=True)})
     return write_index(path, MANIFEST, ids, vecs, **kw)
 
 
@@ -75,7 +75,11 @@ def test_round_trip_of_every_part(tmp_path):
     assert m["format"] == "alignir-index" and m["format_version"] == store.FORMAT_VERSION
     assert m["encoder"] == FP and m["params"] == MANIFEST["params"]
     assert m["encoder_hash"] == store.fingerprint_hash(FP)
-    assert m["counts"]["docs"] == N and m["dims"] == {"dense": D, "sparse_terms": V, "faiss": D}
+    assert m["counts"] == {"docs": N} and m["dims"] == {"dense": D}
+    assert m["parts"]["sparse"] == {"path": "sparse", "n_docs": N, "n_terms": V, "n_postings": CSR.nnz,
+                                    "n_segments": 1, "quantize": None}
+    assert m["parts"]["dense"]["path"] == "faiss" and m["parts"]["dense"]["kind"] == "flat"
+    assert m["parts"]["dense"]["dim"] == D and m["parts"]["dense"]["n_live"] == N
     assert m["dense_dtype"] == "float32"
     on_disk = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
     assert sorted(m["files"]) == [f for f in on_disk if f != "manifest.json"]
@@ -193,8 +197,8 @@ def test_inconsistent_inputs_are_refused_before_writing(tmp_path):
         build(target, ids=IDS[:-1] + ["doc-1"])
     with pytest.raises(ValueError, match="dense_vectors must be"):
         write_index(target, MANIFEST, IDS, VECS[:-1])
-    with pytest.raises(ValueError, match="sparse_index holds 119"):
-        build(target, sparse_index=SparseIndex.from_csr(CSR[:-1]))
+    with pytest.raises(ValueError, match="part 'sparse' holds 119"):
+        build(target, sparse=SparseIndex.from_csr(CSR[:-1]))
     with pytest.raises(ValueError, match="computed by the store"):
         write_index(target, {**MANIFEST, "files": {}}, IDS, VECS)
     with pytest.raises(ValueError, match="encoder fingerprint"):
@@ -227,19 +231,19 @@ def test_fingerprint_check_names_the_differing_fields(tmp_path):
 # re-sparsify
 
 
-def test_replace_sparse_swaps_only_the_sparse_part(tmp_path):
+def test_replace_part_swaps_only_the_sparse_part(tmp_path):
     path = build(tmp_path / "idx", pc1=np.ones(D, dtype=np.float32),
                  extra_arrays={"term_strings": np.array(["a", "b"]), "keep": np.arange(3)})
     before = json.loads((path / "manifest.json").read_text())
     new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
     new_pc1 = np.full(D, 2.0, dtype=np.float32)
-    replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 8, "lambda": 0.5}, pc1=new_pc1,
-                   extra_arrays={"term_strings": np.array(["x", "yy", "z"])})
+    replace_part(path, "sparse", SparseIndex.from_csr(new_csr), params={"K": 8, "lambda": 0.5}, pc1=new_pc1,
+                 extra_arrays={"term_strings": np.array(["x", "yy", "z"])})
     st = open_index(path)
     assert st.extra["term_strings"].tolist() == ["x", "yy", "z"]
     np.testing.assert_array_equal(st.extra["keep"], np.arange(3))
     assert st.params == {"K": 8, "M": 8, "lambda": 0.5, "weighting": "raw"}
-    assert st.sparse.n_terms == 50 and st.manifest["dims"]["sparse_terms"] == 50
+    assert st.sparse.n_terms == 50 and st.manifest["parts"]["sparse"]["n_terms"] == 50
     np.testing.assert_array_equal(st.pc1, new_pc1)
     q = sp.random(3, 50, density=0.2, format="csr", dtype=np.float32, random_state=1)
     np.testing.assert_array_equal(st.sparse.search(q, 5)[0], SparseIndex.from_csr(new_csr).search(q, 5)[0])
@@ -250,7 +254,7 @@ def test_replace_sparse_swaps_only_the_sparse_part(tmp_path):
                    for r in after if r.endswith("weights.npy"))
     assert leftovers(tmp_path, "idx") == []
     with pytest.raises(ValueError, match="holds 10 documents"):
-        replace_sparse(path, SparseIndex.from_csr(new_csr[:10]), {})
+        replace_part(path, "sparse", SparseIndex.from_csr(new_csr[:10]))
 
 
 # ---------------------------------------------------------------------------------
@@ -266,7 +270,7 @@ ids = ["big-%d" % i for i in range(n)]
 dense = DenseIndex.build(vecs)
 {pre}
 try:
-    write_index({path!r}, {{"encoder": {{"model": "big"}}}}, ids, vecs, dense_index=dense)
+    write_index({path!r}, {{"encoder": {{"model": "big"}}}}, ids, vecs, parts={{"dense": dense}})
 except IndexWriteError as e:
     print("ERR", e.errno, e)
     sys.exit(3)
@@ -381,7 +385,7 @@ def test_a_symlinked_index_is_written_through_to_its_target(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(target)
     new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
-    replace_sparse(link, SparseIndex.from_csr(new_csr), {"K": 8})
+    replace_part(link, "sparse", SparseIndex.from_csr(new_csr), params={"K": 8})
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert open_index(target).params["K"] == 8 and open_index(link).params["K"] == 8
     assert leftovers(tmp_path, "link") == [] and leftovers(tmp_path, "target") == []
@@ -401,7 +405,7 @@ def test_a_read_only_index_is_refused_for_writes(tmp_path):
         p.chmod(p.stat().st_mode & ~0o222)
     try:
         with pytest.raises(store.IndexWriteError, match="read-only"):
-            replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 8})
+            replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 8})
     finally:
         for p, m in sorted(modes.items(), key=lambda kv: len(kv[0].parts)):
             p.chmod(m)
@@ -414,10 +418,10 @@ def test_a_swap_is_refused_when_the_index_changed_since_it_was_read(tmp_path):
     swap in a version built from the old snapshot (it would silently undo the other change)."""
     path = build(tmp_path / "idx")
     snapshot = open_index(path).manifest
-    replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 64}, expected=snapshot)  # first writer
+    replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 64}, expected=snapshot)  # first writer
     before = json.loads((path / "manifest.json").read_text())
     with pytest.raises(store.IndexChangedError, match="changed while"):
-        replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 100}, expected=snapshot)  # second, stale
+        replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 100}, expected=snapshot)  # second, stale
     assert json.loads((path / "manifest.json").read_text()) == before
     assert leftovers(tmp_path, "idx") == []
 
@@ -454,7 +458,7 @@ def test_an_index_without_a_manifest_checksum_still_opens(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         assert open_index(path).doc_ids == IDS
     assert "no checksum" in caplog.text
-    replace_sparse(path, SparseIndex.from_csr(CSR), {"K": 9})
+    replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 9})
     assert "manifest_sha256" in json.loads((path / "manifest.json").read_text())
 
 
@@ -469,7 +473,7 @@ def test_an_open_racing_a_swap_opens_the_new_version(tmp_path, monkeypatch):
         calls.append(p)
         if len(calls) == 1:  # the first reader's verification runs right after a writer's swap
             new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
-            replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 8})
+            replace_part(path, "sparse", SparseIndex.from_csr(new_csr), params={"K": 8})
         return real_verify(p, manifest)
 
     monkeypatch.setattr(store, "verify_index", swap_then_verify)
@@ -479,3 +483,161 @@ def test_an_open_racing_a_swap_opens_the_new_version(tmp_path, monkeypatch):
     (path / "dense.npy").write_bytes(b"garbage")  # a really damaged index is still reported
     with pytest.raises(CorruptIndexError):
         open_index(path)
+
+
+# ---------------------------------------------------------------------------------
+# parts
+
+
+def _mapped_ranges(file: Path) -> list[tuple[int, int]]:
+    """Address ranges where this process has ``file`` memory-mapped (/proc/self/maps)."""
+    out = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith(" " + str(file)):
+            lo, hi = line.split()[0].split("-")
+            out.append((int(lo, 16), int(hi, 16)))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/self/maps (Linux)")
+def test_open_index_memory_maps_the_dense_part(tmp_path):
+    """open_index(mmap=True) hands mmap to the FAISS part: its vectors are read in place from
+    faiss/index.faiss (the same pages as the file), not copied into memory."""
+    path = build(tmp_path / "idx")
+    faiss_file = (path / "faiss" / "index.faiss").resolve()
+    st = open_index(path, mmap=False)
+    assert not st.dense.read_only and _mapped_ranges(faiss_file) == []
+    want = st.dense.search(VECS[:5], 10)
+    del st
+    st = open_index(path, mmap=True)
+    assert st.dense.read_only
+    ranges = _mapped_ranges(faiss_file)
+    view = st.dense.vectors()
+    address = view.__array_interface__["data"][0]
+    assert any(lo <= address and address + view.nbytes <= hi for lo, hi in ranges), ranges
+    got = st.dense.search(VECS[:5], 10)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    with pytest.raises(ValueError, match="read-only"):
+        st.dense.add(VECS[:1])
+
+
+FORMAT1 = ROOT / "tests" / "data" / "index_format1"
+
+
+def test_a_format1_index_written_by_main_opens_and_searches_the_same(tmp_path):
+    """tests/data/index_format1 was written by alignir before parts (format 1: parts named in
+    ``components``, sizes in ``counts``/``dims``, lexical parameters in ``manifest["lexical"]``,
+    a manifest with checksums inside sparse/): it opens, every part returns what the old code
+    returned, and the next write turns it into today's format."""
+    path = shutil.copytree(FORMAT1 / "index", tmp_path / "idx")
+    want = json.loads((FORMAT1 / "expected.json").read_text())
+    on_disk = json.loads((path / "manifest.json").read_text())
+    assert on_disk["format_version"] == 1 and "parts" not in on_disk
+
+    def check(st):
+        queries = {"sparse": sp.csr_matrix(np.array(want["q_sparse"], np.float32)),
+                   "dense": np.array(want["q_dense"], np.float32),
+                   "lexical": sp.csr_matrix(np.array(want["q_lexical"], np.float32))}
+        for name, part in (("sparse", st.sparse), ("dense", st.dense), ("lexical", st.lexical.index)):
+            docs, scores = part.search(queries[name], 5)
+            assert docs.tolist() == want[name]["docs"] and scores.tolist() == want[name]["scores"], name
+
+    st = open_index(path)
+    m = st.manifest
+    assert sorted(m["parts"]) == ["dense", "lexical", "sparse"]
+    assert m["parts"]["dense"]["path"] == "faiss" and m["parts"]["dense"]["kind"] == "flat"
+    assert m["parts"]["lexical"]["params"]["k1"] == 0.9 == st.lexical.params["k1"]
+    assert m["parts"]["sparse"]["n_postings"] == on_disk["counts"]["sparse_postings"] == st.sparse.n_postings
+    assert st.sparse.quantize == "uint16" and st.dense.read_only
+    check(st)
+    replace_part(path, "lexical", st.lexical)  # carried over by a write: now format 2
+    upgraded = json.loads((path / "manifest.json").read_text())
+    assert upgraded["format_version"] == store.FORMAT_VERSION and "lexical" not in upgraded
+    assert upgraded["parts"]["sparse"] == m["parts"]["sparse"]
+    assert (path / "sparse" / "manifest.json").is_file()  # the old sparse folder is carried as it was
+    check(open_index(path))
+
+
+class DocLengths:
+    """A toy part (one int32 per document), to show that a new part needs no change to the store."""
+
+    def __init__(self, lengths: np.ndarray) -> None:
+        self.lengths = lengths
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.lengths)
+
+    def save(self, folder: Path) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        np.save(Path(folder) / "lengths.npy", self.lengths)
+
+    @classmethod
+    def load(cls, folder: Path, entry=None, *, mmap: bool = True) -> "DocLengths":
+        assert entry["unit"] == "tokens"
+        return cls(np.load(Path(folder) / "lengths.npy", mmap_mode="r" if mmap else None))
+
+    def describe(self) -> dict:
+        return {"unit": "tokens", "total": int(self.lengths.sum())}
+
+
+@pytest.fixture()
+def doc_lengths_part():
+    from alignir.index.parts import Part, register_part, unregister_part
+
+    assert isinstance(DocLengths(np.zeros(1)), Part)
+    register_part("doclen", DocLengths, "doc_lengths")
+    yield
+    unregister_part("doclen")
+
+
+def test_a_new_part_is_stored_without_editing_the_store(tmp_path, doc_lengths_part):
+    lengths = np.arange(N, dtype=np.int32)
+    path = build(tmp_path / "idx", parts={"sparse": SparseIndex.from_csr(CSR), "doclen": DocLengths(lengths)})
+    st = open_index(path)
+    assert st.manifest["parts"]["doclen"] == {"path": "doc_lengths", "unit": "tokens", "total": int(lengths.sum())}
+    assert isinstance(st.parts["doclen"].lengths, np.memmap)
+    np.testing.assert_array_equal(st.parts["doclen"].lengths, lengths)
+    assert "doc_lengths/lengths.npy" in st.manifest["files"]
+    replace_part(path, "doclen", DocLengths(lengths * 2))
+    st = open_index(path)
+    np.testing.assert_array_equal(st.parts["doclen"].lengths, lengths * 2)
+    assert st.manifest["parts"]["doclen"]["total"] == 2 * int(lengths.sum())
+    np.testing.assert_array_equal(st.sparse.search(QCSR, 5)[0], SparseIndex.from_csr(CSR).search(QCSR, 5)[0])
+    with pytest.raises(ValueError, match="holds 3 documents"):
+        replace_part(path, "doclen", DocLengths(lengths[:3]))
+    with pytest.raises(ValueError, match="unknown index part 'nope'"):
+        replace_part(path, "nope", DocLengths(lengths))
+    replace_part(path, "doclen", None)
+    st = open_index(path)
+    assert "doclen" not in st.manifest["parts"] and not (path / "doc_lengths").exists()
+
+
+def test_a_part_this_alignir_does_not_know_is_a_clear_error(tmp_path, doc_lengths_part):
+    from alignir.index.parts import unregister_part
+
+    path = build(tmp_path / "idx", parts={"doclen": DocLengths(np.ones(N, np.int32))})
+    unregister_part("doclen")
+    with pytest.raises(UnsupportedFormatError, match="part 'doclen' that this alignir does not know"):
+        open_index(path)
+    assert open_index(path, parts=()).n_docs == N
+
+
+def test_deprecated_spellings_still_work(tmp_path):
+    with pytest.warns(DeprecationWarning, match="parts="):
+        path = write_index(tmp_path / "idx", MANIFEST, IDS, VECS, sparse_index=SparseIndex.from_csr(CSR),
+                           dense_index=DenseIndex.build(VECS))
+    with pytest.warns(DeprecationWarning, match="parts="):
+        st = open_index(path, load_dense=False)
+    assert st.dense is None and st.sparse is not None
+    new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
+    with pytest.warns(DeprecationWarning, match="replace_part"):
+        store.replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 3})
+    st = open_index(path)
+    assert st.params["K"] == 3 and st.sparse.n_terms == 50 and st.dense is not None
+    with pytest.warns(DeprecationWarning, match="replace_part"):
+        store.replace_lexical(path, None)
+    with pytest.raises(ValueError, match="given twice"), pytest.warns(DeprecationWarning):
+        write_index(tmp_path / "j", MANIFEST, IDS, VECS, parts={"sparse": SparseIndex.from_csr(CSR)},
+                    sparse_index=SparseIndex.from_csr(CSR))

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from alignir.errors import InvalidInputError
+from alignir.index.io import sha256_file
 
 __all__ = ["EXTRA_FILE", "META_FILE", "adapter_dir", "read_meta", "read_extra", "load_adapter", "adapter_hash"]
 
@@ -71,5 +72,5 @@ def adapter_hash(path: str | Path) -> str:
     for name in _HASHED:
         f = p / name
         if f.is_file():
-            h.update(name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).hexdigest().encode() + b"\n")
+            h.update(name.encode() + b"\0" + sha256_file(f).encode() + b"\n")
     return h.hexdigest()

@@ -10,10 +10,10 @@ training curve) and ``checkpoint/`` (latest state, for ``resume``).
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
+from alignir.index.io import replace_dir
 
 import copy
 import json
-import os
 import random
 import shutil
 import time
@@ -222,11 +222,7 @@ def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta
     torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                 "torch_rng": torch.get_rng_state()}, tmp / "trainer_state.pt")
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "seconds": seconds}))
-    old = ckpt.with_name(ckpt.name + ".old")
-    if ckpt.exists():
-        os.replace(ckpt, old)
-    os.replace(tmp, ckpt)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(tmp, ckpt)
 
 
 def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[str, Any]:

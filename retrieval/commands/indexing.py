@@ -87,9 +87,9 @@ def build_index_cmd(
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
             typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
-        c = manifest["counts"]
-        typer.echo(f"indexed {c['docs']} documents into {index} "
-                   f"({c.get('sparse_postings', 0)} postings, {len(skipped)} lines skipped)")
+        postings = manifest["parts"].get("sparse", {}).get("n_postings", 0)
+        typer.echo(f"indexed {manifest['counts']['docs']} documents into {index} "
+                   f"({postings} postings, {len(skipped)} lines skipped)")
 
 
 def search_cmd(
@@ -209,21 +209,23 @@ def info_cmd(
             echo_json({**manifest, "bytes": size})
             return
         enc, emb = manifest["encoder"], manifest.get("embedder", {})
+        parts = manifest["parts"]
+        sparse, dense, lexical = (parts.get(k, {}) for k in ("sparse", "dense", "lexical"))
         lines = [
             f"index      {Path(index).absolute()}",
             f"format     {manifest['format']} v{manifest['format_version']} (created {manifest.get('created')})",
             f"documents  {manifest['counts']['docs']}",
-            f"postings   {manifest['counts'].get('sparse_postings', '-')} over "
-            f"{manifest['dims'].get('sparse_terms', '-')} terms",
-            f"dense      {manifest['dims']['dense']} dims, {manifest.get('dense_index', {}).get('kind', '-')}"
+            f"postings   {sparse.get('n_postings', '-')} over {sparse.get('n_terms', '-')} terms",
+            f"dense      {manifest['dims']['dense']} dims, {dense.get('kind', '-')}"
             f", stored {manifest.get('dense_dtype')}",
             f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
             f"embedder   {emb.get('family')} {emb.get('options', {})}",
             f"sparse     {manifest.get('params', {}).get('sparse')}",
-            "lexical    " + (f"{manifest['dims'].get('lexical_terms')} terms, "
-                              f"{manifest['counts'].get('lexical_postings')} postings, "
-                              f"{_bm25_summary(manifest['lexical'])}" if "lexical" in manifest
+            "lexical    " + (f"{lexical.get('n_terms')} terms, {lexical.get('n_postings')} postings, "
+                              f"{_bm25_summary(lexical.get('params', {}))}" if lexical
                               else "none (no bm25 modes; alignir add-lexical adds it)"),
+            *(f"part       {name} ({entry['path']}/)" for name, entry in sorted(parts.items())
+              if name not in ("sparse", "dense", "lexical")),
             f"encoder    hash {manifest['encoder_hash'][:16]}",
             f"size       {size / 1e6:.1f} MB",
         ]
@@ -249,9 +251,8 @@ def add_lexical_cmd(
     with user_errors(verbose):
         from alignir.retrieval.indexer import add_lexical
 
-        manifest = add_lexical(index, source, k1=k1, b=b, wait=wait)
-        typer.echo(f"lexical leg added to {index}: {manifest['dims']['lexical_terms']} terms, "
-                   f"{manifest['counts']['lexical_postings']} postings")
+        entry = add_lexical(index, source, k1=k1, b=b, wait=wait)["parts"]["lexical"]
+        typer.echo(f"lexical leg added to {index}: {entry['n_terms']} terms, {entry['n_postings']} postings")
 
 
 def encode_cmd(
