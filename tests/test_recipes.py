@@ -173,3 +173,30 @@ def test_a_long_run_in_time_slices_equals_one_run(tiny_model, data_files, tmp_pa
     assert len(train_log(done["out"])) == 5
     torch.testing.assert_close(torch.tensor([r["loss"] for r in train_log(done["out"])]),
                                torch.tensor([r["loss"] for r in train_log(full["out"])]), rtol=1e-5, atol=1e-6)
+
+
+def test_unlabelled_run_over_two_corpora_records_its_data_and_resumes(tiny_model, tmp_path):
+    """The long-run recipe in miniature: title + crop pairs of two corpora, paused and resumed."""
+    from conftest import TINY_CORPUS
+
+    folders = []
+    for name, texts in (("a", TINY_CORPUS[:3]), ("b", TINY_CORPUS[3:])):
+        d = tmp_path / name
+        d.mkdir()
+        with open(d / "corpus.jsonl", "w") as fh:
+            for i, t in enumerate(texts):
+                fh.write(json.dumps({"_id": f"{name}{i}", "title": " ".join(t.split()[:3]), "text": t}) + "\n")
+        folders.append(str(d))
+    cfg = _cfg(tmp_path, "infonce", "contrastive", folders[0], steps=3, batch_size=4, data_mix="title,crop",
+               corpora=folders, stop_after=2)
+    assert train(cfg, loaded=tiny_model).get("interrupted")
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps"] == 3 and not done.get("interrupted")
+    data = _meta(done["out"])["data"]
+    assert [(s["name"], Path(s["corpus"]).name, s["count"]) for s in data["sources"]] == [
+        ("title", "a", 3), ("title", "b", 3), ("crop", "a", 3), ("crop", "b", 3)]
+    assert data["total"] == 12 and data["train"] == 12
+    other = _cfg(tmp_path, "infonce", "contrastive", folders[0], steps=3, batch_size=4, data_mix="title,crop",
+                 corpora=folders[:1])
+    with pytest.raises(ValueError, match="corpora"):
+        train(other, loaded=tiny_model)  # a finished run is not reported under another data set
