@@ -170,7 +170,12 @@ def test_a_long_run_in_time_slices_equals_one_run(tiny_model, data_files, tmp_pa
     assert train(cfg, loaded=tiny_model)["steps"] == 4
     done = train(cfg, loaded=tiny_model)
     assert done["steps"] == 5 and not done.get("interrupted")
-    assert len(train_log(done["out"])) == 5
+    rows = train_log(done["out"])
+    assert len(rows) == 5
+    # wall and CPU seconds count the whole run across the slices; examples seen = steps x batch
+    cpu = [r["cpu_seconds"] for r in rows]
+    assert all(b > a for a, b in zip(cpu, cpu[1:])) and _meta(done["out"])["train_cpu_seconds"] >= cpu[-1]
+    assert _meta(done["out"])["examples_seen"] == 15
     torch.testing.assert_close(torch.tensor([r["loss"] for r in train_log(done["out"])]),
                                torch.tensor([r["loss"] for r in train_log(full["out"])]), rtol=1e-5, atol=1e-6)
 

@@ -215,13 +215,14 @@ def check_resumable(ckpt: Path, cfg: TrainConfig) -> None:
                                 f"rerun with the checkpoint's settings, or start over with --no-resume")
 
 
-def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict, seconds: float) -> None:
+def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict, seconds: float,
+                     cpu_seconds: float = 0.0) -> None:
     tmp = ckpt.with_name(ckpt.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_adapter(peft_model, tmp, method.extra_tensors(), meta)
     torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                 "torch_rng": torch.get_rng_state()}, tmp / "trainer_state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "seconds": seconds}))
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "seconds": seconds, "cpu_seconds": cpu_seconds}))
     replace_dir(tmp, ckpt)
 
 
@@ -282,7 +283,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     lr = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps, int(cfg.warmup_ratio * cfg.steps)))
-    start, seconds_before = 0, 0.0
+    start, seconds_before, cpu_before = 0, 0.0, 0.0
     if resume_from is not None:
         state = torch.load(resume_from / "trainer_state.pt", weights_only=True)
         opt.load_state_dict(state["optimizer"])
@@ -290,6 +291,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         torch.set_rng_state(state["torch_rng"])
         progress = json.loads((resume_from / "trainer_state.json").read_text())
         start, seconds_before = int(progress["step"]), float(progress.get("seconds", 0.0))
+        cpu_before = float(progress.get("cpu_seconds", 0.0))
         finished = out / META_FILE
         if start >= cfg.steps and finished.is_file():  # nothing left to do: report the finished run
             done = json.loads(finished.read_text())
@@ -328,6 +330,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         run_eval(0)
     batches = batch_indices(len(data), cfg.batch_size, cfg.seed, start * cfg.grad_accum)
     t0 = time.perf_counter() - seconds_before  # seconds count the whole run across resumes
+    c0 = time.process_time() - cpu_before  # CPU seconds of this process (all its threads), likewise
     last: dict[str, float] = {}
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.method}/{cfg.stage}", disable=not cfg.progress,
                initial=start, total=cfg.steps)
@@ -347,27 +350,31 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             opt.step()
             sched.step()
-            last = {"step": step + 1, **agg, "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
+            last = {"step": step + 1, **agg, "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0,
+                    "cpu_seconds": time.process_time() - c0}
             log.write(json.dumps(last) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{agg.get('loss', float('nan')):.4f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 run_eval(step + 1)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0)
+                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
+                                 time.process_time() - c0)
             if cfg.stop_after and step + 1 - start >= cfg.stop_after and step + 1 < cfg.steps:
                 # a pause: checkpoint here so that the same command continues exactly
-                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0)
+                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
+                                 time.process_time() - c0)
                 return {"out": str(out), "steps": step + 1, "interrupted": True}
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     run_eval(cfg.steps)
-    meta.update({"steps": cfg.steps, "train_seconds": seconds, "final": last,
+    meta.update({"steps": cfg.steps, "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
+                 "examples_seen": cfg.steps * cfg.batch_size * cfg.grad_accum, "final": last,
                  "final_weights_sha256": trainable_sha256(peft_model, method.extra_tensors())})
     if held:
         meta["heldout"] = {"n": len(held), "first": evals[0] if evals else None, "last": evals[-1]}
     peft_model.eval()
     save_adapter(peft_model, out, method.extra_tensors(), meta)
-    _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds)
+    _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds, cpu_seconds)
     return _summary(out, cfg, cfg.steps, seconds, last, meta.get("heldout"), method if return_method else None)
 
 
