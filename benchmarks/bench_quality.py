@@ -46,7 +46,8 @@ from alignir.retrieval.beir import load_beir  # noqa: E402
 from alignir.retrieval.bm25 import bm25_run, lexical_leg  # noqa: E402
 from alignir.retrieval.config import FusionConfig, SparseConfig  # noqa: E402
 from alignir.retrieval.metrics import drop_self_hits, evaluate, self_hits_apply  # noqa: E402
-from alignir.retrieval.searcher import LEG_SET_DEFAULTS, QueryBatch, Searcher, fuse_legs, parse_mode  # noqa: E402
+from alignir.retrieval.searcher import (LEG_SET_AGREE, LEG_SET_DEFAULTS, QueryBatch, Searcher,  # noqa: E402
+                                       fuse_legs, parse_mode)
 from alignir.retrieval.sparsify import Sparsifier, resolve_lambda  # noqa: E402
 
 DEPTH = 100
@@ -134,7 +135,8 @@ def legs_run(h: Harness, lists: dict, mode: str, method: str,
     for i, qid in enumerate(h.qids):
         per_leg = [lists[leg][i] for leg in legs]
         fused = per_leg[0] if len(legs) == 1 else fuse_legs(
-            per_leg, [x / total for x in w], cfg, None if weights is None else w)
+            per_leg, [x / total for x in w], cfg, None if weights is None else w,
+            anchor=legs.index("bm25") if "bm25" in legs else None, agree_params=LEG_SET_AGREE.get(legs))
         run[qid] = {h.doc_ids[d]: float(s) for d, s in fusion.ranked(fused, DEPTH + 1)}
     return drop_self_hits(run) if h.drop_self else run
 

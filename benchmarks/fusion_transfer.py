@@ -9,7 +9,10 @@ every grid point.
     python benchmarks/fusion_transfer.py --model smollm2-135m
 
 Writes benchmarks/results/fusion_transfer.json (rows with the exact command): the held-out
-choices, then the shipped default (``selected_on`` = "product default") on every collection. Re-run it after
+choices, then the fixed z-score weights (``fusion="zscore"``, the product default before issue
+17; ``selected_on`` = "zscore option ...") on every collection. The default since issue 17,
+"agree" (per-query weights), cannot be read off a fixed-weight sweep: benchmarks/fusion_rules.py
+writes its rows (``"kind": "fusion-rule"``) into the same file; rows of that kind are kept. Re-run it after
 a new collection's bench_quality run (e.g. SciFact) to get its held-out number.
 """
 from __future__ import annotations
@@ -54,13 +57,17 @@ def transfer(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list
     return rows
 
 
+ZSCORE_OPTION = "zscore option (LEG_SET_WEIGHTS['zscore'], the product default before issue 17)"
+
+
 def product_default(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list[dict]:
-    """nDCG@10 of the shipped default fusion (retrieval.searcher.LEG_SET_DEFAULTS) on every
-    collection, read from the same sweeps (the grid holds the default point)."""
-    from alignir.retrieval.searcher import LEG_SET_DEFAULTS
+    """nDCG@10 of the fixed z-score weights (retrieval.searcher.LEG_SET_WEIGHTS["zscore"]) on
+    every collection, read from the same sweeps (the grid holds that point)."""
+    from alignir.retrieval.searcher import LEG_SET_WEIGHTS
 
     rows = []
-    for legs, (method, weights) in LEG_SET_DEFAULTS.items():
+    method = "zscore"
+    for legs, weights in LEG_SET_WEIGHTS[method].items():
         mode = "+".join(legs)
         key = (mode, method, json.dumps(weights, sort_keys=True))
         for dataset in sorted(data):
@@ -68,7 +75,7 @@ def product_default(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) 
             if r is None:
                 raise SystemExit(f"the {dataset} sweep has no point {key}: re-run bench_quality.py")
             rows.append({"dataset": dataset, "mode": mode, "fusion": method, "weights": weights,
-                         "selected_on": "product default (LEG_SET_DEFAULTS)",
+                         "selected_on": ZSCORE_OPTION,
                          "ndcg@10": r["ndcg@10"], "recall@100": r["recall@100"],
                          "bm25_ndcg@10": bm25.get(dataset),
                          "oracle_ndcg@10": max(v["ndcg@10"] for k, v in data[dataset].items() if k[0] == mode)})
@@ -96,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['mode']:18s} {r['dataset']:8s} {r['fusion']:6s} {json.dumps(r['weights']):45s} "
               f"nDCG@10 {r['ndcg@10']:.4f} (bm25 {r['bm25_ndcg@10']}, oracle {r['oracle_ndcg@10']:.4f})")
     out = Path(args.out)
-    others = [r for r in json.loads(out.read_text()) if r.get("model") != args.model] if out.exists() else []
+    others = [r for r in json.loads(out.read_text())
+              if r.get("model") != args.model or r.get("kind") == "fusion-rule"] if out.exists() else []
     out.write_text(json.dumps(others + rows, indent=1) + "\n")  # other models' rows are kept
 
 

@@ -1,6 +1,7 @@
 """The README's quality table, rendered from the committed results (no number typed by hand).
 
-Reads ``quality.json`` (bench_quality.py) and ``fusion_transfer.json`` (fusion_transfer.py) and
+Reads ``quality.json`` (bench_quality.py) and ``fusion_transfer.json`` (fusion_transfer.py,
+fusion_rules.py) and
 prints one markdown row per (collection, model) with the issue-5 targets checked:
 sparse ≥ 0.9 × dense of the same model, hybrid ≥ the better of its two inputs.
 
@@ -19,14 +20,26 @@ MODELS = {"smollm2-135m": "SmolLM2", "gemma3-270m": "Gemma3"}
 
 
 def three_leg_default(fusion: list[dict], quality: dict, dataset: str, model: str) -> float | None:
-    """dense+sparse+bm25 with the product's default weights: fusion_transfer's "product default"
-    row (computed from the same weight sweep for every collection), else bench_quality's row."""
+    """dense+sparse+bm25 with the fixed z-score weights (0.2 / 0.2 / 0.6, the default before
+    issue 17): fusion_transfer's "zscore option" (formerly "product default") row, computed
+    from the same weight sweep for every collection, else bench_quality's row."""
     for r in fusion:
         if (r["dataset"], r["model"], r["mode"]) == (dataset, model, "dense+sparse+bm25") \
-                and str(r["selected_on"]).startswith("product default"):
+                and r.get("kind") != "fusion-rule" \
+                and str(r["selected_on"]).startswith(("product default", "zscore option")):
             return r["ndcg@10"]
     row = quality.get((dataset, model, "hybrid+bm25"))
     return row["ndcg@10"] if row else None
+
+
+def three_leg_agree(fusion: list[dict], dataset: str, model: str) -> float | None:
+    """dense+sparse+bm25 with the default since issue 17 ("agree"): fusion_rules.py's product
+    row of the full-length index of this collection and model."""
+    for r in fusion:
+        if r.get("kind") == "fusion-rule" and r["rule"].startswith("product default") \
+                and r["mode"] == "dense+sparse+bm25" and r["setting"] == f"{dataset}-{model}-ml512":
+            return r["ndcg@10"]
+    return None
 
 
 def render(quality_rows: list[dict], fusion: list[dict]) -> str:
@@ -35,8 +48,9 @@ def render(quality_rows: list[dict], fusion: list[dict]) -> str:
                    key=lambda p: (ORDER.index(p[0]) if p[0] in ORDER else len(ORDER), p[0],
                                   list(MODELS).index(p[1]) if p[1] in MODELS else len(MODELS), p[1]))
     lines = ["| collection | model | BM25 | dense | sparse, paper eq.15–16 | sparse, default | sparse / dense "
-             "| hybrid (dense+sparse) | hybrid ≥ both inputs | dense+sparse+bm25 |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| hybrid (dense+sparse) | hybrid ≥ both inputs | dense+sparse+bm25, z-score 0.2/0.2/0.6 "
+             "| dense+sparse+bm25, agree (default) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for dataset, model in pairs:
         def get(method: str, dataset: str = dataset, model: str = model) -> float | None:
             row = q.get((dataset, model, method))
@@ -48,10 +62,12 @@ def render(quality_rows: list[dict], fusion: list[dict]) -> str:
         ratio = sparse / dense
         both = hybrid >= max(dense, sparse)
         three = three_leg_default(fusion, q, dataset, model)
+        agree = three_leg_agree(fusion, dataset, model)
         lines.append(
             f"| {NAMES.get(dataset, dataset)} | {MODELS.get(model, model)} | {bm25:.3f} | {dense:.3f} | "
             f"{paper:.3f} | {sparse:.3f} | {ratio:.2f} {'✓' if ratio >= 0.9 else '✗'} | {hybrid:.3f} | "
-            f"{'✓' if both else '✗'} | {'–' if three is None else f'{three:.3f}'} |")
+            f"{'✓' if both else '✗'} | {'–' if three is None else f'{three:.3f}'} "
+            f"| {'–' if agree is None else f'{agree:.3f}'} |")
     return "\n".join(lines)
 
 

@@ -45,8 +45,7 @@ __all__ = [
     "QUERY_WEIGHTINGS",
 ]
 
-DOC_WEIGHTINGS = ("raw", "relu", "log1p")
-QUERY_WEIGHTINGS = ("binary", "raw", "relu", "log1p")
+from alignir.encoders.weightings import DOC_WEIGHTINGS, QUERY_WEIGHTINGS  # noqa: E402  (defined once there)
 
 #: rows of H processed at once (bounds the [rows, chunk] logit block to ~64 MB at chunk=8192)
 _ROW_BLOCK = 2048

@@ -322,6 +322,16 @@ class DenseIndex:
     def kind(self) -> str:
         return self.params.kind
 
+    def use_gpu(self, enabled: bool) -> bool:
+        """Search on the GPU (a faiss GPU copy of flat / IVF-PQ indexes, made at the next search)
+        or not; returns whether searches will really run there (faiss-gpu installed and a GPU
+        visible: ``pip install 'alignir[gpu]'``). HNSW always searches on the CPU."""
+        with self._lock:
+            self._use_gpu = bool(enabled)
+            if not enabled:
+                self._gpu_index = None
+        return bool(enabled) and self.params.kind != "hnsw" and faiss.get_num_gpus() > 0
+
     def transform_queries(self, Q: np.ndarray) -> np.ndarray:
         """The exact vectors the index compares documents with: T(q), normalised if set."""
         return self._prepare(_check_matrix(Q, "Q", self.dim_in))
@@ -418,6 +428,12 @@ class DenseIndex:
             all_d = np.concatenate([best_d, np.broadcast_to(ids, s.shape)], axis=1)
             best_d, best_s = _topk_rows(all_d, all_s, k)
         return best_d, best_s
+
+    def reconstruct(self, doc_numbers: np.ndarray | list[int]) -> np.ndarray:
+        """The indexed vectors (T(h), normalised if set) of ``doc_numbers`` [n, dim] float32:
+        exactly what :meth:`search` scores for flat / HNSW, the decoded codes for IVF-PQ."""
+        return np.asarray(self._reconstruct(_check_ids(doc_numbers, self.n_docs, "doc_numbers")),
+                          dtype=np.float32)
 
     def _reconstruct(self, ids: np.ndarray) -> np.ndarray:
         if self.params.kind == "ivfpq" and not self._direct_map_ready:

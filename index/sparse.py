@@ -35,6 +35,8 @@ META_FILE = "sparse.json"
 _LEGACY_META_FILE = "manifest.json"  # written before parts (it also held per-file checksums)
 #: codes 0..levels; dense columns store code + 1 (0 = absent), hence 254 / 65534 levels
 _QUANT_LEVELS = {"uint8": (np.uint8, 254), "uint16": (np.uint16, 65534)}
+#: the allowed ``quantize`` values (None: float32 postings)
+QUANTIZE = (None, *_QUANT_LEVELS)
 _ARRAYS = ("map_", "ptr", "docs", "weights", "lo", "scale", "deleted", "dense_keys",
            "dense_off", "dense")
 _DENSE_ARRAYS = ("dense_keys", "dense_off", "dense")  # absent from version-1 directories
@@ -185,8 +187,8 @@ class SparseIndex:
         ``dense_min``: a (term, 2**16-doc block) list is stored as a dense column when it
         holds at least this share of the block's documents (None: 0.5 for float32/uint16,
         1/3 for uint8; > 1 never). Layout only: results are the same either way."""
-        if quantize not in (None, *_QUANT_LEVELS):
-            raise InvalidInputError(f"quantize must be None, 'uint8' or 'uint16', got {quantize!r}")
+        if quantize not in QUANTIZE:
+            raise InvalidInputError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
         if dense_min is not None and not (isinstance(dense_min, (int, float))
                                           and dense_min >= 0):
             raise InvalidInputError(f"dense_min must be None or a number >= 0, got {dense_min!r}")

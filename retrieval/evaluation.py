@@ -37,8 +37,9 @@ def run_queries(searcher: Searcher, queries: Mapping[str, str], modes: Sequence[
             # one extra hit so that dropping a self-hit still leaves k
             hits = searcher.batch_search(texts, k=k + int(drop_self), mode=mode, encoded=batch,
                                          timings=tm, **search_kw)
-            for key in ("sparse", "dense", "bm25", "fuse"):
-                spent[key] += getattr(tm, key)
+            for leg, seconds in tm.legs.items():  # per leg name (built-in or not)
+                spent[leg] = spent.get(leg, 0.0) + seconds
+            spent["fuse"] += tm.fuse
             for qid, hs in zip(ids, hits):
                 kept = [(h.id, h.score) for h in hs if not (drop_self and h.id == qid)][:k]
                 runs[mode][qid] = dict(kept)

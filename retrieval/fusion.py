@@ -1,4 +1,5 @@
-"""Fusion of ranked lists (one query): RRF, min-max convex combination, z-score.
+"""Fusion of ranked lists (one query): RRF, min-max convex combination, z-score, and z-score
+gated by agreement with an anchor list.
 
 Each input is a ``{doc_id: score}`` mapping (higher is better). Outputs are
 ``{doc_id: fused score}`` dicts *ordered* best first; ties are broken by doc id ascending
@@ -17,6 +18,20 @@ gives it 0 instead (for z-score that is the list's mean, i.e. an average documen
 A list whose scores are all equal carries no ranking information: every normalised score
 in it (and the missing value) is 0, so it does not move the fused order.
 
+- Agreement-gated z-score (``agree``, the default of the leg sets with BM25): z-score fusion
+  where every list other than the *anchor* (the BM25 leg in search) has its weight scaled, per
+  query, by how much its top ``k`` agrees with the anchor's top ``k``:
+  ``w'_i = w_i · min(1, max(0, o_i - f) / (τ - f))^p`` with
+  ``o_i = |top_k(i) ∩ top_k(anchor)| / k`` and a floor ``f`` < τ (default 0: ``min(1, o_i/τ)^p``;
+  the anchor keeps ``w_a``). A list that shares nothing with the anchor's top k for this query —
+  noise, e.g. an LLM leg that saw only a truncated document — drops out (weight 0), and the
+  fused order falls back to the anchor's; one that shares at least ``τ·k`` of it keeps its full
+  weight. This is CombSUM over z-scores (Fox & Shaw, "Combination of Multiple Searches",
+  TREC-2 1994) with the overlap-as-evidence idea of Lee, "Analyses of Multiple Evidence
+  Combination" (SIGIR 1997: relevant documents are retrieved by more of the systems), used
+  here as a per-query reliability weight of each list; ``k``, ``τ`` and
+  ``p`` were chosen leave-one-collection-out (benchmarks/fusion_rules.py, issue 17).
+
 Rank order inside each input list uses the same deterministic tie-break (score
 descending, doc id ascending), so RRF ranks are well defined.
 """
@@ -29,10 +44,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["FUSION_METHODS", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
+__all__ = ["AGREE_CHANCE", "AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "agree", "agree_weights",
+           "agreement", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
 
 Ranking = Mapping[str, float]
-FUSION_METHODS = ("rrf", "minmax", "zscore")
+FUSION_METHODS = ("rrf", "minmax", "zscore", "agree")
+#: ``agree`` defaults: top-k compared, agreement at which a list keeps its full weight, power,
+#: agreement at or below which it drops out, correct the agreement for chance
+AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR, AGREE_CHANCE = 10, 0.4, 1.0, 0.0, False
 
 
 def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
@@ -148,9 +167,76 @@ def zscore(
     return _convex(runs, "zscore", weights, alpha, missing, top)
 
 
+def agreement(run: Ranking, anchor: Ranking, k: int) -> float:
+    """``|top_k(run) ∩ top_k(anchor)| / k`` (top k by :func:`ranked` order)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise InvalidInputError(f"agreement k must be a positive integer, got {k!r}")
+    return len({d for d, _ in ranked(run, k)} & {d for d, _ in ranked(anchor, k)}) / k
+
+
+def agree_weights(
+    runs: Sequence[Ranking],
+    weights: Sequence[float] | None = None,
+    anchor: int = -1,
+    k: int = AGREE_K,
+    tau: float = AGREE_TAU,
+    power: float = AGREE_POWER,
+    floor: float = AGREE_FLOOR,
+    chance: bool = AGREE_CHANCE,
+) -> list[float]:
+    """The per-query weights :func:`agree` gives each run:
+    ``w_i · min(1, max(0, agreement_i - floor) / (tau - floor))^power`` for every run but the
+    anchor, ``w_anchor`` for it. ``chance``: the agreement is first corrected for what two
+    random top-k picks from the pooled candidates U (the union of the runs) would share,
+    ``c = k / |U|``: ``max(0, (o - c) / (1 - c))`` (when ``|U| <= k`` nothing can be judged
+    and the weights are returned as given). An empty anchor gates nothing (there is
+    nothing to agree with): the weights are returned as given."""
+    runs = _check(runs)
+    w = _weights(len(runs), weights, None)
+    if not -len(runs) <= anchor < len(runs):
+        raise InvalidInputError(f"anchor {anchor} is not one of the {len(runs)} runs")
+    if not (math.isfinite(tau) and tau > 0):
+        raise InvalidInputError(f"agree tau must be > 0, got {tau}")
+    if not (math.isfinite(power) and power > 0):
+        raise InvalidInputError(f"agree power must be > 0, got {power}")
+    if not (math.isfinite(floor) and 0 <= floor < tau):
+        raise InvalidInputError(f"agree floor must be in [0, tau={tau}), got {floor}")
+    a = anchor % len(runs)
+    agreement(runs[a], runs[a], k)  # validates k
+    if not runs[a]:
+        return w
+    c = min(1.0, k / len({d for r in runs for d in r})) if chance else 0.0
+    if c >= 1.0:
+        return w
+
+    def gate(o: float) -> float:
+        o = max(0.0, (o - c) / (1.0 - c))
+        return min(1.0, max(0.0, o - floor) / (tau - floor)) ** power
+
+    return [wi if i == a else wi * gate(agreement(r, runs[a], k)) for i, (wi, r) in enumerate(zip(w, runs))]
+
+
+def agree(
+    runs: Sequence[Ranking],
+    weights: Sequence[float] | None = None,
+    anchor: int = -1,
+    k: int = AGREE_K,
+    tau: float = AGREE_TAU,
+    power: float = AGREE_POWER,
+    floor: float = AGREE_FLOOR,
+    chance: bool = AGREE_CHANCE,
+    missing: str = "min",
+    top: int | None = None,
+) -> dict[str, float]:
+    """Z-score fusion with the weights of :func:`agree_weights` (``anchor``: index of the
+    anchor run, default the last)."""
+    w = agree_weights(runs, weights, anchor, k, tau, power, floor, chance)
+    return _convex(runs, "zscore", w, None, missing, top)
+
+
 def fuse(runs: Sequence[Ranking], method: str = "rrf", **kw) -> dict[str, float]:
-    """Dispatch by name: ``"rrf"``, ``"minmax"`` or ``"zscore"``."""
-    fn = {"rrf": rrf, "minmax": minmax, "zscore": zscore}.get(method)
+    """Dispatch by name: ``"rrf"``, ``"minmax"``, ``"zscore"`` or ``"agree"``."""
+    fn = {"rrf": rrf, "minmax": minmax, "zscore": zscore, "agree": agree}.get(method)
     if fn is None:
         raise InvalidInputError(f"unknown fusion method {method!r}; choose from {', '.join(FUSION_METHODS)}")
     return fn(runs, **kw)

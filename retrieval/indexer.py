@@ -22,7 +22,7 @@ from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
 from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, write_index
 from alignir.retrieval.beir import Corpus, read_corpus_jsonl
-from alignir.retrieval.config import SparseConfig
+from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, SparseConfig
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
                                        normalize_fingerprint, term_map_arrays, term_map_from_arrays)
 from alignir.retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_EMBEDDER = "prompteol"
 #: PromptEOL vectors are very anisotropic: centring + cosine lifted dense nDCG@10 from 0.45
-#: to 0.57 on MED and 0.22 to 0.36 on ADI (benchmarks/results/quality.json, dense_centering.json)
+#: to 0.57 on MED and 0.22 to 0.36 on ADI (benchmarks/results/quality.json, dense_centering.json);
+#: the defaults of retrieval.config.DenseConfig
 DEFAULT_DENSE_OPTIONS = {"center": True, "normalize": True}
 #: texts encoded between two cache checkpoints (a kill loses at most this many)
 CHECKPOINT_EVERY = 128
@@ -81,9 +82,10 @@ def build_index(
     *,
     model: str = DEFAULT_MODEL,
     embedder: str = DEFAULT_EMBEDDER,
-    sparse: SparseConfig = SparseConfig(),
-    dense_kind: str = "flat",
-    dense_options: dict[str, Any] | None = None,
+    config: IndexConfig | None = None,
+    sparse: SparseConfig = UNSET,
+    dense_kind: str = UNSET,
+    dense_options: dict[str, Any] | None = UNSET,
     embedder_options: dict[str, Any] | None = None,
     skip_bad: bool = False,
     cache_dir: str | Path | None = None,
@@ -92,12 +94,16 @@ def build_index(
     progress: bool = True,
     loaded: Any = None,
     on_stage: Callable[[str], None] | None = None,
-    lexical: bool = True,
+    lexical: bool | LexicalConfig = UNSET,
     wait: bool = False,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
-    ``lexical``: also store the BM25 leg (k1 0.9, b 0.4, Lucene IDF; the "bm25" modes).
+    ``config``: the whole :class:`IndexConfig` (sparse, dense, lexical, fusion; default
+    ``IndexConfig()``), saved in the manifest (``params["config"]``). ``sparse`` /
+    ``dense_kind`` + ``dense_options`` (``DenseIndex.build`` keywords) / ``lexical`` (a
+    :class:`LexicalConfig`, True for the default one, False for none) replace that part of it
+    when given. By default the BM25 leg is stored (k1 0.9, b 0.4, Lucene IDF; the "bm25" modes).
     ``wait``: when another process is writing the same index, wait for it instead of failing
     (index.lock: one writer at a time; resparsify and add_lexical take the same option).
 
@@ -110,6 +116,7 @@ def build_index(
     from alignir.encoders.models import load_model
     from alignir.encoders.shipped import resolve_shipped
 
+    cfg = _build_config(config, sparse, dense_kind, dense_options, lexical)
     stage = on_stage or (lambda s: log.info(s))
     model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
@@ -127,22 +134,23 @@ def build_index(
         t_enc = time.perf_counter() - t0
         stage("projecting onto the vocabulary (aligned tokens)")
         pc1 = fit_corpus_pc1(H)
-        sparse = resolve_lambda(sparse, H, pc1)
+        sparse = resolve_lambda(cfg.sparse, H, pc1)
+        cfg = replace(cfg, sparse=sparse)  # with the λ derived from the corpus
         sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1)
         sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=sparse.quantize)
-        stage(f"building the dense index ({dense_kind})")
-        dense_opts = DEFAULT_DENSE_OPTIONS if dense_options is None else dense_options
-        dense_index = DenseIndex.build(H, kind=dense_kind, **dense_opts)
+        stage(f"building the dense index ({cfg.dense.kind})")
+        dense_index = DenseIndex.build(H, **cfg.dense.build_options())
         leg = None
-        if lexical:
+        if cfg.lexical is not None:
             from alignir.retrieval.bm25 import lexical_leg
 
             stage("building the lexical leg (BM25)")
-            leg = lexical_leg(texts)
+            leg = lexical_leg(texts, k1=cfg.lexical.k1, b=cfg.lexical.b, stem=cfg.lexical.stem,
+                              stopwords=cfg.lexical.stopwords)
         manifest = {
             "encoder": doc_encoder_fingerprint(enc),
             "embedder": {"family": embedder, "model": model, "options": opts},
-            "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind},
+            "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind, "config": cfg.to_dict()},
             "build": {"source": str(Path(source).absolute()), "encode_seconds": round(t_enc, 3),
                       "skipped_lines": [[s.line, s.reason] for s in corpus.skipped]},
         }
@@ -153,18 +161,46 @@ def build_index(
         return read_manifest(index_dir)
 
 
+def _build_config(config: IndexConfig | None, sparse: Any, dense_kind: Any, dense_options: Any,
+                  lexical: Any) -> IndexConfig:
+    """``config`` (default ``IndexConfig()``) with the parts given by build_index's own
+    keywords replaced."""
+    cfg = IndexConfig() if config is None else config
+    if not isinstance(cfg, IndexConfig):
+        raise InvalidInputError(f"config must be an IndexConfig, got {type(cfg).__name__}")
+    if sparse is not UNSET:
+        if not isinstance(sparse, SparseConfig):
+            raise InvalidInputError(f"sparse must be a SparseConfig, got {type(sparse).__name__}")
+        cfg = replace(cfg, sparse=sparse)
+    if dense_options is not UNSET and dense_options is not None:
+        cfg = replace(cfg, dense=DenseConfig.from_options(cfg.dense.kind if dense_kind is UNSET else dense_kind,
+                                                          dense_options))
+    elif dense_kind is not UNSET:
+        cfg = replace(cfg, dense=replace(cfg.dense, kind=dense_kind))
+    if lexical is not UNSET:
+        if isinstance(lexical, LexicalConfig) or lexical is None:
+            cfg = replace(cfg, lexical=lexical)
+        elif isinstance(lexical, bool):
+            cfg = replace(cfg, lexical=(cfg.lexical or LexicalConfig()) if lexical else None)
+        else:
+            raise InvalidInputError(f"lexical must be True, False or a LexicalConfig, got {lexical!r}")
+    return cfg
+
+
 def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto", wait: bool = False,
                **changes: Any) -> dict[str, Any]:
     """Rebuild the sparse part with new K / M / λ / weighting / folding / quantisation from
-    the stored dense vectors (no re-encode). ``changes``: SparseConfig fields."""
+    the stored dense vectors (no re-encode). ``changes``: SparseConfig fields; a value
+    :data:`UNSET` keeps the current one, ``None`` is a value (``quantize=None``: float32)."""
     from alignir.encoders.embedders import get_embedder
     from alignir.encoders.models import load_model
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
         stored = open_index(index_dir, parts=())
+        config = IndexConfig.from_manifest(stored.manifest)
         old = SparseConfig.from_dict(stored.params.get("sparse", {}))
-        quantize = changes.pop("quantize", old.quantize)  # None is a value here ("float32")
-        new = replace(old.with_changes(**changes), quantize=quantize)
+        new = old.with_changes(**changes)
+        changes = {k: v for k, v in changes.items() if v is not UNSET}
         spec = embedder_spec(stored.manifest, index_dir)
         loaded = loaded if loaded is not None else load_model(spec["model"], device=device)
         enc = get_embedder(spec["family"], loaded, progress=False, **spec.get("options", {}))
@@ -178,7 +214,8 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         new = resolve_lambda(new, H, stored.pc1)
         sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
         sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
-        params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind}
+        params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind,
+                  "config": replace(config, sparse=new).to_dict()}
         # folding changes the term map: its arrays are replaced in the same atomic step
         extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
         replace_part(index_dir, "sparse", sparse_index, params=params, extra_arrays=extra,
@@ -205,6 +242,9 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
         if missing:
             raise InvalidInputError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
                              "not the corpus of this index")
-        leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=k1, b=b)
-        replace_part(index_dir, "lexical", leg, expected=manifest)
+        lexical = LexicalConfig(k1=k1, b=b)
+        leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=lexical.k1, b=lexical.b,
+                          stem=lexical.stem, stopwords=lexical.stopwords)
+        config = replace(IndexConfig.from_manifest(manifest), lexical=lexical)
+        replace_part(index_dir, "lexical", leg, params={"config": config.to_dict()}, expected=manifest)
         return read_manifest(index_dir)

@@ -14,9 +14,11 @@ BM25 word-term weights scored by the same sparse kernel, retrieval/bm25.py; no m
 A mode is one leg, "hybrid" (dense + sparse, ``alpha`` weighs dense: unchanged from before the
 lexical leg existed) or a '+'-joined leg set such as "dense+sparse+bm25", fused with the
 configured method (minmax / zscore: convex combination with per-leg weights; rrf: reciprocal
-ranks, weighted only when weights are given). Leg sets with BM25 default to z-score fusion
-with BM25 at 0.6 (LEG_SET_DEFAULTS, chosen on held-out collections); others weigh legs
-equally. Pyserini's BEIR hybrid runs fuse a learned representation with BM25 the same way.
+ranks, weighted only when weights are given; agree: z-score with each LLM leg's weight gated
+per query by its agreement with the BM25 leg). Leg sets with BM25 default to agree
+(LEG_SET_DEFAULTS, chosen on held-out collections); ``fusion="zscore"`` without weights gives
+the earlier fixed z-score default (BM25 at 0.6); other methods weigh legs equally. Pyserini's
+BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
 and torch modules are not re-entrant); sparse searches run concurrently (SparseIndex runs a
@@ -27,52 +29,86 @@ from __future__ import annotations
 
 from alignir.errors import InvalidInputError
 
+import importlib
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from alignir.encoders.aligned import TermContribution, explain as explain_terms
+from alignir.encoders.aligned import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
-from alignir.retrieval.config import FusionConfig, SparseConfig
+from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
+from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
 from alignir.retrieval.sparsify import Sparsifier
 
+#: the built-in legs (retrieval/legs.py), in the order a mode lists them
 LEGS = ("dense", "sparse", "bm25")
 #: the modes "all" means for an index with its lexical leg (without it: the first three)
 MODES = ("hybrid", "sparse", "dense", "bm25", "dense+bm25", "sparse+bm25", "dense+sparse+bm25")
 BASE_MODES = MODES[:3]
-#: Default fusion of the leg sets with the BM25 leg (used when a call gives no fusion, alpha or
-#: weights): z-score fusion with the weights chosen leave-one-collection-out on ADI, MED,
-#: Cranfield and CISI (benchmarks/fusion_transfer.py; every held-out choice was z-score with
-#: BM25 at 0.6, except sparse+bm25 on ADI at 0.7). Held out, dense+sparse+bm25 beat BM25 on all
-#: four (e.g. MED 0.736 vs 0.667, Cranfield 0.366 vs 0.352); equal min-max weights did not.
-LEG_SET_DEFAULTS: dict[tuple[str, ...], tuple[str, dict[str, float]]] = {
-    ("dense", "bm25"): ("zscore", {"dense": 0.4, "bm25": 0.6}),
-    ("sparse", "bm25"): ("zscore", {"sparse": 0.4, "bm25": 0.6}),
-    ("dense", "sparse", "bm25"): ("zscore", {"dense": 0.2, "sparse": 0.2, "bm25": 0.6}),
+#: where the legs are searched: the index folder itself, or a collection exported from it to
+#: another engine — name -> the module serving it, which provides ``check(stored, uri, collection)``
+#: (reach and check the collection before the model loads) and ``wrap(searcher, uri, collection)``
+#: (the folder searcher with its legs there); imported by name, only when used
+BACKENDS: dict[str, str | None] = {"folder": None, "milvus": "alignir.retrieval.milvus_search"}
+#: Base weights of the leg sets with the BM25 leg per fusion method, used when a call gives no
+#: ``weights`` or ``alpha``. "zscore": the fixed weights chosen leave-one-collection-out on ADI,
+#: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; the default until issue 17: BM25 at
+#: 0.6). "agree" (the default): the same z-score fusion with every LLM leg's weight gated per
+#: query by its top-k agreement with the BM25 leg (fusion.agree), so a leg that is noise for a
+#: query (a truncated long document, a model unfit for the domain) drops out and the fused
+#: order falls back to BM25's; weights and gate chosen leave-one-collection-out on dumped leg
+#: lists, with the LLM legs also deliberately degraded (benchmarks/fusion_rules.py).
+LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
+    "zscore": {
+        ("dense", "bm25"): {"dense": 0.4, "bm25": 0.6},
+        ("sparse", "bm25"): {"sparse": 0.4, "bm25": 0.6},
+        ("dense", "sparse", "bm25"): {"dense": 0.2, "sparse": 0.2, "bm25": 0.6},
+    },
+    "agree": {
+        ("dense", "bm25"): {"dense": 0.6, "bm25": 0.6},
+        ("sparse", "bm25"): {"sparse": 0.6, "bm25": 0.6},
+        ("dense", "sparse", "bm25"): {"dense": 0.3, "sparse": 0.3, "bm25": 0.6},
+    },
 }
+#: The agreement gate of each leg set under "agree" (fusion.agree_weights: top-k compared,
+#: agreement for full weight τ, power, floor, chance correction), chosen per leg set with the
+#: weights above (benchmarks/fusion_rules.py).
+LEG_SET_AGREE: dict[tuple[str, ...], dict[str, Any]] = {
+    ("dense", "bm25"): {"k": 20, "tau": 0.7, "power": 1.0, "floor": 0.1, "chance": False},
+    ("sparse", "bm25"): {"k": 20, "tau": 0.5, "power": 1.0, "floor": 0.0, "chance": True},
+    ("dense", "sparse", "bm25"): {"k": 10, "tau": 0.4, "power": 1.0, "floor": 0.0, "chance": False},
+}
+#: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights.
+LEG_SET_FUSION = "agree"
+LEG_SET_DEFAULTS: dict[tuple[str, ...], tuple[str, dict[str, float]]] = {
+    legs: (LEG_SET_FUSION, w) for legs, w in LEG_SET_WEIGHTS[LEG_SET_FUSION].items()}
 LEXICAL_HINT = ("rebuild it with `alignir build-index --lexical` (the default) or add the leg with "
                 "`alignir add-lexical --index DIR`")
 
 
-def parse_mode(mode: str) -> tuple[str, ...]:
-    """The legs of a mode, in LEGS order: "hybrid" -> (dense, sparse); "bm25" -> (bm25,);
-    "bm25+dense" -> (dense, bm25)."""
+def parse_mode(mode: str, legs: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The legs of a mode, in the order of ``legs``: "hybrid" -> (dense, sparse); "bm25" ->
+    (bm25,); "bm25+dense" -> (dense, bm25). ``legs``: the leg names that may appear (None:
+    the registered legs, retrieval.legs.register_leg: the built-in ones first)."""
+    if legs is None:
+        legs = (*LEGS, *(name for name in leg_factories() if name not in LEGS))
     if not isinstance(mode, str):
         raise InvalidInputError(f"mode must be a string, got {type(mode).__name__}")
     if mode == "hybrid":
         return ("dense", "sparse")
     parts = [p.strip() for p in mode.split("+")]
-    if not all(p in LEGS for p in parts) or len(set(parts)) != len(parts):
-        raise InvalidInputError(f"mode must be one of {MODES} or a '+'-joined set of the legs "
-                         f"{LEGS}, got {mode!r}")
-    return tuple(leg for leg in LEGS if leg in parts)
+    if not all(p in legs for p in parts) or len(set(parts)) != len(parts):
+        shown = MODES if tuple(legs) == LEGS else ("hybrid", *legs)
+        raise InvalidInputError(f"mode must be one of {shown} or a '+'-joined set of the legs "
+                                f"{tuple(legs)}, got {mode!r}")
+    return tuple(leg for leg in legs if leg in parts)
 
 
 def modes_for(stored: StoredIndex) -> tuple[str, ...]:
@@ -82,100 +118,198 @@ def modes_for(stored: StoredIndex) -> tuple[str, ...]:
 
 @dataclass
 class Hit:
-    """One search result. ``sparse_score`` / ``dense_score`` / ``bm25_score`` are the raw
-    scores of each leg (None when the document was not in that leg's list or the leg was not
-    searched); ``explanation`` lists the shared terms and their contributions to the sparse
-    score — to the BM25 score when the mode has a bm25 leg and no sparse one (with
-    ``explain=True``)."""
+    """One search result. ``leg_scores``: the raw score of each leg of the mode ({leg name:
+    score}, None when the document was not in that leg's list); ``sparse_score`` /
+    ``dense_score`` / ``bm25_score`` read it (None also when the leg was not searched).
+    ``explanation`` lists the shared terms and their contributions to the score of the first
+    leg of the mode that explains (sparse before bm25; with ``explain=True``)."""
 
     id: str
     score: float
     rank: int
     doc_number: int
-    sparse_score: float | None = None
-    dense_score: float | None = None
-    bm25_score: float | None = None
+    leg_scores: dict[str, float | None] = field(default_factory=dict)
     explanation: list[TermContribution] | None = None
 
+    @property
+    def sparse_score(self) -> float | None:
+        return self.leg_scores.get("sparse")
+
+    @property
+    def dense_score(self) -> float | None:
+        return self.leg_scores.get("dense")
+
+    @property
+    def bm25_score(self) -> float | None:
+        return self.leg_scores.get("bm25")
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if self.explanation is None:
-            d.pop("explanation")
+        """id, score, rank, doc_number, ``LEG_score`` for the built-in legs (None when not
+        searched) and any other leg of the mode, and the explanation when there is one."""
+        d: dict[str, Any] = {"id": self.id, "score": self.score, "rank": self.rank, "doc_number": self.doc_number}
+        for leg in ("sparse", "dense", "bm25", *(k for k in self.leg_scores if k not in LEGS)):
+            d[f"{leg}_score"] = self.leg_scores.get(leg)
+        if self.explanation is not None:
+            d["explanation"] = [asdict(c) for c in self.explanation]
         return d
 
 
-@dataclass
 class QueryBatch:
-    """Encoded queries, row i = query i: dense vectors, aligned-token sparse vectors and BM25
-    term counts (``lexical``). A part is None when it was not computed (the model parts
-    for a bm25-only search; ``lexical`` for an index without the lexical leg)."""
+    """Encoded queries: one representation per leg (``legs``: {leg name: rows}, row i =
+    query i) and the seconds the encoding took. ``dense`` / ``sparse`` / ``lexical`` read the
+    built-in legs (None when not computed). The old constructor ``QueryBatch(dense, sparse,
+    seconds, lexical)`` still works."""
 
-    dense: np.ndarray | None
-    sparse: sp.csr_matrix | None
-    seconds: float = 0.0
-    lexical: sp.csr_matrix | None = None
+    def __init__(self, dense: np.ndarray | None = None, sparse: sp.csr_matrix | None = None,
+                 seconds: float = 0.0, lexical: sp.csr_matrix | None = None, *,
+                 legs: Mapping[str, Any] | None = None) -> None:
+        self.legs: dict[str, Any] = dict(legs or {})
+        for name, rows in (("dense", dense), ("sparse", sparse), ("bm25", lexical)):
+            if rows is not None:
+                self.legs[name] = rows
+        self.seconds = seconds
+
+    def _set(self, leg: str, rows: Any) -> None:
+        if rows is None:
+            self.legs.pop(leg, None)
+        else:
+            self.legs[leg] = rows
+
+    @property
+    def dense(self) -> np.ndarray | None:
+        return self.legs.get("dense")
+
+    @dense.setter
+    def dense(self, rows: np.ndarray | None) -> None:
+        self._set("dense", rows)
+
+    @property
+    def sparse(self) -> sp.csr_matrix | None:
+        return self.legs.get("sparse")
+
+    @sparse.setter
+    def sparse(self, rows: sp.csr_matrix | None) -> None:
+        self._set("sparse", rows)
+
+    @property
+    def lexical(self) -> sp.csr_matrix | None:
+        return self.legs.get("bm25")
+
+    @lexical.setter
+    def lexical(self, rows: sp.csr_matrix | None) -> None:
+        self._set("bm25", rows)
+
+    def __repr__(self) -> str:
+        shapes = {k: getattr(v, "shape", None) for k, v in self.legs.items()}
+        return f"QueryBatch(legs={shapes}, seconds={self.seconds:.3f})"
 
 
 @dataclass
 class Timings:
-    """Seconds spent per stage by the last batch (filled when passed to batch_search)."""
+    """Seconds spent per stage by the last batch (filled when passed to batch_search):
+    ``encode``, ``legs`` ({leg name: seconds of its search}) and ``fuse``; ``sparse`` /
+    ``dense`` / ``bm25`` read ``legs`` (0 when the leg did not run)."""
 
     encode: float = 0.0
-    sparse: float = 0.0
-    dense: float = 0.0
-    bm25: float = 0.0
     fuse: float = 0.0
+    legs: dict[str, float] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def sparse(self) -> float:
+        return self.legs.get("sparse", 0.0)
+
+    @property
+    def dense(self) -> float:
+        return self.legs.get("dense", 0.0)
+
+    @property
+    def bm25(self) -> float:
+        return self.legs.get("bm25", 0.0)
 
 
 class Searcher:
-    """Search an alignir index folder. Build one with :meth:`open`."""
+    """Search an alignir index folder with its legs (retrieval/legs.py). Build one with
+    :meth:`open`; ``legs`` ({name: Leg}, default: every registered leg the index can serve)."""
 
     def __init__(self, stored: StoredIndex, embedder: Any, sparsifier: Sparsifier,
-                 fusion: FusionConfig = FusionConfig()) -> None:
+                 fusion: FusionConfig = FusionConfig(), legs: Mapping[str, Leg] | None = None) -> None:
+
         self.index = stored
         self.embedder = embedder
         self.sparsifier = sparsifier
         self.fusion = fusion
+        self.legs: dict[str, Leg] = dict(legs) if legs is not None else legs_for(stored, sparsifier)
         self._encode_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
-        self._vectorizer: tuple[Any, Any] | None = None  # (leg, QueryVectorizer)
 
     @property
     def has_lexical(self) -> bool:
-        return self.index.lexical is not None
+        return "bm25" in self.legs
 
-    def _lexical(self):
-        """The lexical leg and its query vectoriser (raises when the index has no leg)."""
-        leg = self.index.lexical
+    def _leg(self, name: str) -> Leg:
+        """The leg ``name`` (a clear error when this index cannot serve it)."""
+        leg = self.legs.get(name)
         if leg is None:
-            raise InvalidInputError(f"{self.index.path}: this index has no lexical (BM25) leg, so the "
-                             f"bm25 modes are not available; {LEXICAL_HINT}")
-        if self._vectorizer is None or self._vectorizer[0] is not leg:
-            from alignir.retrieval.bm25 import QueryVectorizer
+            if name == "bm25":
+                raise InvalidInputError(f"{self.index.path}: this index has no lexical (BM25) leg, so the "
+                                        f"bm25 modes are not available; {LEXICAL_HINT}")
+            raise InvalidInputError(f"{self.index.path}: this searcher has no leg {name!r} "
+                                    f"(its legs: {', '.join(self.legs)})")
+        return leg
 
-            self._vectorizer = (leg, QueryVectorizer(leg.vocab, leg.params))
-        return self._vectorizer
+    def _lexical(self) -> tuple[Any, Any]:
+        """(LexicalLeg, its QueryVectorizer) — the spelling code written before the legs used
+        (a clear error when the index has no lexical part)."""
+        leg = self._leg("bm25")
+        return leg.lexical, leg.vectorizer  # type: ignore[attr-defined]
+
+    def _names(self) -> tuple[str, ...]:
+        """Leg names a mode may use, in mode order: the searcher's legs, then the built-in
+        ones this index lacks (so that naming them gives the clear error of :meth:`_leg`)."""
+        return (*self.legs, *(leg for leg in LEGS if leg not in self.legs))
+
+    def parse_mode(self, mode: str) -> tuple[str, ...]:
+        """The legs of ``mode`` for this searcher (see :func:`parse_mode`); each must exist."""
+        legs = parse_mode(mode, self._names())
+        for leg in legs:
+            self._leg(leg)
+        return legs
 
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path: str | Path, *, model: str | None = None, loaded: Any = None,
              instruction: str | None = None, device: str = "auto",
-             fusion: FusionConfig | None = None, verify: bool = True) -> "Searcher":
+             fusion: FusionConfig | None = None, verify: bool = True, backend: str = "folder",
+             uri: str | None = None, collection: str | None = None) -> "Searcher":
         """Open ``path`` and load its query encoder.
+
+        ``backend="milvus"``: the legs are searched in the Milvus collection ``collection``
+        (default: the name ``alignir export milvus`` gives the folder) at ``uri`` (a local
+        ``.db`` file = Milvus Lite, or ``http(s)://host:port``), which must hold this very index;
+        the folder still encodes the queries (a :class:`retrieval.milvus_search.MilvusSearcher`).
 
         ``model`` overrides the model spec recorded in the index (e.g. another copy of the
         same weights); ``loaded`` passes an already loaded model. Either way the encoder's
         fingerprint must equal the index's, or :class:`index.store.FingerprintMismatch` is
         raised naming the fields that differ. ``instruction`` is the query-side task
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
+        ``fusion``: the default fusion of fused modes (default: the one saved in the index's
+        :class:`IndexConfig`).
         """
+        if backend not in BACKENDS:
+            raise InvalidInputError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
+        if backend == "folder" and (uri is not None or collection is not None):
+            raise InvalidInputError("uri / collection are options of backend='milvus'")
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
 
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:
             raise InvalidInputError(f"{path}: the index lacks its sparse or dense part; rebuild it")
+        remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
+        if remote is not None:  # reach the collection and check it before the model loads (seconds)
+            remote.check(stored, uri, collection)
         spec = embedder_spec(stored.manifest, path)
         if loaded is None:
             from alignir.encoders.shipped import SHIPPED
@@ -187,29 +321,37 @@ class Searcher:
             options["instruction"] = instruction
         embedder = get_embedder(spec["family"], loaded, progress=False, **options)
         check_encoder(stored, embedder)
+        stored.dense.use_gpu(dense_on_gpu(device))
         params = stored.params
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
         sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
-        return cls(stored, embedder, sparsifier, fusion or FusionConfig())
+        searcher = cls(stored, embedder, sparsifier, fusion or IndexConfig.from_manifest(stored.manifest).fusion)
+        return searcher if remote is None else remote.wrap(searcher, uri, collection)
+
+    def close(self) -> None:
+        """Release what the searcher holds beyond the mmapped folder (the Milvus connection of a
+        ``backend="milvus"`` searcher; nothing for the folder), so code can close either."""
 
     # ------------------------------------------------------------------ encoding
     def encode(self, queries: Sequence[str], legs: Iterable[str] | None = None) -> QueryBatch:
-        """Dense vectors and eq.16 sparse vectors of ``queries`` (one encoder pass), and
-        their BM25 term counts when the index has the lexical leg. ``legs``: encode only what
-        these legs need (no model pass for ("bm25",))."""
+        """Each leg's representation of ``queries`` (the model legs share one encoder pass:
+        dense vectors and eq.16 sparse vectors; BM25 term counts need none). ``legs``: encode
+        only these (None: every leg of this searcher; a built-in leg the index lacks is
+        skipped)."""
         texts = _check_queries(queries)
-        legs = set(LEGS if legs is None else legs)
+        if legs is None:
+            names = list(self.legs)
+        else:
+            wanted = set(legs)
+            names = [n for n in self._names() if n in wanted and (n in self.legs or n not in LEGS)]
+            unknown = sorted(wanted - set(self._names()))
+            if unknown:
+                raise InvalidInputError(f"unknown leg(s) {unknown}; this searcher's legs: {', '.join(self.legs)}")
         t0 = time.perf_counter()
-        H = Q = L = None
-        if legs & {"dense", "sparse"}:
-            with self._encode_lock:
-                H = self.embedder.encode_queries(texts)
-                surface = self.embedder.surface_token_ids(texts)
-            Q = self.sparsifier.queries(H, surface)
-        if "bm25" in legs and self.has_lexical:
-            L = self._lexical()[1](texts)
-        return QueryBatch(H, Q, time.perf_counter() - t0, L)
+        ctx = QueryContext(texts, self.embedder, self._encode_lock)
+        encoded = {name: self._leg(name).encode(ctx) for name in names}
+        return QueryBatch(legs=encoded, seconds=time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ search
     def search(
@@ -254,112 +396,125 @@ class Searcher:
         """Top-``k`` hits per query, best first.
 
         ``mode``: "hybrid" (fuse dense and sparse), "sparse" (aligned tokens, eq.16), "dense",
-        "bm25" (the lexical leg) or a '+'-joined leg set ("dense+bm25", "sparse+bm25",
+        "bm25" (the lexical leg), any other leg of this searcher or a '+'-joined leg set ("dense+bm25", "sparse+bm25",
         "dense+sparse+bm25"...; see :func:`parse_mode`). ``fusion`` / ``alpha`` / ``depth``
         override the searcher's FusionConfig for this call. ``alpha`` weighs the dense leg:
         in "hybrid" α·dense + (1-α)·sparse as always; in a leg set (only when given in this
         call) the other legs share 1-α equally. ``weights`` ({leg: weight}, relative: convex
         fusions divide by their sum; rrf uses them as given) set every leg's weight of a
         '+'-joined leg set instead (legs not in the mode are ignored; "hybrid" keeps α).
-        Leg sets with the BM25 leg default to :data:`LEG_SET_DEFAULTS` (z-score, BM25 at 0.6)
-        when none of ``fusion``, ``alpha``, ``weights`` is given; others weigh legs equally. ``allowed_ids``: restrict results to these document
+        Leg sets with the BM25 leg default to :data:`LEG_SET_DEFAULTS` ("agree": z-score with
+        each LLM leg gated by its top-k agreement with BM25, fusion.agree) when none of
+        ``fusion``, ``alpha``, ``weights`` is given; with ``fusion`` "zscore" or "agree" and no
+        weights or alpha they take that method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed
+        default before issue 17); other methods and leg sets weigh legs equally. "agree" needs
+        the bm25 leg (its anchor). ``allowed_ids``: restrict results to these document
         ids (others never come back, even when k exceeds their number). ``explain``: attach
-        the shared terms and their contributions to each hit. ``encoded``: reuse a
+        the shared terms and their contributions to each hit (from the first leg of the mode that
+        explains; for a mode without one, the first such leg sharing its encoder pass).
+        ``threads``: threads of the sparse kernels. ``timings``: a :class:`Timings` filled with
+        the seconds per stage. ``encoded``: reuse a
         :class:`QueryBatch` from :meth:`encode` (e.g. to sweep fusion settings).
         """
-        legs = parse_mode(mode)
+        legs = self.parse_mode(mode)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         if "bm25" in legs:
             self._lexical()  # a clear error before any work when the index lacks the leg
-        if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
-            fusion, weights = LEG_SET_DEFAULTS[legs]
+        if alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
+            fusion = fusion or LEG_SET_FUSION
+            weights = LEG_SET_WEIGHTS.get(fusion, {}).get(legs)
+        if (fusion or self.fusion.method) == "agree" and len(legs) > 1 and "bm25" not in legs:
+            raise InvalidInputError(f"fusion 'agree' gates the LLM legs by their agreement with the bm25 "
+                                    f"leg; mode {mode!r} has none (use e.g. dense+sparse+bm25, or "
+                                    f"another fusion)")
         fcfg = FusionConfig(method=fusion or self.fusion.method,
                             alpha=self.fusion.alpha if alpha is None else alpha,
                             depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
-        leg_w, rrf_w = _leg_weights(mode, legs, fcfg.alpha, alpha is not None, weights)
+        leg_w, rrf_w = _leg_weights(mode, legs, fcfg.alpha, alpha is not None, weights, tuple(self.legs))
+        explainer = self._explainer(legs) if explain else None
         tm = timings if timings is not None else Timings()
-        batch = encoded if encoded is not None else self.encode(queries, legs)
+        needed = legs + ((explainer,) if explainer is not None and explainer not in legs else ())
+        batch = encoded if encoded is not None else self.encode(queries, needed)
         side_k = min(self.index.n_docs, max(k, fcfg.depth) if len(legs) > 1 else k)
-        lists = self._leg_lists(queries, batch, legs, side_k, allowed_ids, threads, tm)
+        lists = self._leg_lists(queries, batch, needed if explain else legs, side_k, allowed_ids, threads, tm,
+                                search=legs)
 
         t0 = time.perf_counter()
         results = []
         for i in range(len(queries)):
             per_leg = [lists[leg][i] for leg in legs]
-            ranking = per_leg[0] if len(legs) == 1 else fuse_legs(per_leg, leg_w, fcfg, rrf_w)
+            ranking = per_leg[0] if len(legs) == 1 else fuse_legs(
+                per_leg, leg_w, fcfg, rrf_w, anchor=legs.index("bm25") if "bm25" in legs else None,
+                agree_params=LEG_SET_AGREE.get(legs))
             hits = []
             for rank, (num, score) in enumerate(fusion_mod.ranked(ranking, k), start=1):
-                leg_score = {leg: lists[leg][i].get(num) if leg in lists else None for leg in LEGS}
                 hits.append(Hit(self.index.doc_ids[num], float(score), rank, num,
-                                leg_score["sparse"], leg_score["dense"], leg_score["bm25"]))
+                                {leg: lists[leg][i].get(num) for leg in legs}))
             results.append(hits)
         tm.fuse = time.perf_counter() - t0
-        if explain:
-            lexical = "bm25" in legs and "sparse" not in legs
+        if explainer is not None:
+            leg, rows = self.legs[explainer], batch.legs[explainer]
             for i, hits in enumerate(results):
                 for h in hits:
-                    h.explanation = (self.explain_bm25(batch.lexical[i], h.doc_number) if lexical
-                                     else self.explain(batch.sparse[i], h.doc_number))
+                    h.explanation = leg.explain(rows[i], h.doc_number)
         return results
 
-    def leg_lists(self, queries: Sequence[str], legs: Sequence[str] = LEGS, k: int = 100, *,
+    def _explainer(self, legs: Sequence[str]) -> str | None:
+        """The leg that explains the hits of a mode with ``legs``: the first of them that
+        explains, else the first explaining leg that shares their encoder pass (the sparse
+        leg for "dense"), else None."""
+        for name in legs:
+            if self.legs[name].explains:
+                return name
+        if any(self.legs[name].needs_model for name in legs):
+            for name, leg in self.legs.items():
+                if leg.explains and leg.needs_model:
+                    return name
+        return None
+
+    def leg_lists(self, queries: Sequence[str], legs: Sequence[str] | None = None, k: int = 100, *,
                   allowed_ids: Iterable[str] | None = None, encoded: QueryBatch | None = None,
                   threads: int | None = None) -> dict[str, list[dict[int, float]]]:
         """Each leg's top-``k`` as {doc number: raw score} per query — what the fused modes
-        fuse (with :func:`fuse_legs`); for sweeping fusion settings without searching again."""
-        legs = parse_mode("+".join(legs))
+        fuse (with :func:`fuse_legs`); for sweeping fusion settings without searching again.
+        ``legs``: None = every leg of this searcher."""
+        legs = self.parse_mode("+".join(self.legs if legs is None else legs))
         batch = encoded if encoded is not None else self.encode(queries, legs)
         return self._leg_lists(queries, batch, legs, min(self.index.n_docs, k), allowed_ids,
                                threads, Timings())
 
-    def _leg_lists(self, queries, batch: QueryBatch, legs, side_k: int, allowed_ids, threads,
-                   tm: Timings) -> dict[str, list[dict[int, float]]]:
+    def _leg_lists(self, queries, batch: QueryBatch, legs: Sequence[str], side_k: int, allowed_ids,
+                   threads, tm: Timings, search: Sequence[str] | None = None) -> dict[str, list[dict[int, float]]]:
+        """Check (and complete, for legs without a model pass) ``batch`` for ``legs``, then
+        search the legs in ``search`` (default: ``legs``)."""
         n = len(queries)
-        for leg, part in (("dense", batch.dense), ("sparse", batch.sparse)):
-            if leg in legs and (part is None or part.shape[0] != n):
-                raise InvalidInputError(f"encoded batch lacks the {leg} vectors of {n} queries")
-        if batch.lexical is None and "bm25" in legs:
-            batch.lexical = self._lexical()[1](_check_queries(queries))
-        if batch.lexical is not None and "bm25" in legs and batch.lexical.shape[0] != n:
-            raise InvalidInputError("encoded batch and queries differ in length")
+        for name in legs:
+            leg = self._leg(name)
+            rows = batch.legs.get(name)
+            if rows is None and not leg.needs_model:  # e.g. BM25 term counts: made from the texts
+                rows = batch.legs[name] = leg.encode(QueryContext(_check_queries(queries), None))
+            if rows is None or rows.shape[0] != n:
+                raise InvalidInputError(f"encoded batch lacks the {name} vectors of {n} queries")
         allowed = self._allowed_numbers(allowed_ids)
         tm.encode = batch.seconds
         lists: dict[str, list[dict[int, float]]] = {}
-        if "sparse" in legs:
+        for name in (legs if search is None else search):
             t0 = time.perf_counter()
-            docs, scores = self.index.sparse.search(batch.sparse, side_k, allowed=allowed,
-                                                    threads=threads)
-            lists["sparse"] = _to_lists(docs, scores)
-            tm.sparse = time.perf_counter() - t0
-        if "dense" in legs:
-            t0 = time.perf_counter()
-            docs, scores = self.index.dense.search(batch.dense, side_k, allowed=allowed)
-            lists["dense"] = _to_lists(docs, scores)
-            tm.dense = time.perf_counter() - t0
-        if "bm25" in legs:
-            t0 = time.perf_counter()
-            docs, scores = self.index.lexical.index.search(batch.lexical, side_k,
-                                                           allowed=allowed, threads=threads)
-            lists["bm25"] = _to_lists(docs, scores)
-            tm.bm25 = time.perf_counter() - t0
+            docs, scores = self.legs[name].search(batch.legs[name], side_k, allowed=allowed, threads=threads)
+            lists[name] = _to_lists(docs, scores)
+            tm.legs[name] = time.perf_counter() - t0
         return lists
 
     def explain(self, query_row: sp.csr_matrix, doc_number: int) -> list[TermContribution]:
         """Shared terms of a query's sparse vector and a document, with contributions
         (their sum is the document's sparse score)."""
-        terms, weights = self.index.sparse.doc_vector(int(doc_number))
-        n_terms = self.index.sparse.n_terms
-        doc_row = sp.csr_matrix((weights, terms, [0, len(terms)]), shape=(1, n_terms))
-        return explain_terms(query_row, doc_row, self.sparsifier.term_map)
+        return self._leg("sparse").explain(query_row, doc_number)
 
     def explain_bm25(self, query_row: sp.csr_matrix, doc_number: int) -> list[TermContribution]:
         """Shared words of a query's BM25 term counts and a document, with contributions
         (count · BM25 weight; their sum is the document's bm25 score)."""
-        leg = self._lexical()[0]
-        terms, weights = leg.index.doc_vector(int(doc_number))
-        doc_row = sp.csr_matrix((weights, terms, [0, len(terms)]), shape=(1, leg.n_terms))
-        return [replace(c, string=leg.vocab[c.term]) for c in explain_terms(query_row, doc_row)]
+        return self._leg("bm25").explain(query_row, doc_number)
 
     def _allowed_numbers(self, allowed_ids: Iterable[str] | None) -> np.ndarray | None:
         if allowed_ids is None:
@@ -372,6 +527,17 @@ class Searcher:
         if unknown:
             raise InvalidInputError(f"{len(unknown)} allowed ids are not in the index, e.g. {unknown[:5]}")
         return np.array(sorted(self._numbers[d] for d in ids), dtype=np.int64)
+
+
+def dense_on_gpu(device: str) -> bool:
+    """Whether the dense (FAISS) leg searches on the GPU for a ``device`` option: yes for
+    "cuda" / "cuda:N", no for "cpu", and for "auto" when faiss sees a GPU (faiss-gpu, the
+    ``[gpu]`` extra). Untested on the CPU-only machines alignir is developed on."""
+    if device == "auto":
+        import faiss
+
+        return faiss.get_num_gpus() > 0
+    return str(device).startswith("cuda")
 
 
 def _check_queries(queries: Sequence[str]) -> list[str]:
@@ -401,13 +567,15 @@ def _to_lists(docs: np.ndarray, scores: np.ndarray) -> list[dict[int, float]]:
 
 
 def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool,
-                 weights: Mapping[str, float] | None) -> tuple[list[float], list[float] | None]:
+                 weights: Mapping[str, float] | None, known: Sequence[str] = LEGS
+                 ) -> tuple[list[float], list[float] | None]:
     """(convex weights summing to 1, rrf weights or None) of the legs of ``mode``. "hybrid"
-    keeps its α (``weights`` apply to '+'-joined leg sets); one leg needs none."""
+    keeps its α (``weights`` apply to '+'-joined leg sets); one leg needs none. ``known``: the
+    leg names ``weights`` may name."""
     if len(legs) == 1:
         return [1.0], None
     if weights is not None and mode != "hybrid":
-        unknown = sorted(set(weights) - set(LEGS))
+        unknown = sorted(set(weights) - set(known) - set(LEGS))
         missing = [leg for leg in legs if leg not in weights]
         if unknown or missing:
             raise InvalidInputError(f"weights must name the legs of mode {mode!r} ({', '.join(legs)}); "
@@ -423,12 +591,15 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
 
 
 def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,
-              rrf_weights: Sequence[float] | None = None) -> dict:
+              rrf_weights: Sequence[float] | None = None, anchor: int | None = None,
+              agree_params: Mapping[str, Any] | None = None) -> dict:
     """Fuse one query's leg lists (doc number -> raw score). Convex fusions weigh leg i by
-    ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF). Empty lists (e.g. a query
-    with no word in the BM25 vocabulary) drop out and the others keep their weights; one
-    non-empty list is returned as it is. With two lists [dense, sparse] and weights
-    [α, 1-α] this is the hybrid fusion."""
+    ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF); "agree" gates every leg but
+    ``anchor`` (the index of the bm25 list) by its agreement with it (fusion.agree, with
+    ``agree_params``: the leg set's :data:`LEG_SET_AGREE`; None: fusion's defaults). Empty
+    lists (e.g. a query with no word in the BM25 vocabulary) drop out and the others keep their
+    weights (an empty anchor: "agree" is plain z-score); one non-empty list is returned as it
+    is. With two lists [dense, sparse] and weights [α, 1-α] this is the hybrid fusion."""
     keep = [i for i, run in enumerate(lists) if run]
     if len(keep) <= 1:
         return dict(lists[keep[0]]) if keep else {}
@@ -436,4 +607,11 @@ def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cf
     if cfg.method == "rrf":
         rw = None if rrf_weights is None else [rrf_weights[i] for i in keep]
         return fusion_mod.rrf(runs, k=cfg.rrf_k, weights=rw)
-    return fusion_mod.fuse(runs, method=cfg.method, weights=[weights[i] for i in keep])
+    w = [weights[i] for i in keep]
+    if cfg.method == "agree":
+        if anchor is None:
+            raise InvalidInputError("fusion 'agree' needs an anchor list (the bm25 leg)")
+        if anchor not in keep:
+            return fusion_mod.zscore(runs, weights=w)
+        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), **dict(agree_params or {}))
+    return fusion_mod.fuse(runs, method=cfg.method, weights=w)

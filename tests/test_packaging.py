@@ -64,7 +64,8 @@ def test_installed_package_maps_the_repository_folders():
 
 
 def test_public_surface():
-    for name in ("build_index", "Searcher", "resparsify", "SparseConfig", "FusionConfig",
+    for name in ("build_index", "Searcher", "resparsify", "IndexConfig", "SparseConfig", "DenseConfig",
+                 "LexicalConfig", "FusionConfig", "UNSET",
                  "NotAnIndexError", "CorruptIndexError", "FingerprintMismatch", "IndexWriteError"):
         assert getattr(alignir, name) is not None, name
     assert alignir.__version__ and alignir.__version__ != "0+unknown"

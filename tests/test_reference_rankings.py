@@ -8,7 +8,12 @@ SIMD width, other thread count) sums the model's float32 matmuls in another orde
 are compared to a relative 1e-4 of the list's top score (float noise scales with the operands: a
 tail score of 0.004 under a top score of 17 moves by ~1e-4 when an aligned-token weight near
 its cut-off moves), and two documents may trade places only when their reference scores are that
-close (a near tie); any real change of behaviour moves scores far more."""
+close (a near tie); any real change of behaviour moves scores far more.
+
+The leg sets with BM25 are searched with ``fusion="zscore"``: the reference holds the fixed
+z-score weights that were their default until issue 17 made "agree" the default; the option
+must keep giving exactly those rankings."""
+
 from __future__ import annotations
 
 import json
@@ -29,7 +34,8 @@ def _rankings(searcher, queries: dict[str, str]) -> dict[str, dict[str, list]]:
     qids = sorted(queries)
     out: dict[str, dict[str, list]] = {}
     for mode in MODES:
-        runs = searcher.batch_search([queries[q] for q in qids], k=100, mode=mode)
+        fusion = "zscore" if "bm25" in mode and "+" in mode else None
+        runs = searcher.batch_search([queries[q] for q in qids], k=100, mode=mode, fusion=fusion)
         out[mode] = {q: [[h.id, float(np.float32(h.score))] for h in hits] for q, hits in zip(qids, runs)}
     return out
 

@@ -5,11 +5,11 @@ import contextlib
 import json
 import logging
 import sys
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import typer
 
-from alignir.errors import AlignirError
+from alignir.errors import AlignirError, InvalidInputError
 
 #: exit code for bad input / a failed operation (typer uses 2 for usage errors)
 EXIT_FAILURE = 1
@@ -67,3 +67,30 @@ def _jsonable(o: Any) -> Any:
     if hasattr(o, "__dict__"):
         return vars(o)
     return str(o)
+
+
+# ---------------------------------------------------------------- search backends (search, eval)
+
+BACKEND_OPT = typer.Option("folder", help="Where the legs are searched: folder (the index itself) | milvus "
+                           "(the collection `alignir export milvus` made of it; the folder still encodes queries).")
+URI_OPT = typer.Option(None, help="With --backend milvus: a local .db file (Milvus Lite) or http(s)://host:port "
+                       "(credentials from $MILVUS_TOKEN or $MILVUS_USER + $MILVUS_PASSWORD).")
+DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda: the query encoder's device; the dense (FAISS) leg "
+                          "searches on the GPU with cuda, or auto when faiss-gpu sees one (the [gpu] extra).")
+COLLECTION_OPT = typer.Option(None, help="With --backend milvus: the collection (default: alignir_ + the "
+                              "index folder's name).")
+
+
+def backend_options(backend: str, uri: Optional[str], collection: Optional[str]) -> dict:
+    """Searcher.open keywords of the --backend / --uri / --collection options (checked)."""
+    from alignir.retrieval.searcher import BACKENDS
+
+    if backend not in BACKENDS:
+        raise InvalidInputError(f"--backend must be one of {' | '.join(BACKENDS)}, got {backend!r}")
+    if backend == "folder":
+        if uri is not None or collection is not None:
+            raise InvalidInputError("--uri / --collection need --backend milvus")
+        return {}
+    if not uri:
+        raise InvalidInputError("--backend milvus needs --uri (a local .db file or http(s)://host:port)")
+    return {"backend": backend, "uri": uri, "collection": collection}

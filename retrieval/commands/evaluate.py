@@ -8,13 +8,19 @@ from typing import Optional
 
 import typer
 
-from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options,
+                                               echo_json, setup_logging, user_errors)
 
 MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
               "bm25 and its fused sets when the index has the lexical leg).")
 WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm25=0.4 "
-                "(relative; default: z-score with BM25 at 0.6 for sets with bm25, else equal).")
+                "(relative; default for sets with bm25: the --fusion method's base weights, "
+                "BM25 at 0.6; else equal).")
+FUSION_HELP = ("minmax | rrf | zscore | agree. Leg sets with bm25 default to agree: z-score "
+               "fusion where each LLM leg's weight is gated per query by its top-k agreement "
+               "with the bm25 leg (falls back to BM25 when a leg is noise); zscore: the fixed "
+               "weights (BM25 at 0.6, the default before issue 17).")
 
 
 def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:
@@ -52,14 +58,15 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
 
 def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Path],
               top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
-              bm25: bool, progress: bool = True, weights: Optional[dict] = None) -> dict:
+              bm25: bool, progress: bool = True, weights: Optional[dict] = None,
+              backend: Optional[dict] = None, device: str = "auto") -> dict:
     from alignir.retrieval.beir import load_beir
     from alignir.retrieval.evaluation import evaluate_runs, timed_eval
     from alignir.retrieval.runs import write_trec
     from alignir.retrieval.searcher import Searcher, modes_for
 
     data = load_beir(dataset, split=split)
-    searcher = Searcher.open(index, instruction=instruction)
+    searcher = Searcher.open(index, instruction=instruction, device=device, **(backend or {}))
     modes = _modes(mode, modes_for(searcher.index))
     out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
                      weights=weights)
@@ -106,21 +113,32 @@ def eval_cmd(
     run: Optional[Path] = typer.Option(None, help="Write a TREC run here (one file per mode: NAME.MODE.trec)."),
     top: int = typer.Option(100, help="Hits per query in the run (recall@100 needs 100)."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction (task name or text)."),
-    fusion: Optional[str] = typer.Option(None, help="minmax | rrf | zscore."),
+    fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in fusion."),
     weights: Optional[str] = typer.Option(None, help=WEIGHTS_HELP),
     bm25: bool = typer.Option(False, help="Add a BM25 (bm25s) row from the same harness (named "
                               "bm25s when the index's own bm25 mode is evaluated too)."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
+    backend: str = BACKEND_OPT,
+    uri: Optional[str] = URI_OPT,
+    collection: Optional[str] = COLLECTION_OPT,
+    device: str = DEVICE_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """nDCG@10 (headline), recall@100, MRR@10 and MAP of an index on a BEIR split, via
     pytrec_eval. On ArguAna/Quora, hits whose doc id equals the query id are dropped, as
-    BEIR and Pyserini do."""
+    BEIR and Pyserini do. --backend milvus searches the collection exported from the index."""
     setup_logging(verbose)
     with user_errors(verbose):
+        opts = backend_options(backend, uri, collection)
         result = _evaluate(index, dataset, split, mode, run, top, instruction, fusion,
-                           alpha, bm25, progress=not as_json, weights=parse_weights(weights))
+                           alpha, bm25, progress=not as_json, weights=parse_weights(weights), backend=opts,
+                           device=device)
+        if opts:
+            from alignir.retrieval.milvus import default_collection_name
+
+            result["backend"] = {"name": "milvus", "uri": uri,
+                                 "collection": collection or default_collection_name(index)}
         echo_json(result) if as_json else _print_table(result)
 
 
@@ -137,6 +155,8 @@ def beir_cmd(
     bm25: bool = typer.Option(True, help="Add the BM25 (bm25s) anchor row."),
     lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="Store the BM25 lexical leg "
                                  "in the index (the bm25 modes)."),
+    fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
+    weights: Optional[str] = typer.Option(None, help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json"),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder (default $ALIGNIR_CACHE/embeddings)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -148,7 +168,12 @@ def beir_cmd(
         from alignir.retrieval.beir import resolve_dataset
         from alignir.retrieval.indexer import build_index
 
-        _modes(mode)  # a bad --mode fails before the build
+        _modes(mode)  # a bad --mode, --fusion or --weights fails before the build
+        leg_weights = parse_weights(weights)
+        if fusion is not None:
+            from alignir.retrieval.config import FusionConfig
+
+            FusionConfig(method=fusion)
         folder = resolve_dataset(dataset)
         tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
         target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{tag}"
@@ -158,8 +183,8 @@ def beir_cmd(
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
                     embedder_options=options, lexical=lexical,
                     on_stage=lambda s: typer.secho(f"• {s}", err=True))
-        result = _evaluate(target, str(folder), split, mode, run, 100, None, None, None,
-                           bm25, progress=not as_json)
+        result = _evaluate(target, str(folder), split, mode, run, 100, None, fusion, None,
+                           bm25, progress=not as_json, weights=leg_weights)
         echo_json(result) if as_json else _print_table(result)
 
 

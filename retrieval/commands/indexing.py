@@ -9,9 +9,18 @@ from typing import Optional
 
 import typer
 
-from alignir.retrieval.commands.common import echo_json, setup_logging, user_errors
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, URI_OPT, backend_options,
+                                               echo_json, setup_logging, user_errors)
+from alignir.retrieval.commands.evaluate import FUSION_HELP
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
+
+
+def _given(value):
+    """A command-line option left out (None from typer) is UNSET: not a value."""
+    from alignir.retrieval.config import UNSET
+
+    return UNSET if value is None else value
 
 
 def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize):
@@ -20,9 +29,10 @@ def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quan
     base = SparseConfig()
     if lam is not None or remove is not None:  # an explicit λ or fraction replaces the default
         base = replace(base, pc1_lambda=lam or 0.0, pc1_remove=remove)
-    return base.with_changes(doc_k=k, query_m=m, doc_weighting=doc_weighting,
-                             query_weighting=query_weighting, fold=fold,
-                             quantize=None if quantize == "none" else quantize)
+    changes = {"doc_k": k, "query_m": m, "doc_weighting": doc_weighting, "query_weighting": query_weighting,
+               "fold": fold}
+    sparse = base.with_changes(**{name: _given(v) for name, v in changes.items()})
+    return replace(sparse, quantize=None) if quantize == "none" else sparse.with_changes(quantize=_given(quantize))
 
 
 def build_index_cmd(
@@ -101,14 +111,18 @@ def search_cmd(
     explain: bool = typer.Option(False, help="Show the matched tokens and their contributions."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"query\", \"hits\": [...]} as JSON."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
-    fusion: Optional[str] = typer.Option(None, help="Hybrid fusion: minmax | rrf | zscore."),
+    fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in minmax/zscore fusion."),
     weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
                                           "dense=0.4,sparse=0.2,bm25=0.4 (default: z-score with BM25 at 0.6 for sets with bm25, else equal)."),
     model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
+    backend: str = BACKEND_OPT,
+    uri: Optional[str] = URI_OPT,
+    collection: Optional[str] = COLLECTION_OPT,
+    device: str = DEVICE_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Search an index from the shell."""
+    """Search an index from the shell (its legs in the folder, or in Milvus with --backend milvus)."""
     setup_logging(verbose)
     with user_errors(verbose):
         from alignir.retrieval.commands.evaluate import parse_weights
@@ -121,13 +135,23 @@ def search_cmd(
             raise InvalidInputError(f"--top must be at least 1, got {top}")
         parse_mode(mode)
         leg_weights = parse_weights(weights)
-        searcher = Searcher.open(index, model=model, instruction=instruction)
+        searcher = Searcher.open(index, model=model, instruction=instruction, device=device,
+                                 **backend_options(backend, uri, collection))
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                weights=leg_weights)
         if as_json:
             echo_json({"query": query, "mode": mode, "hits": [_hit_json(h) for h in hits]})
             return
         _print_hits(query, hits, explain)
+
+
+def _fusion_summary(manifest) -> str:
+    """The default fusion of fused modes saved in the index (IndexConfig.fusion)."""
+    from alignir.retrieval.config import IndexConfig
+
+    f = IndexConfig.from_manifest(manifest).fusion
+    saved = "" if "config" in manifest.get("params", {}) else " (not saved: the default)"
+    return f"{f.method}, alpha {f.alpha} on dense, depth {f.depth}, rrf_k {f.rrf_k}{saved}"
 
 
 def _hit_json(hit) -> dict:
@@ -181,11 +205,10 @@ def resparsify_cmd(
     with user_errors(verbose):
         from alignir.retrieval.indexer import resparsify
 
-        changes = {name: v for name, v in dict(
+        changes = {name: _given(v) for name, v in dict(
             doc_k=k, query_m=m, pc1_lambda=lam, pc1_remove=remove, doc_weighting=doc_weighting,
-            query_weighting=query_weighting, fold=fold).items() if v is not None}
-        if quantize is not None:
-            changes["quantize"] = None if quantize == "none" else quantize
+            query_weighting=query_weighting, fold=fold).items()}
+        changes["quantize"] = None if quantize == "none" else _given(quantize)
         manifest = resparsify(index, wait=wait, **changes)
         typer.echo(f"re-sparsified {index}: {manifest['params']['sparse']}")
 
@@ -221,6 +244,7 @@ def info_cmd(
             f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
             f"embedder   {emb.get('family')} {emb.get('options', {})}",
             f"sparse     {manifest.get('params', {}).get('sparse')}",
+            f"fusion     {_fusion_summary(manifest)}",
             "lexical    " + (f"{lexical.get('n_terms')} terms, {lexical.get('n_postings')} postings, "
                               f"{_bm25_summary(lexical.get('params', {}))}" if lexical
                               else "none (no bm25 modes; alignir add-lexical adds it)"),

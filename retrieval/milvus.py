@@ -1,0 +1,544 @@
+"""An alignir index served by Milvus: one collection per index, exported from the folder and
+searched leg by leg with the same scores as our own kernels.
+
+The collection holds, per live document (primary key = the document id)::
+
+    id          VARCHAR      the document id
+    doc_number  INT64        the document's number in the folder index (tie-break, filters)
+    dense       FLOAT_VECTOR T(h) as the dense index scores it (the index's centring /
+                             whitening and L2 normalisation applied), FLAT + IP: IP = our score
+    sparse      SPARSE_FLOAT_VECTOR  the aligned-token weights exactly as stored (dequantised)
+                             (“A Text is Worth Several Tokens” eq.15), SPARSE_INVERTED_INDEX + IP,
+                             drop ratio 0: IP with the eq.16 query vector = our sparse score
+    bm25        SPARSE_FLOAT_VECTOR  the BM25 document weights of the lexical leg (retrieval/bm25.py);
+                             IP with the query's term counts = our BM25 score (only with the leg)
+    title, text VARCHAR      optional (``store_text``)
+
+The index's manifest (encoder fingerprint, sparse config, term-map hash, dense transform,
+lexical parameters) is stored as the collection property ``alignir.manifest``; a searcher
+compares it with the folder it encodes queries with and refuses a mismatch.
+
+Milvus takes only non-negative sparse weights. Documents' aligned-token weights are non-negative
+with the relu/log1p weightings (the default); an index with raw (signed) document weights cannot
+be exported. Query weights may be negative (raw query weighting: a surface token with a negative
+logit): :meth:`MilvusCollection.search_sparse` then scores q = q⁺ - q⁻ exactly by deepening
+the q⁺ search until no unseen document can enter the top k (see there).
+
+URIs: a local path ending in ``.db`` is an embedded Milvus Lite database (a folder);
+``http(s)://host:port`` is a Milvus server or cluster. Credentials come only from the
+environment: ``MILVUS_TOKEN`` or ``MILVUS_USER`` + ``MILVUS_PASSWORD``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from alignir.errors import AlignirError, InvalidInputError
+
+__all__ = ["MilvusError", "CollectionMismatch", "MilvusCollection", "check_uri", "connect", "export_index",
+           "index_manifest", "default_collection_name"]
+
+FORMAT = "alignir-milvus"
+FORMAT_VERSION = 1
+PROPERTY = "alignir.manifest"
+#: Milvus' largest top-k / query window (real Milvus: topk <= 16384)
+MAX_LIMIT = 16384
+ID_MAX_LENGTH = 1024
+TEXT_MAX_LENGTH = 65535
+FIELDS = {"dense": "dense", "sparse": "sparse", "bm25": "bm25"}  # leg -> vector field
+
+
+class MilvusError(AlignirError):
+    """Milvus could not be reached or refused an operation (one line, with the URI)."""
+
+
+class CollectionMismatch(AlignirError, ValueError):
+    """The collection was exported from another index (or by another encoder)."""
+
+
+def _milvus() -> Any:
+    try:
+        import pymilvus
+    except ImportError:
+        raise MilvusError("the Milvus backend needs pymilvus (and milvus-lite for local .db files): "
+                          "pip install 'alignir[milvus]'") from None
+    return pymilvus
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    """What the client raises for a server-side or connection failure (not our bugs)."""
+    import grpc
+    from pymilvus.exceptions import MilvusException
+
+    return (MilvusException, grpc.RpcError)
+
+
+def _one_line(e: Exception) -> str:
+    msg = getattr(e, "message", None) or str(e)
+    return " ".join(str(msg).split())
+
+
+def check_uri(uri: Any, must_exist: bool = False) -> bool:
+    """Check a Milvus URI without connecting (and that pymilvus is installed); returns whether
+    it is a local Milvus Lite database. ``must_exist``: a local database must already exist
+    (searching; an export creates it)."""
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidInputError("the Milvus URI is empty: give a local path ending in .db or http(s)://host:port")
+    _milvus()
+    scheme, sep, _ = uri.partition("://")
+    if sep:
+        if scheme.lower() not in ("http", "https", "tcp"):
+            raise InvalidInputError(f"Milvus URI {uri!r}: a server is http(s)://host:port, a local Milvus Lite "
+                                    f"database a path ending in .db")
+        return False
+    if not uri.endswith(".db"):
+        raise InvalidInputError(f"Milvus URI {uri!r}: a local Milvus Lite database must end in .db; "
+                                f"a server is http(s)://host:port")
+    parent = os.path.dirname(os.path.abspath(uri))
+    if not os.path.isdir(parent):
+        raise InvalidInputError(f"Milvus URI {uri!r}: the folder {parent} does not exist")
+    if must_exist and not os.path.exists(uri):
+        raise MilvusError(f"no Milvus Lite database at {uri}: export the index first "
+                          f"(alignir export milvus --index DIR --uri {uri})")
+    return True
+
+
+def connect(uri: str, timeout: float = 10.0, must_exist: bool = False) -> Any:
+    """A ``pymilvus.MilvusClient`` for ``uri`` (``*.db`` → Milvus Lite, ``http(s)://`` → a
+    server); token / user + password from ``MILVUS_TOKEN`` / ``MILVUS_USER`` + ``MILVUS_PASSWORD``.
+    Any failure is one :class:`MilvusError` line naming the URI (see :func:`check_uri`)."""
+    local = check_uri(uri, must_exist)
+    pm = _milvus()
+    kw: dict[str, Any] = {}
+    if os.environ.get("MILVUS_TOKEN"):
+        kw["token"] = os.environ["MILVUS_TOKEN"]
+    elif os.environ.get("MILVUS_USER"):
+        kw["user"] = os.environ["MILVUS_USER"]
+        kw["password"] = os.environ.get("MILVUS_PASSWORD", "")
+    lite_log = logging.getLogger("milvus_lite.server_manager")  # logs its own traceback when a .db cannot open
+    was = lite_log.disabled
+    lite_log.disabled = True
+    try:
+        return pm.MilvusClient(uri=uri, timeout=timeout, **kw)
+    except Exception as e:  # pymilvus raises MilvusException and grpc errors alike
+        hint = (" (Milvus Lite serves a .db to one process at a time: is another process using it? "
+                "For concurrent clients run a Milvus server)") if local else ""
+        raise MilvusError(f"cannot connect to Milvus at {uri}: {_one_line(e)}{hint}") from None
+    finally:
+        lite_log.disabled = was
+
+
+def default_collection_name(index_dir: Any) -> str:
+    """A valid collection name from the index folder's name (letters, digits, underscores)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(os.path.abspath(str(index_dir))))
+    return ("alignir_" + name)[:255]
+
+
+# ----------------------------------------------------------------------------- the manifest
+
+
+def _sha256_arrays(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str(a.dtype).encode() + str(a.shape).encode())
+        h.update(a.tobytes() if a.dtype.kind != "U" else "\x00".join(a.tolist()).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def index_manifest(stored: Any) -> dict[str, Any]:
+    """What a collection must agree on with the folder that encodes its queries: the encoder
+    fingerprint, the sparse config, the term map, the dense transform and the lexical leg."""
+    dense = stored.dense
+    t = dense.transform
+    lexical = stored.lexical
+    extra = stored.extra
+    term_map = (_sha256_arrays(np.asarray(extra["token_to_term"]), np.asarray(extra["term_strings"]))
+                if "token_to_term" in extra else None)
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "encoder_hash": stored.manifest.get("encoder_hash"),
+        "embedder": stored.manifest.get("embedder"),
+        "sparse": stored.params.get("sparse", {}),
+        "term_map": {"kind": stored.params.get("term_map", "identity"), "sha256": term_map},
+        "pc1_sha256": None if stored.pc1 is None else _sha256_arrays(np.asarray(stored.pc1)),
+        "dense": {"dim": int(dense.dim), "normalize": bool(dense.params.normalize),
+                  "transform_sha256": _sha256_arrays(*(a for a in (t.mean, t.matrix) if a is not None))},
+        "lexical": None if lexical is None else {
+            "params": lexical.params, "vocab_sha256": _sha256_arrays(np.asarray(lexical.vocab, dtype=np.str_))},
+        "n_docs": int(stored.n_docs),
+        "content_sha256": _content_digest(stored.manifest),
+    }
+
+
+def _content_digest(manifest: Mapping[str, Any]) -> str:
+    """sha256 over the checksums of every file of the index (its manifest's ``files``): any
+    rebuild, re-sparsify or new leg changes it, so a collection never serves another version."""
+    files = manifest.get("files", {})
+    listing = sorted((rel, str(meta.get("sha256"))) for rel, meta in files.items())
+    return hashlib.sha256(json.dumps(listing).encode("utf-8")).hexdigest()
+
+
+def _diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, Mapping) and isinstance(y, Mapping):
+            out += _diff(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def _live_numbers(stored: Any) -> np.ndarray:
+    live = np.asarray(stored.sparse.live_doc_numbers(), dtype=np.int64)
+    dead = stored.dense.deleted
+    return live[~dead[live]]
+
+
+def _sparse_dict(terms: np.ndarray, weights: np.ndarray, what: str, doc_id: str) -> dict[int, float]:
+    w = np.asarray(weights, dtype=np.float32)
+    if w.size and w.min() < 0:
+        raise InvalidInputError(f"document {doc_id!r} has negative {what} weights (e.g. {float(w.min()):.4g}); "
+                                f"Milvus sparse vectors hold only non-negative weights: re-sparsify the index "
+                                f"with doc_weighting 'log1p' or 'relu' before exporting")
+    keep = w != 0
+    return dict(zip(np.asarray(terms)[keep].tolist(), w[keep].tolist()))
+
+
+def _schema(client: Any, dim: int, lexical: bool, store_text: bool) -> tuple[Any, Any]:
+    pm = _milvus()
+    dt = pm.DataType
+    s = client.create_schema(auto_id=False, enable_dynamic_field=False,
+                             description="alignir index (see the alignir.manifest property)")
+    s.add_field("id", dt.VARCHAR, is_primary=True, max_length=ID_MAX_LENGTH)
+    s.add_field("doc_number", dt.INT64)
+    s.add_field("dense", dt.FLOAT_VECTOR, dim=dim)
+    s.add_field("sparse", dt.SPARSE_FLOAT_VECTOR)
+    if lexical:
+        s.add_field("bm25", dt.SPARSE_FLOAT_VECTOR)
+    if store_text:
+        s.add_field("title", dt.VARCHAR, max_length=TEXT_MAX_LENGTH)
+        s.add_field("text", dt.VARCHAR, max_length=TEXT_MAX_LENGTH)
+    ip = client.prepare_index_params()
+    ip.add_index("dense", index_type="FLAT", metric_type="IP")
+    exact = {"drop_ratio_build": 0.0}
+    ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params=exact)
+    if lexical:
+        ip.add_index("bm25", index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params=exact)
+    return s, ip
+
+
+def _clip_utf8(text: str, limit: int = TEXT_MAX_LENGTH) -> str:
+    raw = text.encode("utf-8", "replace")
+    return text if len(raw) <= limit else raw[:limit].decode("utf-8", "ignore")
+
+
+def _existing_numbers(client: Any, name: str, n_docs: int) -> set[int]:
+    """Doc numbers already in the collection (read in windows of doc numbers)."""
+    have: set[int] = set()
+    for lo in range(0, n_docs, MAX_LIMIT):
+        hi = min(n_docs, lo + MAX_LIMIT)
+        rows = client.query(name, filter=f"doc_number >= {lo} and doc_number < {hi}",
+                            output_fields=["doc_number"], limit=hi - lo)
+        have.update(int(r["doc_number"]) for r in rows)
+    return have
+
+
+def export_index(index_dir: Any, uri: str, collection: str | None = None, *, recreate: bool = False,
+                 contents: Mapping[str, tuple[str, str]] | None = None, batch_size: int = 256,
+                 progress: bool = True, verify: bool = True, shards: int | None = None) -> dict[str, Any]:
+    """Copy an index folder into a Milvus collection (created when missing); returns a summary.
+
+    Resumable: when the collection exists and holds the same index (its ``alignir.manifest``
+    property equals this index's), only the documents it lacks are inserted; a collection of
+    another index is refused unless ``recreate`` (drop and start over). ``contents``: doc id ->
+    (title, text) to store the texts too. ``shards``: the new collection's shard count (Milvus'
+    ``num_shards``, fixed at creation; a cluster spreads inserts over them, Milvus Lite has one).
+    Run one export per collection at a time (two concurrent runs may insert a document twice)."""
+    from tqdm.auto import tqdm
+
+    from alignir.index.store import open_index
+
+    stored = open_index(index_dir, verify=verify)
+    if stored.sparse is None or stored.dense is None:
+        raise InvalidInputError(f"{index_dir}: the index lacks its sparse or dense part; rebuild it")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 64):
+        raise InvalidInputError(f"shards must be an integer from 1 to 64, got {shards!r}")
+    long_ids = [d for d in stored.doc_ids if len(d.encode("utf-8")) > ID_MAX_LENGTH]
+    if long_ids:
+        raise InvalidInputError(f"{len(long_ids)} document ids are longer than {ID_MAX_LENGTH} bytes, "
+                                f"e.g. {long_ids[0][:60]!r}...")
+    name = collection or default_collection_name(index_dir)
+    manifest = index_manifest(stored)
+    client = connect(uri)
+    try:
+        created = False
+        if recreate and client.has_collection(name):
+            client.drop_collection(name)
+        if client.has_collection(name):
+            _check_manifest(_read_manifest(client, name, uri), manifest, name, uri)
+            store_text = "text" in {f["name"] for f in client.describe_collection(name)["fields"]}
+            if contents is not None and not store_text:
+                raise InvalidInputError(f"collection {name} was created without texts; use --recreate to add them")
+        else:
+            store_text = contents is not None
+            schema, ip = _schema(client, int(stored.dense.dim), stored.lexical is not None, store_text)
+            client.create_collection(name, schema=schema, index_params=ip,
+                                     properties={PROPERTY: json.dumps(manifest, sort_keys=True)},
+                                     **({} if shards is None else {"num_shards": shards}))
+            created = True
+        if store_text and contents is None:
+            raise InvalidInputError(f"collection {name} stores texts: give the corpus to resume the export")
+        client.load_collection(name)
+        live = _live_numbers(stored)
+        have = set() if created else _existing_numbers(client, name, stored.n_docs)
+        todo = np.array([d for d in live.tolist() if d not in have], dtype=np.int64)
+        bar = tqdm(total=len(live), initial=len(live) - len(todo), desc=f"export to Milvus {name}",
+                   unit="doc", disable=not progress)
+        for start in range(0, len(todo), batch_size):
+            nums = todo[start:start + batch_size]
+            rows = _rows(stored, nums, contents if store_text else None)
+            client.insert(name, rows)
+            bar.update(len(nums))
+        bar.close()
+        if len(todo):
+            client.flush(name)
+        count = _count(client, name)
+    except _client_errors() as e:
+        raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
+    finally:
+        client.close()
+    return {"uri": uri, "collection": name, "documents": int(len(live)), "inserted": int(len(todo)),
+            "already_there": int(len(live) - len(todo)), "count": count, "created": created,
+            "lexical": stored.lexical is not None, "texts": store_text}
+
+
+def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray:
+    """The vectors the dense index scores: read back from FAISS for flat / HNSW (exact, whatever
+    the dtype of dense.npy); T(h) recomputed for IVF-PQ, whose stored codes are lossy."""
+    if dense.kind in ("flat", "hnsw"):
+        return dense.reconstruct(nums)
+    return dense.transform_queries(np.asarray(vectors[nums], dtype=np.float32))
+
+
+def _rows(stored: Any, nums: np.ndarray, contents: Mapping[str, tuple[str, str]] | None) -> list[dict]:
+    dense = _dense_rows(stored.dense, stored.dense_vectors, nums)
+    rows = []
+    for i, d in enumerate(nums.tolist()):
+        doc_id = stored.doc_ids[d]
+        row = {"id": doc_id, "doc_number": d, "dense": dense[i].tolist(),
+               "sparse": _sparse_dict(*stored.sparse.doc_vector(d), "aligned-token", doc_id)}
+        if stored.lexical is not None:
+            row["bm25"] = _sparse_dict(*stored.lexical.index.doc_vector(d), "BM25", doc_id)
+        if contents is not None:
+            title, text = contents.get(doc_id, ("", ""))
+            row["title"], row["text"] = _clip_utf8(title), _clip_utf8(text)
+        rows.append(row)
+    return rows
+
+
+def _count(client: Any, name: str) -> int:
+    rows = client.query(name, filter="", output_fields=["count(*)"])
+    return int(rows[0]["count(*)"])
+
+
+def _read_manifest(client: Any, name: str, uri: str) -> dict[str, Any]:
+    props = client.describe_collection(name).get("properties", {}) or {}
+    raw = props.get(PROPERTY)
+    if raw is None:
+        raise CollectionMismatch(f"collection {name} at {uri} was not exported by alignir (no {PROPERTY} property)")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        raise CollectionMismatch(f"collection {name} at {uri}: its {PROPERTY} property is not valid JSON") from None
+
+
+def _check_manifest(got: Mapping[str, Any], want: Mapping[str, Any], name: str, uri: str) -> None:
+    if got.get("format") != FORMAT or int(got.get("format_version", 0)) > FORMAT_VERSION:
+        raise CollectionMismatch(f"collection {name} at {uri} has format {got.get('format')!r} "
+                                 f"v{got.get('format_version')}, this alignir reads {FORMAT} v{FORMAT_VERSION}")
+    fields = _diff(got, want)
+    if not fields:
+        return
+    if set(fields) <= {"content_sha256", "n_docs"}:
+        raise CollectionMismatch(f"collection {name} at {uri} holds another version of this index (the folder "
+                                 f"was rebuilt or changed since the export: {', '.join(fields)} differ); "
+                                 f"export it again with --recreate")
+    raise CollectionMismatch(f"collection {name} at {uri} holds another index or encoder than the folder "
+                             f"(differing: {', '.join(fields)}); export this index into another collection "
+                             f"(--collection) or replace that one with --recreate")
+
+
+# ----------------------------------------------------------------------------- search
+
+
+@dataclass
+class MilvusCollection:
+    """An exported index in Milvus, searched leg by leg. Every search returns, per query, a
+    ``{doc number: raw score}`` dict of the leg's top k — the shape the folder index's legs
+    return — restricted to ``allowed`` doc numbers when given (a ``doc_number in [...]``
+    filter expression)."""
+
+    client: Any
+    name: str
+    uri: str
+    manifest: dict[str, Any]
+
+    @classmethod
+    def open(cls, uri: str, name: str, expect: Mapping[str, Any] | None = None) -> "MilvusCollection":
+        """Connect, check that ``name`` exists and (with ``expect``, an :func:`index_manifest`)
+        holds the same index; load it for search."""
+        client = connect(uri, must_exist=True)
+        try:
+            if not client.has_collection(name):
+                raise MilvusError(f"no collection {name!r} at {uri}: export the index first "
+                                  f"(alignir export milvus --index DIR --uri {uri} --collection {name})")
+            manifest = _read_manifest(client, name, uri)
+            if expect is not None:
+                _check_manifest(manifest, expect, name, uri)
+            client.load_collection(name)
+        except AlignirError:
+            client.close()
+            raise
+        except _client_errors() as e:
+            client.close()
+            raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
+        return cls(client, name, uri, manifest)
+
+    @property
+    def has_lexical(self) -> bool:
+        return self.manifest.get("lexical") is not None
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ---- low level
+    def _search(self, field: str, data: list, limit: int, flt: str) -> list[dict[int, float]]:
+        if not data:
+            return []
+        try:
+            res = self.client.search(self.name, data=data, anns_field=field, limit=int(limit), filter=flt,
+                                     output_fields=["doc_number"], search_params=_params(field))
+        except _client_errors() as e:
+            raise MilvusError(f"Milvus search at {self.uri} ({self.name}.{field}): {_one_line(e)}") from None
+        return [{int(h["entity"]["doc_number"]): float(h["distance"]) for h in hits} for hits in res]
+
+    # ---- legs
+    def search_dense(self, Qt: np.ndarray, k: int, allowed: Sequence[int] | None = None) -> list[dict[int, float]]:
+        """Top-k by IP of the transformed query vectors ``Qt`` (DenseIndex.transform_queries)."""
+        Qt = np.asarray(Qt, dtype=np.float32)
+        k = _check_k(k)
+        return self._search("dense", [row.tolist() for row in Qt], k, _filter(allowed))
+
+    def search_sparse(self, Q: sp.csr_matrix, k: int, allowed: Sequence[int] | None = None,
+                      field: str = "sparse") -> list[dict[int, float]]:
+        """Top-k by IP of the sparse query rows ``Q`` against ``field`` ("sparse" or "bm25"):
+        the documents sharing a term with the query, as our kernel returns them.
+
+        A row with negative weights (q = q⁺ - q⁻, documents ≥ 0) is scored exactly: search q⁺
+        at depth L, subtract q⁻'s scores of those candidates (a filtered q⁻ search), and stop
+        when the k-th best is ≥ the L-th q⁺ score (no unseen document can do better: its score
+        is at most its q⁺ score), else deepen L ×4. When q⁺ is exhausted, the documents
+        reached only by q⁻ (negative scores) fill the rest."""
+        k = _check_k(k)
+        Q = sp.csr_matrix(Q, dtype=np.float32)
+        base = _filter(allowed)
+        out: list[dict[int, float] | None] = [None] * Q.shape[0]
+        plain = [i for i in range(Q.shape[0]) if Q.indptr[i + 1] > Q.indptr[i] and Q[i].data.min() >= 0]
+        for i, hits in zip(plain, self._search(field, [_row_dict(Q, i) for i in plain], k, base)):
+            out[i] = hits
+        for i in range(Q.shape[0]):
+            if out[i] is None:
+                out[i] = {} if Q.indptr[i + 1] == Q.indptr[i] else self._signed(field, Q, i, k, base)
+        return out  # type: ignore[return-value]
+
+    def _signed(self, field: str, Q: sp.csr_matrix, i: int, k: int, base: str) -> dict[int, float]:
+        row = _row_dict(Q, i)
+        pos = {t: w for t, w in row.items() if w > 0}
+        neg = {t: -w for t, w in row.items() if w < 0}
+        limit = min(MAX_LIMIT, max(4 * k, 64))
+        while True:
+            p = self._search(field, [pos], limit, base)[0] if pos else {}
+            n = self._minus(field, neg, list(p), base) if p else {}
+            scores = {d: s - n.get(d, 0.0) for d, s in p.items()}
+            best = sorted(scores.values(), reverse=True)
+            exhausted = len(p) < limit
+            if exhausted or (len(best) >= k and best[k - 1] >= min(p.values())):
+                break
+            if limit >= MAX_LIMIT:
+                raise MilvusError(f"a query with negative weights needs more than {MAX_LIMIT} candidates "
+                                  f"from {self.name}.{field} to be exact")
+            limit = min(MAX_LIMIT, limit * 4)
+        if exhausted and (len(best) < k or best[k - 1] < 0):
+            # documents reached only by q⁻ score -N(d) < 0: all of them may be needed
+            rest = _and(base, f"doc_number not in {sorted(p)}" if p else "")
+            only_neg = self._search(field, [neg], MAX_LIMIT, rest)[0]
+            if len(only_neg) >= MAX_LIMIT:  # we would need the *smallest* q⁻ scores: Milvus has no ascending IP
+                raise MilvusError(f"a query with negative weights reaches more than {MAX_LIMIT} documents only "
+                                  f"through them in {self.name}.{field}; its exact top {k} needs them all")
+            for d, s in only_neg.items():
+                scores[d] = -s
+        # the top k, ties by doc number as our kernel breaks them
+        return dict(sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
+
+    def _minus(self, field: str, neg: dict[int, float], docs: list[int], base: str) -> dict[int, float]:
+        if not neg:
+            return {}
+        return self._search(field, [neg], len(docs), _and(base, f"doc_number in {sorted(docs)}"))[0]
+
+    def hybrid_rrf(self, requests: Sequence[tuple[str, list]], limit: int, depth: int, rrf_k: int,
+                   allowed: Sequence[int] | None = None) -> list[dict[int, float]]:
+        """Milvus hybrid search fused by RRFRanker(rrf_k): ``requests`` = [(field, query
+        vectors)], each leg's top ``depth``; equals our plain (unweighted) RRF of the legs'
+        top-depth lists (retrieval.fusion.rrf), ties aside."""
+        pm = _milvus()
+        flt = _filter(allowed)
+        reqs = [pm.AnnSearchRequest(data=data, anns_field=field, param=_params(field), limit=int(depth),
+                                    expr=flt or None) for field, data in requests]
+        try:
+            res = self.client.hybrid_search(self.name, reqs, pm.RRFRanker(int(rrf_k)), limit=int(limit),
+                                            output_fields=["doc_number"])
+        except _client_errors() as e:
+            raise MilvusError(f"Milvus hybrid search at {self.uri} ({self.name}): {_one_line(e)}") from None
+        return [{int(h["entity"]["doc_number"]): float(h["distance"]) for h in hits} for hits in res]
+
+
+def _params(field: str) -> dict[str, Any]:
+    return {"metric_type": "IP", "params": {} if field == "dense" else {"drop_ratio_search": 0.0}}
+
+
+def _row_dict(Q: sp.csr_matrix, i: int) -> dict[int, float]:
+    lo, hi = Q.indptr[i], Q.indptr[i + 1]
+    return dict(zip(Q.indices[lo:hi].tolist(), Q.data[lo:hi].astype(np.float32).tolist()))
+
+
+def _check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InvalidInputError(f"k must be a positive integer, got {k!r}")
+    if k > MAX_LIMIT:
+        raise InvalidInputError(f"k={k} exceeds Milvus' top-k limit {MAX_LIMIT}")
+    return int(k)
+
+
+def _filter(allowed: Iterable[int] | None) -> str:
+    if allowed is None:
+        return ""
+    return f"doc_number in {sorted(int(d) for d in allowed)}"
+
+
+def _and(a: str, b: str) -> str:
+    return " and ".join(f"({x})" for x in (a, b) if x)

@@ -1,0 +1,198 @@
+"""Search an index served by Milvus with the folder's own query encoder.
+
+    >>> s = MilvusSearcher.open("indexes/adi", uri="adi.db")      # or uri="http://host:19530"
+    >>> s.search("computer indexing", k=10, mode="dense+sparse+bm25")
+
+The folder supplies what encodes a query (the LLM, PC1, term map, dense transform, BM25
+vocabulary: “A Text is Worth Several Tokens” eq.14-16); only the query vectors go to Milvus,
+which scores every leg (retrieval/milvus.py). Hits, modes, options and fusion are the
+:class:`~alignir.retrieval.searcher.Searcher`'s:
+
+- one leg (``dense``, ``sparse``, ``bm25``): the leg's top k from Milvus, the same ids and scores
+  as the folder index (float32 rounding and ties aside);
+- plain RRF of a leg set (``fusion="rrf"`` without per-leg ``weights``): one Milvus
+  ``hybrid_search`` with ``RRFRanker(rrf_k)`` over each leg's top ``depth``, which is our
+  :func:`retrieval.fusion.rrf` (the hits then carry no per-leg scores); queries that Milvus
+  cannot take whole (a leg with an empty or signed query vector) fall back to the next point;
+- everything else (min-max, z-score, weighted RRF; Milvus' WeightedRanker normalises by
+  arctan, not as ours): each leg's top ``depth`` from Milvus, fused client-side by
+  :func:`retrieval.searcher.fuse_legs` exactly as the folder index fuses.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from alignir.errors import InvalidInputError
+from alignir.retrieval import fusion as fusion_mod
+from alignir.retrieval.config import FusionConfig
+from alignir.retrieval.milvus import MAX_LIMIT, MilvusCollection, default_collection_name, index_manifest
+from alignir.retrieval.searcher import (LEG_SET_DEFAULTS, Hit, QueryBatch, Searcher, Timings, _check_queries,
+                                        _leg_weights, parse_mode)
+
+__all__ = ["MilvusSearcher", "open_collection", "check", "wrap"]
+
+
+class MilvusSearcher(Searcher):
+    """A :class:`Searcher` whose legs are searched in a Milvus collection."""
+
+    milvus: MilvusCollection
+    server_fusion: bool = True
+
+    @classmethod
+    def open(cls, path: str | Path, *, uri: str, collection: str | None = None,  # type: ignore[override]
+             server_fusion: bool = True, **kw: Any) -> "MilvusSearcher":
+        """Open the folder ``path`` (its query encoder, checked as :meth:`Searcher.open` does)
+        and the collection ``collection`` (default: the name ``alignir export milvus`` gives)
+        at ``uri``, which must hold this very index (else CollectionMismatch).
+        ``server_fusion``: fuse plain RRF in Milvus (hybrid_search) rather than client-side."""
+        return cls.from_searcher(Searcher.open(path, **kw), uri=uri, collection=collection,
+                                 server_fusion=server_fusion)  # the folder's encoder, checked as always
+
+    @classmethod
+    def from_searcher(cls, base: Searcher, *, uri: str | None, collection: str | None = None,
+                      server_fusion: bool = True) -> "MilvusSearcher":
+        """The same index and query encoder as an open folder :class:`Searcher` (no second
+        model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
+        self = cls(base.index, base.embedder, base.sparsifier, base.fusion)
+        self.milvus = open_collection(base.index, uri, collection)
+        self.server_fusion = server_fusion
+        return self
+
+
+    def close(self) -> None:
+        """Close the Milvus connection (Milvus Lite keeps a .db open in this process until it exits)."""
+        self.milvus.close()
+
+    # ------------------------------------------------------------------ legs
+    def _leg_lists(self, queries, batch: QueryBatch, legs, side_k: int, allowed_ids, threads,
+                   tm: Timings, search=None) -> dict[str, list[dict[int, float]]]:
+        """As :meth:`Searcher._leg_lists`: check ``batch`` for ``legs``, then search the legs in
+        ``search`` (default: ``legs``) in the Milvus collection."""
+        n = len(queries)
+        for leg, part in (("dense", batch.dense), ("sparse", batch.sparse)):
+            if leg in legs and (part is None or part.shape[0] != n):
+                raise InvalidInputError(f"encoded batch lacks the {leg} vectors of {n} queries")
+        if "bm25" in legs:
+            self._lexical()
+            if batch.lexical is None:
+                batch.lexical = self._lexical()[1](_check_queries(queries))
+            if batch.lexical.shape[0] != n:
+                raise InvalidInputError("encoded batch and queries differ in length")
+        allowed = self._allowed_numbers(allowed_ids)
+        tm.encode = batch.seconds
+        searched = legs if search is None else search
+        if allowed is not None and allowed.size == 0:
+            return {leg: [{} for _ in range(n)] for leg in searched}
+        lists: dict[str, list[dict[int, float]]] = {}
+        for leg in searched:
+            t0 = time.perf_counter()
+            if leg == "dense":
+                lists[leg] = self.milvus.search_dense(self.index.dense.transform_queries(batch.dense), side_k,
+                                                      allowed)
+            else:
+                lists[leg] = self.milvus.search_sparse(batch.sparse if leg == "sparse" else batch.lexical, side_k,
+                                                       allowed, field=leg)
+            tm.legs[leg] = time.perf_counter() - t0
+        return lists
+
+    # ------------------------------------------------------------------ fused search
+    def batch_search(self, queries: Sequence[str], k: int = 10, mode: str = "hybrid", *, explain: bool = False,
+                     fusion: str | None = None, alpha: float | None = None,
+                     weights: Mapping[str, float] | None = None, depth: int | None = None,
+                     allowed_ids: Iterable[str] | None = None, threads: int | None = None,
+                     timings: Timings | None = None, encoded: QueryBatch | None = None) -> list[list[Hit]]:
+        """:meth:`Searcher.batch_search` with the legs in Milvus; plain RRF of a leg set runs
+        as one Milvus hybrid search (see the module docstring)."""
+        opts = dict(explain=explain, fusion=fusion, alpha=alpha, weights=weights, depth=depth,
+                    allowed_ids=allowed_ids, threads=threads, timings=timings)
+        legs = parse_mode(mode)
+        method = fusion
+        if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
+            method = LEG_SET_DEFAULTS[legs][0]
+        method = method or self.fusion.method
+        if not self.server_fusion or len(legs) < 2 or method != "rrf":
+            return super().batch_search(queries, k, mode, encoded=encoded, **opts)
+        a = self.fusion.alpha if alpha is None else alpha
+        if _leg_weights(mode, legs, a, alpha is not None, weights)[1] is not None:
+            return super().batch_search(queries, k, mode, encoded=encoded, **opts)  # weighted RRF
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+            raise InvalidInputError(f"k must be a positive integer, got {k!r}")
+        texts = _check_queries(queries)
+        if "bm25" in legs:
+            self._lexical()
+        batch = encoded if encoded is not None else self.encode(texts, legs)
+        if "bm25" in legs and batch.lexical is None:
+            batch.lexical = self._lexical()[1](texts)
+        vectors = {"dense": None if batch.dense is None else self.index.dense.transform_queries(batch.dense),
+                   "sparse": batch.sparse, "bm25": batch.lexical}
+        whole = [i for i in range(len(texts)) if all(_usable(vectors[leg], i, leg) for leg in legs)]
+        rest = [i for i in range(len(texts)) if i not in set(whole)]
+        results: list[list[Hit]] = [[] for _ in texts]
+        if rest:
+            sub = QueryBatch(_rows(batch.dense, rest), _rows(batch.sparse, rest), 0.0, _rows(batch.lexical, rest))
+            for i, hits in zip(rest, super().batch_search([texts[i] for i in rest], k, mode, encoded=sub, **opts)):
+                results[i] = hits
+        allowed = self._allowed_numbers(allowed_ids)
+        if whole and not (allowed is not None and allowed.size == 0):
+            cfg = FusionConfig(method="rrf", alpha=a, depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
+            side_k = min(self.index.n_docs, max(k, cfg.depth))
+            requests = [(leg, [_vector(vectors[leg], i, leg) for i in whole]) for leg in legs]
+            t0 = time.perf_counter()
+            # the whole fused list (each doc is in some leg's top side_k), so that ties at the
+            # k-th place break as ours do (fusion.ranked), not as Milvus happens to cut them
+            limit = min(MAX_LIMIT, len(legs) * side_k)
+            fused = self.milvus.hybrid_rrf(requests, limit, side_k, cfg.rrf_k, allowed)
+            if timings is not None:
+                timings.encode, timings.fuse = batch.seconds, time.perf_counter() - t0
+            for i, run in zip(whole, fused):
+                results[i] = [Hit(self.index.doc_ids[num], float(score), rank, num)
+                              for rank, (num, score) in enumerate(fusion_mod.ranked(run, k), start=1)]
+                if explain:
+                    lexical = "sparse" not in legs
+                    for h in results[i]:
+                        h.explanation = (self.explain_bm25(batch.lexical[i], h.doc_number) if lexical
+                                         else self.explain(batch.sparse[i], h.doc_number))
+        return results
+
+
+def _usable(part: Any, i: int, leg: str) -> bool:
+    """Milvus takes the query whole: a non-empty, non-negative sparse vector (dense always)."""
+    if leg == "dense":
+        return True
+    lo, hi = part.indptr[i], part.indptr[i + 1]
+    return bool(hi > lo and part.data[lo:hi].min() >= 0)
+
+
+def _vector(part: Any, i: int, leg: str) -> Any:
+    if leg == "dense":
+        return np.asarray(part[i], dtype=np.float32).tolist()
+    lo, hi = part.indptr[i], part.indptr[i + 1]
+    return dict(zip(part.indices[lo:hi].tolist(), part.data[lo:hi].astype(np.float32).tolist()))
+
+
+def _rows(part: Any, idx: list[int]) -> Any:
+    return None if part is None else part[idx]
+
+
+def open_collection(stored: Any, uri: str | None, collection: str | None = None) -> MilvusCollection:
+    """The collection exported from the opened index folder ``stored`` (default name: the one
+    ``alignir export milvus`` gives the folder), checked to hold this very index."""
+    if not uri:
+        raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or http(s)://host:port")
+    name = collection or default_collection_name(stored.path)
+    return MilvusCollection.open(uri, name, expect=index_manifest(stored))
+
+
+def check(stored: Any, uri: str | None, collection: str | None = None) -> None:
+    """The backend hook :meth:`Searcher.open` calls before loading the model: the collection is
+    reachable and holds this index (raises otherwise)."""
+    open_collection(stored, uri, collection).close()
+
+
+def wrap(searcher: Searcher, uri: str | None, collection: str | None = None) -> "MilvusSearcher":
+    """The backend hook that turns the opened folder searcher into a :class:`MilvusSearcher`."""
+    return MilvusSearcher.from_searcher(searcher, uri=uri, collection=collection)

@@ -1,0 +1,59 @@
+"""benchmarks/fusion_rules.py: its replay of a rule equals the product code, the shuffled
+setting, and the leave-one-collection-out choice."""
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.fusion_rules import MODES, Setting, apply_rule, choose, prepare, product_run, shuffled
+
+
+def _setting() -> Setting:
+    rng = np.random.default_rng(1)
+    legs = {leg: {} for leg in ("dense", "sparse", "bm25")}
+    for q in ("q1", "q2", "q3"):
+        for leg in legs:
+            docs = rng.choice(60, size=40, replace=False)
+            legs[leg][q] = {f"d{d:02d}": float(s) for d, s in zip(docs, rng.normal(size=40))}
+    legs["bm25"]["q3"] = {}  # a query with no BM25 word
+    return Setting("toy-m-ml512", "toy", "m", 512, {"q1": {"d01": 1}}, legs)
+
+
+def test_replayed_rules_equal_the_product_code():
+    s = _setting()
+    for legs, base in MODES.items():
+        prepared = prepare(s, legs)
+        for rule in ("zscore", "agree"):
+            replay = apply_rule(prepared, base, rule, {} if rule == "zscore" else
+                                {"k": 10, "tau": 0.3, "power": 1.0, "floor": 0.0, "cap": 1.0})
+            product = product_run(s, legs, "zscore") if rule == "zscore" else None
+            if product is not None:
+                for q in replay:  # same top 10 in the same order (q3 without BM25: the product
+                    assert list(replay[q]) == list(product[q])  # keeps one leg's raw scores)
+    # the product default's agree on the 3-leg set equals the replayed agree with its parameters
+    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_WEIGHTS
+
+    for legs in MODES:
+        w = LEG_SET_WEIGHTS["agree"][legs]
+        cap = w[legs[0]] / MODES[legs][0] * MODES[legs][-1] / w["bm25"]
+        replay = apply_rule(prepare(s, legs), MODES[legs], "agree", {**LEG_SET_AGREE[legs], "cap": cap})
+        product = product_run(s, legs)
+        for q in replay:
+            assert list(replay[q]) == list(product[q]), (legs, q)
+
+
+def test_shuffled_gives_each_query_the_next_querys_llm_legs():
+    s = _setting()
+    sh = shuffled(s)
+    assert sh.name == "toy-m-ml512-shuffled" and sh.dataset == "toy"
+    assert sh.legs["dense"]["q1"] == s.legs["dense"]["q2"] and sh.legs["sparse"]["q3"] == s.legs["sparse"]["q1"]
+    assert sh.legs["bm25"] == s.legs["bm25"]
+
+
+def test_choose_prefers_safe_candidates_then_the_best_mean():
+    table = {("u1", "a", "{}"): (0.50, 0.40), ("u2", "a", "{}"): (0.30, 0.40),   # unsafe on u2
+             ("u1", "b", "{}"): (0.45, 0.40), ("u2", "b", "{}"): (0.397, 0.40),  # safe (-0.003)
+             ("u1", "c", "{}"): (0.41, 0.40), ("u2", "c", "{}"): (0.40, 0.40)}   # safe, lower mean
+    assert choose(table, ["u1", "u2"], [("a", "{}"), ("b", "{}"), ("c", "{}")]) == ("b", "{}")
+    assert choose(table, ["u1"], [("a", "{}"), ("b", "{}")]) == ("a", "{}")
+    # nobody safe: the best worst-case margin
+    assert choose(table, ["u2"], [("a", "{}")]) == ("a", "{}")
