@@ -203,7 +203,7 @@ def test_registry_names_and_targets():
     for name in FAMILIES:
         assert embedder_class(name).family == name
     assert EMBEDDERS["autoregembed"] == "alignir.encoders.embedders.autoregembed:AutoRegEmbedEmbedder"
-    assert EMBEDDERS["llm2comp"] == "encoders.embedders.llm2comp:LLM2CompEmbedder"
+    assert EMBEDDERS["llm2comp"] == "alignir.encoders.embedders.llm2comp:LLM2CompEmbedder"
     assert EMBEDDERS["gircse"] == "alignir.encoders.embedders.gircse:GircseEmbedder"
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from alignir.encoders.train.losses import (cda_divergence_loss, cda_loss, ctkd_kl, gircse_loss, icr_regulariser, info_nce,
-                                   sequence_nll, simcse_loss, stepwise_contrastive, token_divergence)
+                                           own_candidates, sequence_nll, simcse_loss, stepwise_contrastive,
+                                           token_divergence)
 
 t = torch.tensor
 R2 = 1 / math.sqrt(2)
@@ -33,6 +34,34 @@ def test_info_nce_in_batch_and_hard_negatives():
     docs = t([[2.0, 0.0], [1.0, 1.0], [0.0, 1.0]])  # d0 = pos of q0, d2 = pos of q1, d1 = hard negative
     want = 0.5 * (ce([1, R2, 0], 0) + ce([0, R2, 1], 2))
     assert float(info_nce(q, docs, t([0, 2]), tau=1.0)) == pytest.approx(want, rel=1e-6)
+
+
+def test_own_candidates_layout_of_pair_texts():
+    # 3 queries with 1, 0, 2 negatives: docs = p0 p1 p2 | n0a | n2a n2b
+    want = [[1, 0, 0, 1, 0, 0],
+            [0, 1, 0, 0, 0, 0],
+            [0, 0, 1, 0, 1, 1]]
+    assert own_candidates([1, 0, 2]).int().tolist() == want
+
+
+def test_info_nce_eq1_own_hard_negatives_only():
+    """AutoRegEmbed eq.1 to the letter: each query's denominator is its positive and its own d_i^-."""
+    q = t([[1.0, 0.0], [0.0, 1.0]])
+    # p0=(1,0) p1=(1,1)/√2 | n0=(0,1) | n1=(-1,0)
+    docs = t([[1.0, 0.0], [1.0, 1.0], [0.0, 3.0], [-2.0, 0.0]])
+    tau = 0.5
+    q0 = ce([1 / tau, 0 / tau], 0)           # q0: cos p0 = 1, cos n0 = 0  (p1 excluded)
+    q1 = ce([R2 / tau, 0 / tau], 0)          # q1: cos p1 = 1/√2, cos n1 = 0  (p0, n0 excluded)
+    got = info_nce(q, docs, t([0, 1]), tau, own_candidates([1, 1]))
+    assert float(got) == pytest.approx((q0 + q1) / 2, rel=1e-6)
+    # with in-batch negatives every document is in every denominator
+    q0b = ce([2, 2 * R2, 0, -2], 0)
+    q1b = ce([0, 2 * R2, 2, 0], 1)
+    assert float(info_nce(q, docs, t([0, 1]), tau)) == pytest.approx((q0b + q1b) / 2, rel=1e-6)
+    with pytest.raises(ValueError, match="positive must be among"):
+        info_nce(q, docs, t([0, 2]), tau, own_candidates([1, 1]))
+    with pytest.raises(ValueError, match="candidates must be"):
+        info_nce(q, docs, t([0, 1]), tau, own_candidates([1, 0]))
 
 
 def test_info_nce_rejects_bad_input():
@@ -125,5 +154,11 @@ def test_icr_regulariser_eq8_and_total():
     assert float(contrast) == pytest.approx(6.0)
     assert float(total) == pytest.approx(6.0 + 0.5 * reg, rel=1e-6)
     assert float(icr_regulariser(t([1.5]))) == 0.0
+    # reduction="mean": Σ_k L_k / K + λ L_reg; the reported contrast stays the eq.7 sum
+    total_m, contrast_m, r_m = gircse_loss(Lk, lam=0.5, reduction="mean")
+    assert float(total_m) == pytest.approx(6.0 / 3 + 0.5 * reg, rel=1e-6)
+    assert float(contrast_m) == pytest.approx(6.0) and float(r_m) == pytest.approx(reg, rel=1e-6)
+    with pytest.raises(ValueError, match="reduction"):
+        gircse_loss(Lk, reduction="max")
     # monotone improvement is not penalised
     assert float(icr_regulariser(t([3.0, 2.0, 1.0]))) == 0.0

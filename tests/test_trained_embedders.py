@@ -136,3 +136,42 @@ def test_gircse_and_llm2comp_on_smollm2(smollm2):
     torch.testing.assert_close(G1, G0, atol=2e-4, rtol=1e-3)
     v = LLM2CompEmbedder(smollm2, k=2).encode_documents(texts)
     assert v.shape == (2, smollm2.hidden_size) and np.isfinite(v).all()
+
+
+def test_inference_embedders_do_not_import_training_code():
+    """#14: the embedders (and the adapters they read) are inference code; encoders/train builds on
+    them, never the reverse."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import alignir.encoders.embedders.autoregembed, alignir.encoders.embedders.gircse\n"
+            "import alignir.encoders.embedders.llm2comp, alignir.encoders.embedders.infonce\n"
+            "from alignir.encoders.embedders import embedder_class\n"
+            "[embedder_class(n) for n in ('autoregembed', 'gircse', 'llm2comp', 'infonce')]\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('alignir.encoders.train', 'encoders'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_gircse_instruction_format(tiny_model):
+    """GIRCSE §4.1: queries read ``Instruct: {task}\\nQuery: {q}``, documents their raw text;
+    ``prompteol`` wraps texts in the PromptEOL template; adapters saved before the option read ``plain``."""
+    from alignir.encoders.embedders.gircse import gircse_input_ids
+
+    tok = tiny_model.tokenizer
+    task, q = "Given a claim, retrieve documents", "The quick brown fox"
+    dec = tok.decode(gircse_input_ids(tok, q, task, 64, "instruct"))
+    assert dec == f"Instruct: {task}\nQuery: {q}"
+    assert tok.decode(gircse_input_ids(tok, q, None, 64, "instruct")) == q  # documents: no instruction
+    assert tok.decode(gircse_input_ids(tok, q, None, 64, "prompteol")) == f'This sentence: "{q}" means in one word: "'
+    assert tok.decode(gircse_input_ids(tok, q, task, 64, "plain")) == f"{task}\n{q}"
+    with pytest.raises(ValueError, match="prompt"):
+        gircse_input_ids(tok, q, task, 64, "chat")
+    e_instr = GircseEmbedder(tiny_model, K=2, instruction=task)
+    e_plain = GircseEmbedder(tiny_model, K=2, instruction=task, prompt="plain")
+    assert e_instr.options["prompt"] == "instruct" and e_instr.fingerprint() != e_plain.fingerprint()
+    assert not np.allclose(e_instr.encode_queries([q]), e_plain.encode_queries([q]), atol=1e-6)
+    # documents read the same in both formats, so the default keeps the fingerprint of uninstructed runs
+    np.testing.assert_allclose(e_instr.encode_documents([q]), e_plain.encode_documents([q]), rtol=0, atol=0)
+    assert GircseEmbedder(tiny_model, K=2).fingerprint() == GircseEmbedder(tiny_model, K=2, prompt="plain").fingerprint()

@@ -24,10 +24,10 @@ EMBEDDERS: dict[str, str] = {
     "echo": "alignir.encoders.embedders.prompteol:EchoEmbedder",
     # trained (AutoRegEmbed, LLM2Comp, GIRCSE)
     "autoregembed": "alignir.encoders.embedders.autoregembed:AutoRegEmbedEmbedder",
-    "llm2comp": "encoders.embedders.llm2comp:LLM2CompEmbedder",
+    "llm2comp": "alignir.encoders.embedders.llm2comp:LLM2CompEmbedder",
     "gircse": "alignir.encoders.embedders.gircse:GircseEmbedder",
     # PromptEOL read through an InfoNCE-trained LoRA adapter (the contrastive baseline)
-    "infonce": "alignir.encoders.train.infonce:InfoNCEEmbedder",
+    "infonce": "alignir.encoders.embedders.infonce:InfoNCEEmbedder",
 }
 
 

@@ -13,11 +13,11 @@ from alignir.errors import InvalidInputError
 import torch
 
 from alignir.encoders.templates import I_NEXT, I_SELF, INSTRUCTION_SEPARATOR
-from alignir.encoders.train.embedder_base import TrainedEmbedder
-from alignir.encoders.train.genbase import (bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone,
+from alignir.encoders.embedders.trained import TrainedEmbedder
+from alignir.encoders.embedders.generative import (bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone,
                                     token_ids)
 
-__all__ = ["AutoRegEmbedEmbedder", "compress", "autoreg_input_ids", "role_instruction"]
+__all__ = ["AutoRegEmbedEmbedder", "compress", "pool_compress", "autoreg_input_ids", "role_instruction"]
 
 
 def role_instruction(role: str, task: str = "retrieval") -> str:
@@ -51,6 +51,7 @@ def compress(model, tokenizer, texts: list[str], instruction: str, soft: torch.T
 
 
 def pool_compress(e_c: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
+    """One vector [B, d] from e_c [B, k, d]: the mean of the k states, or the last one."""
     if pooling == "mean":
         return e_c.float().mean(1)
     if pooling == "last":

@@ -5,7 +5,15 @@ s_k = softmax(W_φ h'_{k-1} + b_φ) (eq.5), d_k = Σ_i s_{k,i} e_i (eq.6), appen
 the embedding is the mean of the generated positions' final hidden states G = (h_{N+1}..h_{N+K})
 (eq.4). With the KV cache (App. D) the K steps cost one pass over the text plus K one-token
 steps; ``use_cache=False`` re-runs f_θ([X; D]) at every step exactly as Algorithm 1 writes it.
-K is an inference option (paper: K=5 in training, K=20 at test time, App. C).
+K is an inference option (paper: K=5 in training, K=20 at test time, App. C; quality rises with K
+at test time, §5.1).
+
+Input format (``prompt``): ``"instruct"`` (default) is the paper's query format
+``Instruct: {task}\nQuery: {q}`` (§4.1 "Training Details", following E5-Mistral; documents take no
+instruction, App. J Table 11); ``"prompteol"`` wraps every text in the PromptEOL template
+(``This sentence: "{text}" means in one word: "``, “A Text is Worth Several Tokens” §2.2) with the
+instruction line in front of queries; ``"plain"`` is instruction line + raw text (the readout of
+adapters trained before the option existed, which therefore read ``plain``).
 """
 from __future__ import annotations
 
@@ -14,15 +22,33 @@ from alignir.errors import InvalidInputError
 import torch
 
 from alignir.encoders.templates import INSTRUCTION_SEPARATOR, resolve_instruction
-from alignir.encoders.train.embedder_base import TrainedEmbedder
-from alignir.encoders.train.genbase import bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone, token_ids
+from alignir.encoders.embedders.trained import TrainedEmbedder
+from alignir.encoders.embedders.generative import bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone, token_ids
 
-__all__ = ["GircseEmbedder", "generate_soft_tokens", "gircse_input_ids"]
+__all__ = ["GircseEmbedder", "generate_soft_tokens", "gircse_input_ids", "PROMPTS"]
+
+#: input formats of :func:`gircse_input_ids`
+PROMPTS = ("instruct", "prompteol", "plain")
+_EOL_HEAD, _EOL_TAIL = 'This sentence: "', '" means in one word: "'
 
 
-def gircse_input_ids(tokenizer, text: str, instruction: str | None, max_length: int) -> list[int]:
+def gircse_input_ids(tokenizer, text: str, instruction: str | None, max_length: int, prompt: str = "plain") -> list[int]:
+    """Token ids of one text (truncated to ``max_length`` tokens) in the ``prompt`` format; pass
+    ``instruction`` for queries only. ``instruct``: ``Instruct: {instruction}\nQuery: {text}`` (GIRCSE
+    §4.1), the raw text when there is no instruction."""
+    if prompt not in PROMPTS:
+        raise InvalidInputError(f"unknown GIRCSE prompt {prompt!r}; use one of {PROMPTS}")
+    if prompt == "instruct":
+        if not instruction:
+            return bos_ids(tokenizer) + token_ids(tokenizer, text, max_length)
+        # the text keeps its leading space (" word" as in running text, not a lone space token)
+        pre = token_ids(tokenizer, f"Instruct: {instruction}\nQuery:")
+        return bos_ids(tokenizer) + pre + token_ids(tokenizer, " " + text, max_length)
+    body = token_ids(tokenizer, text, max_length)
     pre = token_ids(tokenizer, instruction + INSTRUCTION_SEPARATOR) if instruction else []
-    return bos_ids(tokenizer) + pre + token_ids(tokenizer, text, max_length)
+    if prompt == "prompteol":
+        return bos_ids(tokenizer) + pre + token_ids(tokenizer, _EOL_HEAD) + body + token_ids(tokenizer, _EOL_TAIL)
+    return bos_ids(tokenizer) + pre + body
 
 
 def _head(model) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -84,24 +110,29 @@ def generate_soft_tokens(model, ids: torch.Tensor, mask: torch.Tensor, K: int, u
 
 
 class GircseEmbedder(TrainedEmbedder):
-    """``get_embedder("gircse", model, K=20, use_cache=True, adapter=DIR, instruction=...)``."""
+    """``get_embedder("gircse", model, K=20, use_cache=True, prompt="instruct", adapter=DIR, instruction=...)``."""
 
     family = "gircse"
     soft_key = None
-    OPTIONS = {"K": 20, "use_cache": True}
+    OPTIONS = {"K": 20, "use_cache": True, "prompt": "instruct"}
+    LEGACY_OPTIONS = {"prompt": "plain"}
 
     def validate_options(self) -> None:
         if int(self.options["K"]) < 1:
             raise InvalidInputError(f"K (generated soft tokens) must be >= 1, got {self.options['K']}")
+        if self.options["prompt"] not in PROMPTS:
+            raise InvalidInputError(f"unknown GIRCSE prompt {self.options['prompt']!r}; use one of {PROMPTS}")
 
     def fingerprint(self):
         fp = super().fingerprint()
         fp["options"].pop("use_cache", None)  # exact either way: does not change the vectors
+        if fp["options"].get("prompt") == "plain" or (fp["options"].get("prompt") == "instruct" and not self.instruction):
+            fp["options"].pop("prompt", None)  # the same token ids as before the option existed
         return fp
 
     def embed_batch(self, texts: list[str], role: str) -> torch.Tensor:
         instr = resolve_instruction(self.instruction) if role == "query" else None
-        rows = [gircse_input_ids(self.tokenizer, t, instr, self.max_length) for t in texts]
+        rows = [gircse_input_ids(self.tokenizer, t, instr, self.max_length, self.options["prompt"]) for t in texts]
         dev = input_embeddings(self.model).weight.device
         ids, mask = left_pad(rows, pad_id(self.tokenizer), dev)
         G = generate_soft_tokens(self.model, ids, mask, int(self.options["K"]), bool(self.options["use_cache"]))

@@ -13,8 +13,8 @@ from alignir.errors import InvalidInputError
 import torch
 
 from alignir.encoders.templates import INSTRUCTION_SEPARATOR, resolve_instruction
-from alignir.encoders.train.embedder_base import TrainedEmbedder
-from alignir.encoders.train.genbase import (bidirectional_mask, bos_ids, input_embeddings, left_pad, pad_id, position_ids,
+from alignir.encoders.embedders.trained import TrainedEmbedder
+from alignir.encoders.embedders.generative import (bidirectional_mask, bos_ids, input_embeddings, left_pad, pad_id, position_ids,
                                     run_backbone, token_ids)
 
 __all__ = ["LLM2CompEmbedder", "memory_states", "encoder_states"]

@@ -183,7 +183,7 @@ class PromptEmbedder(Embedder):
             self._overhead[role] = len(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
         return self._overhead[role]
 
-    def _prepare(self, texts: list[str], role: str) -> tuple[list[list[int]], list[list[int]], np.ndarray, int]:
+    def prepare(self, texts: list[str], role: str) -> tuple[list[list[int]], list[list[int]], np.ndarray, int]:
         """Tokenize prompts. Returns (ids per text, pooled positions per text, empty mask, n truncated)."""
         tok = self.tokenizer
         empty = np.array([not t.strip() for t in texts], dtype=bool)
@@ -253,7 +253,8 @@ class PromptEmbedder(Embedder):
             out.append(np.array(cur))
         return out
 
-    def _collate(self, ids: list[list[int]], pos: list[list[int]]):
+    def collate(self, ids: list[list[int]], pos: list[list[int]]):
+        """Pad prompts into (input_ids, attention mask, position ids, pooled-position mask) [B, L]."""
         L = max(len(x) for x in ids)
         B = len(ids)
         input_ids = torch.full((B, L), self._pad_id, dtype=torch.long)
@@ -269,6 +270,21 @@ class PromptEmbedder(Embedder):
                 pmask[r, off : off + len(x)] = True
         position_ids = (attn.cumsum(1) - 1).clamp(min=0)
         return input_ids, attn, position_ids, pmask
+
+    _prepare = prepare  # older private names, kept for callers outside the package
+    _collate = collate
+
+    def embed_with(self, model: torch.nn.Module, texts: list[str], role: str) -> torch.Tensor:
+        """Embeddings [B, d] of ``texts`` read exactly as :meth:`encode_queries` / ``encode_documents``
+        do (template, instruction, truncation, pooling) but through ``model`` (e.g. a peft model being
+        trained) and with gradients: the differentiable forward of the InfoNCE baseline (one batch;
+        an empty text is pooled over its prompt's tokens instead of getting a zero vector)."""
+        ids, pos, _, _ = self.prepare([_clean(t) for t in texts], role)
+        input_ids, attn, position_ids, pmask = self.collate(ids, pos)
+        dev = model.get_input_embeddings().weight.device
+        out = backbone(model)(input_ids=input_ids.to(dev), attention_mask=attn.to(dev),
+                              position_ids=position_ids.to(dev), use_cache=False)
+        return pool(self.pooling, out.last_hidden_state, attn.to(dev), pmask.to(dev))
 
     def _forward(self, input_ids, attn, position_ids) -> torch.Tensor:
         dev = self.loaded.device
@@ -323,7 +339,7 @@ class PromptEmbedder(Embedder):
         if n == 0:
             self.last_stats = {**stats, "seconds": 0.0}
             return out
-        ids, pos, empty, n_trunc = self._prepare([_clean(t) for t in texts], role)
+        ids, pos, empty, n_trunc = self.prepare([_clean(t) for t in texts], role)
         stats["n_empty"] = int(empty.sum())
         stats["n_truncated"] = n_trunc
         if stats["n_empty"] and self.empty == "error":
@@ -347,12 +363,12 @@ class PromptEmbedder(Embedder):
                         continue
                     rows, rpos = [ids[i] for i in b], [pos[i] for i in b]
                     if on_cache:  # only the tokens after the fixed prefix run
-                        input_ids, attn, _, pmask = self._collate([x[pc.n:] for x in rows],
+                        input_ids, attn, _, pmask = self.collate([x[pc.n:] for x in rows],
                                                                   [[j - pc.n for j in p] for p in rpos])
                         hidden = pc.forward(self._backbone, input_ids, attn)
                         stats["n_prefix_cached"] += len(b)
                     else:
-                        input_ids, attn, position_ids, pmask = self._collate(rows, rpos)
+                        input_ids, attn, position_ids, pmask = self.collate(rows, rpos)
                         hidden = self._forward(input_ids, attn, position_ids)
                     h = pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))
                     out[b] = h.cpu().numpy()

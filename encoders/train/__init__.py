@@ -7,6 +7,6 @@
 - ``trainer``: ``TrainConfig`` + ``train(cfg)``: LoRA via peft, AdamW, warm-up + linear decay,
   grad accumulation, bf16 / gradient checkpointing on GPU, loss log, checkpoint + resume.
 - ``adapter``: save / load adapters by path (+ soft tokens + training config), their hash.
-- ``genbase`` / ``embedder_base``: shared forward helpers and the inference shell of the
-  embedders in encoders/embedders/{autoregembed,llm2comp,gircse}.py.
+- ``genbase``: decoder-side forward helpers (the inference helpers and the embedders' shell live in
+  encoders/embedders/{generative,trained,adapters}.py; training imports inference, never the reverse).
 """

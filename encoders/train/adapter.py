@@ -1,22 +1,20 @@
-"""peft LoRA adapters of the trained embedders: create, save, load by path, fingerprint.
+"""peft LoRA adapters of the trained embedders (training side): create, save, continue, freeze.
 
-An adapter directory holds peft's ``adapter_config.json`` + ``adapter_model.safetensors``, plus
-``alignir_extra.safetensors`` (trained soft-token embeddings: AutoRegEmbed compress tokens,
-LLM2Comp memory tokens) and ``alignir_train.json`` (method, stage, hyper-parameters, base model).
+Reading adapters (load by path, metadata, fingerprint) is inference code in
+``alignir.encoders.embedders.adapters`` and is re-exported here.
 """
 from __future__ import annotations
 
-from alignir.errors import InvalidInputError
-from alignir.index.io import sha256_file
-
 import contextlib
-import copy
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from alignir.encoders.embedders.adapters import (EXTRA_FILE, META_FILE, adapter_dir, adapter_hash, load_adapter,
+                                                 read_extra, read_meta)
+from alignir.errors import InvalidInputError
 
 __all__ = [
     "EXTRA_FILE",
@@ -30,10 +28,6 @@ __all__ = [
     "read_meta",
     "frozen",
 ]
-
-EXTRA_FILE = "alignir_extra.safetensors"
-META_FILE = "alignir_train.json"
-_HASHED = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", EXTRA_FILE, META_FILE)
 
 #: attention q/k/v/o + MLP projections (LLM2Comp App. 2.1 names q, v, o, up, down, gate)
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -66,62 +60,14 @@ def save_adapter(peft_model, out_dir: str | Path, extra: dict[str, torch.Tensor]
     return out
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
-    p = Path(path) / META_FILE
-    return json.loads(p.read_text()) if p.is_file() else {}
-
-
-def _read_extra(path: Path, device, dtype) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    f = path / EXTRA_FILE
-    if not f.is_file():
-        return {}
-    return {k: v.to(device=device, dtype=dtype) for k, v in load_file(str(f)).items()}
-
-
-def _check_dir(path: str | Path) -> Path:
-    from alignir.encoders.shipped import resolve_adapter
-
-    p = resolve_adapter(path)
-    if not (p / "adapter_config.json").is_file():
-        raise InvalidInputError(f"adapter {str(path)!r} is not a peft adapter directory (no adapter_config.json)")
-    return p
-
-
-def load_adapter(model: torch.nn.Module, path: str | Path):
-    """A frozen copy of ``model`` with the adapter at ``path`` applied (the shared model is untouched).
-
-    Returns (peft_model in eval mode, extra tensors, meta dict).
-    """
-    from peft import PeftModel
-
-    p = _check_dir(path)
-    base = copy.deepcopy(model)
-    pm = PeftModel.from_pretrained(base, str(p), is_trainable=False).eval()
-    w = base.get_input_embeddings().weight
-    return pm, _read_extra(p, w.device, w.dtype), read_meta(p)
-
-
 def load_trainable_adapter(model: torch.nn.Module, path: str | Path):
     """Wrap ``model`` in place with the adapter at ``path``, trainable (continue a previous stage)."""
     from peft import PeftModel
 
-    p = _check_dir(path)
+    p = adapter_dir(path)
     pm = PeftModel.from_pretrained(model, str(p), is_trainable=True)
     w = model.get_input_embeddings().weight
-    return pm, _read_extra(p, w.device, torch.float32), read_meta(p)
-
-
-def adapter_hash(path: str | Path) -> str:
-    """sha256 over the adapter's config, weights, extra tensors and training config."""
-    p = _check_dir(path)
-    h = hashlib.sha256()
-    for name in _HASHED:
-        f = p / name
-        if f.is_file():
-            h.update(name.encode() + b"\0" + sha256_file(f).encode() + b"\n")
-    return h.hexdigest()
+    return pm, read_extra(p, w.device, torch.float32), read_meta(p)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,16 @@ of the frozen decoder given the current encoder's embeddings and a frozen refere
 (the model when CDA starts: p_ref); τ=0.05, β=0.1 (App. A). ``squash``: sigmoid (eq.2),
 logsigmoid (App. B), tanh (App. C); ``divergence``: logratio (eq.2), kl / js (App. B).
 Hard negatives come with the pairs; rows lacking them borrow other rows' positives.
+
+Stage ``contrastive`` (§4.1 "Training": for retrieval the paper adds an epoch of contrastive
+fine-tuning after IC/CDA, "to better align with the evaluation process", with mined hard
+negatives): InfoNCE (eq.1) between the mean-pooled compress states of the query (I_next) and of
+every document of the batch (I_self: positives, in-batch negatives, hard negatives) — exactly the
+vectors the embedder retrieves with. ``in_batch=False`` is eq.1 to the letter: each query's
+denominator holds its positive and its own hard negatives d_i^- only (the paper draws 7 from NV-Embed's
+ranks 30-210; here ``--negatives N`` from BM25's top 30). τ=0.05 is the paper's temperature (App. A, also
+its InfoNCE baselines'); lr 1e-4 the best of its InfoNCE baselines (App. A), as §4.1 gives none for
+this epoch. The stage starts from the CDA (or IC) adapter: ``--stages ic,cda,contrastive``.
 """
 from __future__ import annotations
 
@@ -19,11 +29,12 @@ import copy
 
 import torch
 
-from alignir.encoders.embedders.autoregembed import compress, role_instruction
+from alignir.encoders.embedders.autoregembed import compress, pool_compress, role_instruction
 from alignir.encoders.train.adapter import frozen
-from alignir.encoders.train.base import Method
+from alignir.encoders.train.base import Method, pair_texts
 from alignir.encoders.train.genbase import decoder_logits, init_soft_tokens, pad_id, right_pad, token_ids, token_logprobs
-from alignir.encoders.train.losses import SQUASH, cda_divergence_loss, cda_loss, sequence_nll, token_divergence
+from alignir.encoders.train.losses import (SQUASH, cda_divergence_loss, cda_loss, info_nce, own_candidates, sequence_nll,
+                                          token_divergence)
 
 __all__ = ["AutoRegEmbedMethod"]
 
@@ -31,11 +42,12 @@ __all__ = ["AutoRegEmbedMethod"]
 class AutoRegEmbedMethod(Method):
     name = "autoregembed"
     soft_key = "compress_tokens"
-    STAGES = {"ic": "pairs", "ic-text": "texts", "cda": "pairs"}
+    STAGES = {"ic": "pairs", "ic-text": "texts", "cda": "pairs", "contrastive": "pairs"}
     DEFAULTS = {
         "ic": {"k": 5, "task": "retrieval", "ic_self": True},
         "ic-text": {"k": 5, "task": "retrieval"},
         "cda": {"k": 5, "task": "retrieval", "tau": 0.05, "beta": 0.1, "squash": "sigmoid", "divergence": "logratio"},
+        "contrastive": {"k": 5, "task": "retrieval", "tau": 0.05, "in_batch": True},
     }
 
     def setup(self, extra):
@@ -95,6 +107,13 @@ class AutoRegEmbedMethod(Method):
                 loss = 0.5 * (loss + l_self)
             logs["loss"] = float(loss.detach())
             return loss, logs
+        if self.stage == "contrastive":
+            queries, docs, pos = pair_texts(batch)
+            q = pool_compress(self._enc(queries, self.i_next), "mean")
+            d = pool_compress(self._enc(docs, self.i_self), "mean")
+            cand = None if self.hp["in_batch"] else own_candidates([len(p.negatives) for p in batch])
+            loss = info_nce(q, d, torch.tensor(pos), float(self.hp["tau"]), cand)
+            return loss, {"loss": float(loss.detach())}
         return self._cda(batch)
 
     def _negatives(self, batch) -> list[list[str]]:

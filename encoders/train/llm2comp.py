@@ -9,8 +9,17 @@ tokens, decoder g_φ = the frozen LLM (adapter disabled):
   + ``nll_weight`` · NLL. Eq.5 (and the authors' code) is the KL alone, so ``nll_weight`` defaults
   to 0: with 1 the stage would be CT-NLL plus a KL term and CTKD vs NLL would not compare the two
   objectives of the paper.
-Contrastive post-training (§5.1): ``ucl`` SimCSE with dropout views (eq.8, dropout 0.2) and
-``scl`` InfoNCE with in-batch + hard negatives on labelled pairs.
+Contrastive post-training (§5.1): ``ucl`` SimCSE with dropout views (eq.8, dropout 0.2, in-batch
+negatives) on raw texts and ``scl`` the same InfoNCE with in-batch + hard negatives on pairs
+(labelled pairs, or the unsupervised title/crop pairs of ``--data-mix``), queries under
+``instruction`` (App. Table 3 style). The recipe is ``--stages ctkd,ucl,scl``, each stage from the
+previous adapter; App. 2.1's settings: lr 1e-4 / 3e-5 / 1e-4 (DEFAULT_LR) and weight decay 1e-5 /
+1e-3 / 3e-4 (``--stage-option ucl.weight_decay=1e-3 --stage-option scl.weight_decay=3e-4``).
+
+Attention (``bidirectional``, every stage, recorded for the embedder): True is §3's bidirectional
+encoder; False keeps the LLM's causal mask with the memory tokens after the text (App. 3, Fig. 11:
+bidirectional is better for retrieval, causal for STS / classification; untrained, the causal readout
+keeps more of the LLM's zero-shot quality — issue 19's 16-query check, not a paper claim).
 """
 from __future__ import annotations
 

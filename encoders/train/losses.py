@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "info_nce",
+    "own_candidates",
     "cda_loss",
     "cda_divergence_loss",
     "token_divergence",
@@ -35,17 +36,44 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
 
 
-def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float = 0.05) -> torch.Tensor:
-    """Mean over queries of -log exp(cos(q,d+)/τ) / Σ_{d ∈ docs} exp(cos(q,d)/τ)  (AutoRegEmbed eq.1).
+def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float = 0.05,
+             candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over queries of -log exp(cos(q,d+)/τ) / Σ_{d ∈ C(q)} exp(cos(q,d)/τ)  (AutoRegEmbed eq.1,
+    with f(·) L2-normalised: the paper's "cosine distance").
 
-    ``docs`` [M, d] holds every document of the batch (all positives and hard negatives), so the
-    other queries' positives act as in-batch negatives; ``pos`` [B] is each query's positive row.
+    ``docs`` [M, d] holds every document of the batch (all positives and hard negatives); ``pos``
+    [B] is each query's positive row. ``candidates`` [B, M] (bool) is C(q): None = every document,
+    so the other queries' positives and negatives act as in-batch negatives; eq.1 exactly is the
+    positive and the query's own hard negatives d_i^- only (:func:`own_candidates`).
     """
     if q.dim() != 2 or docs.dim() != 2 or q.shape[1] != docs.shape[1]:
         raise InvalidInputError(f"q [B, d] and docs [M, d] needed, got {tuple(q.shape)} and {tuple(docs.shape)}")
     if tau <= 0:
         raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
-    return F.cross_entropy(_cos(q, docs) / tau, pos.to(q.device).long())
+    logits = _cos(q, docs) / tau
+    pos = pos.to(q.device).long()
+    if candidates is not None:
+        cand = candidates.to(q.device).bool()
+        if cand.shape != logits.shape:
+            raise InvalidInputError(f"candidates must be [B, M] = {tuple(logits.shape)}, got {tuple(cand.shape)}")
+        if not bool(cand.gather(1, pos.unsqueeze(1)).all()):
+            raise InvalidInputError("every query's positive must be among its candidates")
+        logits = logits.masked_fill(~cand, float("-inf"))
+    return F.cross_entropy(logits, pos)
+
+
+def own_candidates(n_negatives: list[int]) -> torch.Tensor:
+    """C(q) of eq.1 for the document layout of ``pair_texts`` (all B positives, then each query's
+    negatives in query order): row i is True at its positive i and at its own negatives only."""
+    B = len(n_negatives)
+    M = B + sum(n_negatives)
+    mask = torch.zeros(B, M, dtype=torch.bool)
+    start = B
+    for i, n in enumerate(n_negatives):
+        mask[i, i] = True
+        mask[i, start:start + n] = True
+        start += n
+    return mask
 
 
 def _squash(name: str):
@@ -160,9 +188,12 @@ def icr_regulariser(Lk: torch.Tensor) -> torch.Tensor:
     return torch.clamp(logs[1:] - logs[:-1], min=0).mean()
 
 
-def gircse_loss(Lk: torch.Tensor, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """L_total = L_contrast + λ L_reg with L_contrast = Σ_k L_k (GIRCSE eq.7, eq.8).
-    Returns (total, contrast, reg)."""
+def gircse_loss(Lk: torch.Tensor, lam: float = 1.0, reduction: str = "sum") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """L_total = L_contrast + λ L_reg with L_contrast = Σ_k L_k (GIRCSE eq.7, eq.8); ``reduction="mean"``
+    optimises Σ_k L_k / K + λ L_reg instead. Returns (total, contrast = Σ_k L_k, reg)."""
+    if reduction not in ("sum", "mean"):
+        raise InvalidInputError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     contrast = Lk.sum()
     reg = icr_regulariser(Lk)
-    return contrast + lam * reg, contrast, reg
+    scaled = contrast if reduction == "sum" else contrast / Lk.numel()
+    return scaled + lam * reg, contrast, reg

@@ -25,15 +25,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, save_adapter
-from alignir.encoders.train.data import batch_indices, load_pairs, load_texts
+from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
+from alignir.encoders.train.data import batch_indices, describe_texts, load_mix, load_texts
 
-__all__ = ["TrainConfig", "METHODS", "method_class", "train"]
+__all__ = ["TrainConfig", "METHODS", "method_class", "train", "trainable_sha256", "DEFAULT_LR"]
 
 METHODS = {
     "infonce": "alignir.encoders.train.infonce:InfoNCEMethod",
     "autoregembed": "alignir.encoders.train.autoregembed:AutoRegEmbedMethod",
-    "llm2comp": "encoders.train.llm2comp:LLM2CompMethod",
+    "llm2comp": "alignir.encoders.train.llm2comp:LLM2CompMethod",
     "gircse": "alignir.encoders.train.gircse:GircseMethod",
 }
 
@@ -41,8 +41,9 @@ METHODS = {
 DEFAULT_LR = {
     ("infonce", "contrastive"): 1e-4,
     ("autoregembed", "ic"): 2e-5, ("autoregembed", "ic-text"): 2e-5, ("autoregembed", "cda"): 5e-6,
+    ("autoregembed", "contrastive"): 1e-4,  # §4.1 gives none; its InfoNCE baselines' best (App. A)
     ("llm2comp", "rc"): 1e-4, ("llm2comp", "nll"): 1e-4, ("llm2comp", "ctkd"): 1e-4,
-    ("llm2comp", "ucl"): 3e-5, ("llm2comp", "scl"): 3e-5,
+    ("llm2comp", "ucl"): 3e-5, ("llm2comp", "scl"): 1e-4,  # App. 2.1: pretext 1e-4, UCL 3e-5, SCL 1e-4
     ("gircse", "icr"): 1e-5,
 }
 
@@ -77,6 +78,8 @@ class TrainConfig:
     target_length: int = 128
     split: str = "train"
     n_negatives: int = 1
+    data_mix: str | None = None  # pair sources: "supervised,title,crop" (caps: "title=2000"); None: supervised
+    corpora: list[str] | None = None  # corpora of the unsupervised sources / raw-text stages (default: [data])
     max_examples: int | None = None
     seed: int = 0
     device: str = "auto"
@@ -86,7 +89,7 @@ class TrainConfig:
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     resume: bool = True
     progress: bool = True
-    stop_after: int | None = None  # stop (as if interrupted) after this many steps of this run, no final save
+    stop_after: int | None = None  # pause after this many steps of this run (checkpoint saved, no final adapter)
     eval_examples: int = 0  # hold out this many examples (seeded); their loss is logged without gradients
     eval_every: int = 0  # steps between held-out evaluations (0: only before the first and after the last step)
     hp: dict[str, Any] = field(default_factory=dict)
@@ -106,6 +109,9 @@ class TrainConfig:
             raise InvalidInputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not Path(self.data).exists():
             raise InvalidInputError(f"training data {self.data!r} does not exist")
+        for c in self.corpora or []:
+            if not Path(c).exists():
+                raise InvalidInputError(f"corpus {c!r} does not exist")
         if self.eval_examples < 0 or self.eval_every < 0:
             raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
@@ -124,10 +130,35 @@ def _lr_lambda(total: int, warmup: int):
     return f
 
 
-def _load_data(cfg: TrainConfig, kind: str) -> list:
+def _load_data(cfg: TrainConfig, kind: str) -> tuple[list, dict]:
+    """(examples, description of the data for the saved config)."""
     if kind == "pairs":
-        return load_pairs(cfg.data, cfg.split, n_negatives=cfg.n_negatives, seed=cfg.seed, max_queries=cfg.max_examples)
-    return load_texts(cfg.data, max_texts=cfg.max_examples)
+        return load_mix(cfg.data, cfg.data_mix, cfg.split, n_negatives=cfg.n_negatives, seed=cfg.seed,
+                        max_examples=cfg.max_examples, corpora=cfg.corpora)
+    if cfg.data_mix:
+        raise InvalidInputError(f"stage {cfg.method}/{cfg.stage} trains on raw texts; a data mix applies to pair stages only")
+    texts: list[str] = []
+    for src in cfg.corpora or [cfg.data]:
+        texts.extend(load_texts(src, max_texts=cfg.max_examples))
+    desc = describe_texts(cfg.data, texts)
+    if cfg.corpora:
+        desc["corpora"] = list(cfg.corpora)
+    return texts, desc
+
+
+def trainable_sha256(peft_model, extra: dict[str, torch.Tensor]) -> str:
+    """sha256 of every trained tensor (LoRA weights by name + soft tokens) as float32: equal hashes
+    mean a stage starts exactly where the previous one ended."""
+    import hashlib
+
+    from peft import get_peft_model_state_dict
+
+    h = hashlib.sha256()
+    tensors = {f"lora:{k}": v for k, v in get_peft_model_state_dict(peft_model).items()}
+    tensors.update({f"extra:{k}": v for k, v in extra.items()})
+    for k in sorted(tensors):
+        h.update(k.encode() + b"\0" + tensors[k].detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def split_heldout(data: list, n: int, seed: int) -> tuple[list, list]:
@@ -173,19 +204,25 @@ def check_resumable(ckpt: Path, cfg: TrainConfig) -> None:
                                 f"start over with --no-resume")
     now = json.loads(json.dumps(asdict(cfg), default=str))
     diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
+    lr_then = json.loads(meta_file.read_text()).get("lr")
+    lr_now = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
+    if not diff and lr_then is not None and float(lr_then) != float(lr_now):
+        diff = ["lr"]  # the same config, but the method's default learning rate changed meanwhile
+        saved, now = {**saved, "lr": lr_then}, {**now, "lr": lr_now}
     if diff:
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
         raise InvalidInputError(f"cannot resume {ckpt.parent}: its checkpoint was made with other settings ({shown}); "
                                 f"rerun with the checkpoint's settings, or start over with --no-resume")
 
 
-def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict, seconds: float) -> None:
+def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict, seconds: float,
+                     cpu_seconds: float = 0.0) -> None:
     tmp = ckpt.with_name(ckpt.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_adapter(peft_model, tmp, method.extra_tensors(), meta)
     torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                 "torch_rng": torch.get_rng_state()}, tmp / "trainer_state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "seconds": seconds}))
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "seconds": seconds, "cpu_seconds": cpu_seconds}))
     replace_dir(tmp, ckpt)
 
 
@@ -204,7 +241,9 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         loaded = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     cls = method_class(cfg.method)
     kind = cls.STAGES[cfg.stage]
-    data, held = split_heldout(_load_data(cfg, kind), cfg.eval_examples, cfg.seed)
+    examples, data_desc = _load_data(cfg, kind)
+    data, held = split_heldout(examples, cfg.eval_examples, cfg.seed)
+    data_desc = {**data_desc, "train": len(data), "heldout": len(held)}
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint"
@@ -244,7 +283,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     lr = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps, int(cfg.warmup_ratio * cfg.steps)))
-    start, seconds_before = 0, 0.0
+    start, seconds_before, cpu_before = 0, 0.0, 0.0
     if resume_from is not None:
         state = torch.load(resume_from / "trainer_state.pt", weights_only=True)
         opt.load_state_dict(state["optimizer"])
@@ -252,6 +291,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         torch.set_rng_state(state["torch_rng"])
         progress = json.loads((resume_from / "trainer_state.json").read_text())
         start, seconds_before = int(progress["step"]), float(progress.get("seconds", 0.0))
+        cpu_before = float(progress.get("cpu_seconds", 0.0))
         finished = out / META_FILE
         if start >= cfg.steps and finished.is_file():  # nothing left to do: report the finished run
             done = json.loads(finished.read_text())
@@ -261,8 +301,13 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     meta = {
         "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
         "base_model": dict(loaded.identity), "embedder": method.embedder_family(),
-        "embedder_options": method.embedder_options(), "n_examples": len(data),
+        "embedder_options": method.embedder_options(), "n_examples": len(data), "data": data_desc,
+        "init_adapter_final_sha256": read_meta(cfg.init_adapter).get("final_weights_sha256") if cfg.init_adapter else None,
     }
+    if start == 0:
+        meta["start_weights_sha256"] = trainable_sha256(peft_model, method.extra_tensors())
+    elif (resume_from / META_FILE).is_file():
+        meta["start_weights_sha256"] = json.loads((resume_from / META_FILE).read_text()).get("start_weights_sha256")
     log_path = out / "loss_log.jsonl"
     eval_path = out / "eval_log.jsonl"
     if start == 0:
@@ -285,6 +330,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         run_eval(0)
     batches = batch_indices(len(data), cfg.batch_size, cfg.seed, start * cfg.grad_accum)
     t0 = time.perf_counter() - seconds_before  # seconds count the whole run across resumes
+    c0 = time.process_time() - cpu_before  # CPU seconds of this process (all its threads), likewise
     last: dict[str, float] = {}
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.method}/{cfg.stage}", disable=not cfg.progress,
                initial=start, total=cfg.steps)
@@ -304,24 +350,31 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             opt.step()
             sched.step()
-            last = {"step": step + 1, **agg, "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0}
+            last = {"step": step + 1, **agg, "lr": sched.get_last_lr()[0], "seconds": time.perf_counter() - t0,
+                    "cpu_seconds": time.process_time() - c0}
             log.write(json.dumps(last) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{agg.get('loss', float('nan')):.4f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 run_eval(step + 1)
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0)
+                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
+                                 time.process_time() - c0)
             if cfg.stop_after and step + 1 - start >= cfg.stop_after and step + 1 < cfg.steps:
+                # a pause: checkpoint here so that the same command continues exactly
+                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
+                                 time.process_time() - c0)
                 return {"out": str(out), "steps": step + 1, "interrupted": True}
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     run_eval(cfg.steps)
-    meta.update({"steps": cfg.steps, "train_seconds": seconds, "final": last})
+    meta.update({"steps": cfg.steps, "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
+                 "examples_seen": cfg.steps * cfg.batch_size * cfg.grad_accum, "final": last,
+                 "final_weights_sha256": trainable_sha256(peft_model, method.extra_tensors())})
     if held:
         meta["heldout"] = {"n": len(held), "first": evals[0] if evals else None, "last": evals[-1]}
     peft_model.eval()
     save_adapter(peft_model, out, method.extra_tensors(), meta)
-    _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds)
+    _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds, cpu_seconds)
     return _summary(out, cfg, cfg.steps, seconds, last, meta.get("heldout"), method if return_method else None)
 
 

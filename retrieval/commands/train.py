@@ -6,7 +6,17 @@ Examples (CPU toy scale)::
     alignir train autoregembed --stage ic  --data datasets/scifact --out runs/are-ic
     alignir train autoregembed --stage cda --data datasets/scifact --out runs/are-cda --init-adapter runs/are-ic
     alignir train llm2comp --stage ctkd --data datasets/scifact --out runs/l2c-ctkd   # corpus text
-    alignir train gircse --data datasets/scifact --out runs/gircse --set K=5 --set lam=1
+    alignir train gircse --data datasets/scifact --out runs/gircse --set K=5 --set lam=1 --set instruction=scifact
+
+Multi-stage recipes (each stage in OUT/STAGE, started from the previous stage's adapter; rerunning
+the same command resumes the unfinished stage)::
+
+    alignir train autoregembed --stages ic,cda,contrastive --data datasets/scifact --out runs/are
+    alignir train llm2comp --stages ctkd,ucl,scl --data datasets/scifact --out runs/l2c --set bidirectional=false
+    alignir train llm2comp --stages ucl,scl --init-adapter runs/l2c/ctkd --data datasets/scifact --out runs/l2c-cl
+
+No labelled data: ``--data-mix title,crop`` trains pair stages on title<->abstract pairs and
+independent crops of the corpus (``--corpus DIR`` once per corpus; default the --data folder).
 
 GPU paper scale: ``--dtype bf16 --grad-accum 8 --grad-checkpointing --max-length 512``.
 """
@@ -17,7 +27,8 @@ from typing import Optional
 
 import typer
 
-METHOD_HELP = "infonce | autoregembed (stages ic, ic-text, cda) | llm2comp (rc, nll, ctkd, ucl, scl) | gircse (icr)"
+METHOD_HELP = ("infonce | autoregembed (stages ic, ic-text, cda, contrastive) | llm2comp (rc, nll, ctkd, ucl, scl) "
+               "| gircse (icr)")
 
 
 def _parse_set(items: list[str]) -> dict:
@@ -33,6 +44,17 @@ def _parse_set(items: list[str]) -> dict:
     return out
 
 
+def _parse_stage_options(items: list[str]) -> dict[str, dict]:
+    """``["cda.steps=200", "contrastive.lr=1e-4"]`` -> {"cda": {"steps": 200}, "contrastive": {"lr": 1e-4}}."""
+    out: dict[str, dict] = {}
+    for stage_key, value in _parse_set(items).items():
+        stage, dot, key = stage_key.partition(".")
+        if not dot or not stage or not key:
+            raise typer.BadParameter(f"--stage-option expects STAGE.FIELD=VALUE, got {stage_key!r}")
+        out.setdefault(stage, {})[key] = value
+    return out
+
+
 def register(app: typer.Typer) -> None:
     """Attach ``alignir train`` to the main app."""
 
@@ -42,6 +64,14 @@ def register(app: typer.Typer) -> None:
         data: str = typer.Option(..., help="BEIR folder, triples .jsonl, or raw text (.txt/.jsonl/BEIR corpus)"),
         out: str = typer.Option(..., help="output adapter directory (also holds loss_log.jsonl, checkpoint/)"),
         stage: Optional[str] = typer.Option(None, help="training stage (default: the method's first)"),
+        stages: Optional[str] = typer.Option(None, help="run these stages in order, e.g. ic,cda,contrastive: each in "
+                                             "OUT/STAGE, started from the previous stage's adapter"),
+        stage_option: list[str] = typer.Option([], "--stage-option", help="STAGE.FIELD=VALUE: a setting for one stage of "
+                                               "--stages (steps, lr, batch_size, data_mix, weight_decay, ...)"),
+        data_mix: Optional[str] = typer.Option(None, help="pair sources: supervised (qrels train split), title "
+                                               "(title<->abstract), crop (independent crops); caps: title=2000"),
+        corpus: list[str] = typer.Option([], "--corpus", help="a BEIR folder whose corpus feeds the title/crop pairs "
+                                         "and raw-text stages (repeat; default: the --data folder)"),
         model: str = typer.Option("smollm2-135m", help="model spec for encoders.models.load_model"),
         steps: int = typer.Option(100, min=1),
         batch_size: int = typer.Option(4, min=1),
@@ -63,28 +93,42 @@ def register(app: typer.Typer) -> None:
         grad_checkpointing: bool = typer.Option(False, "--grad-checkpointing"),
         init_adapter: Optional[str] = typer.Option(None, help="continue from a previous stage's adapter"),
         save_every: int = typer.Option(0, min=0, help="checkpoint every N steps (0: only at the end)"),
+        stop_after: Optional[int] = typer.Option(None, min=1, help="pause after N steps of this invocation (checkpoint "
+                                                 "saved; the same command continues): a long run in time slices"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="resume from OUT/checkpoint if present"),
         eval_examples: int = typer.Option(0, min=0, help="hold out N examples; log their loss (eval_log.jsonl)"),
         eval_every: int = typer.Option(0, min=0, help="held-out loss every N steps (0: before and after only)"),
         threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
-        set_: list[str] = typer.Option([], "--set", help="method hyper-parameter KEY=VALUE (tau, beta, lam, K, k, ...)"),
+        set_: list[str] = typer.Option([], "--set", help="method hyper-parameter KEY=VALUE (tau, beta, lam, K, k, ...); "
+                                       "with --stages, STAGE.KEY=VALUE sets one stage's"),
     ) -> None:
         import torch
 
+        from alignir.encoders.train.stages import run_stages
         from alignir.encoders.train.trainer import TrainConfig, train
 
+        if stages and stage:
+            raise typer.BadParameter("give --stage or --stages, not both")
+        if stage_option and not stages:
+            raise typer.BadParameter("--stage-option needs --stages")
         if threads:
             torch.set_num_threads(threads)
         cfg = TrainConfig(
             method=method, data=data, out=out, stage=stage, model=model, steps=steps, batch_size=batch_size,
             grad_accum=grad_accum, lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, lora_r=lora_r,
             lora_alpha=lora_alpha, lora_dropout=lora_dropout, max_length=max_length, target_length=target_length,
-            split=split, n_negatives=negatives, max_examples=max_examples, seed=seed, device=device, dtype=dtype,
+            split=split, n_negatives=negatives, data_mix=data_mix, corpora=list(corpus) or None,
+            max_examples=max_examples, seed=seed, device=device, dtype=dtype,
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
+            stop_after=stop_after,
             eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
         )
         try:
-            summary = train(cfg)
+            if stages:
+                names = [x.strip() for x in stages.split(",") if x.strip()]
+                summary = run_stages(cfg, names, _parse_stage_options(stage_option))
+            else:
+                summary = train(cfg)
         except ValueError as e:
             raise typer.BadParameter(str(e)) from None
         typer.echo(json.dumps(summary, indent=1, default=str))

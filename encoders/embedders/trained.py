@@ -1,4 +1,5 @@
-"""Common inference shell of the trained embedders: options, adapter by path, batching, fingerprint."""
+"""Common inference shell of the trained embedders (AutoRegEmbed, LLM2Comp, GIRCSE): options, adapter by
+path, batching, fingerprint. Training code builds on it, never the reverse."""
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
@@ -10,8 +11,8 @@ import torch
 from tqdm.auto import tqdm
 
 from alignir.encoders.embedders.base import Embedder
-from alignir.encoders.train.adapter import adapter_hash, load_adapter
-from alignir.encoders.train.genbase import init_soft_tokens
+from alignir.encoders.embedders.adapters import adapter_hash, load_adapter
+from alignir.encoders.embedders.generative import init_soft_tokens
 
 __all__ = ["TrainedEmbedder"]
 
@@ -28,6 +29,9 @@ class TrainedEmbedder(Embedder):
 
     soft_key: str | None = None
     OPTIONS: dict[str, Any] = {}
+    #: option values an adapter implies when its saved ``embedder_options`` lack them (adapters
+    #: trained before the option existed read the way they were trained)
+    LEGACY_OPTIONS: dict[str, Any] = {}
 
     def __init__(self, loaded, *, adapter: str | None = None, max_length: int = 512, batch_tokens: int | None = None,
                  batch_size: int = 8, instruction: str | None = None, progress: bool = False, **options: Any) -> None:
@@ -55,6 +59,8 @@ class TrainedEmbedder(Embedder):
             self.model = loaded.model
             self.adapter_sha = None
         trained = dict(self.adapter_meta.get("embedder_options", {}))
+        if self.adapter:
+            trained = {**self.LEGACY_OPTIONS, **trained}
         if self.instruction is None and (self.adapter_meta.get("hp") or {}).get("instruction"):
             self.instruction = self.adapter_meta["hp"]["instruction"]  # the query instruction it was trained with
         self.options = {**self.OPTIONS, **{k: v for k, v in trained.items() if k in self.OPTIONS}, **options}

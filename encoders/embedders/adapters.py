@@ -1,0 +1,76 @@
+"""Reading trained LoRA adapters (inference side): load by path or shipped name, metadata, fingerprint.
+
+An adapter directory holds peft's ``adapter_config.json`` + ``adapter_model.safetensors``, plus
+``alignir_extra.safetensors`` (trained soft-token embeddings: AutoRegEmbed compress tokens,
+LLM2Comp memory tokens) and ``alignir_train.json`` (method, stage, hyper-parameters, base model,
+training data). Writing adapters is training code (``alignir.encoders.train.adapter``).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from alignir.errors import InvalidInputError
+from alignir.index.io import sha256_file
+
+__all__ = ["EXTRA_FILE", "META_FILE", "adapter_dir", "read_meta", "read_extra", "load_adapter", "adapter_hash"]
+
+EXTRA_FILE = "alignir_extra.safetensors"
+META_FILE = "alignir_train.json"
+_HASHED = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", EXTRA_FILE, META_FILE)
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """The training config saved with an adapter ({} when there is none)."""
+    p = Path(path) / META_FILE
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def read_extra(path: str | Path, device, dtype) -> dict[str, torch.Tensor]:
+    """The adapter's trained soft-token tensors (compress / memory tokens), {} when none."""
+    from safetensors.torch import load_file
+
+    f = Path(path) / EXTRA_FILE
+    if not f.is_file():
+        return {}
+    return {k: v.to(device=device, dtype=dtype) for k, v in load_file(str(f)).items()}
+
+
+def adapter_dir(path: str | Path) -> Path:
+    """The adapter folder of a path or a shipped model name; InvalidInputError if it is none."""
+    from alignir.encoders.shipped import resolve_adapter
+
+    p = resolve_adapter(path)
+    if not (p / "adapter_config.json").is_file():
+        raise InvalidInputError(f"adapter {str(path)!r} is not a peft adapter directory (no adapter_config.json)")
+    return p
+
+
+def load_adapter(model: torch.nn.Module, path: str | Path):
+    """A frozen copy of ``model`` with the adapter at ``path`` applied (the shared model is untouched).
+
+    Returns (peft_model in eval mode, extra tensors, meta dict).
+    """
+    from peft import PeftModel
+
+    p = adapter_dir(path)
+    base = copy.deepcopy(model)
+    pm = PeftModel.from_pretrained(base, str(p), is_trainable=False).eval()
+    w = base.get_input_embeddings().weight
+    return pm, read_extra(p, w.device, w.dtype), read_meta(p)
+
+
+def adapter_hash(path: str | Path) -> str:
+    """sha256 over the adapter's config, weights, extra tensors and training config."""
+    p = adapter_dir(path)
+    h = hashlib.sha256()
+    for name in _HASHED:
+        f = p / name
+        if f.is_file():
+            h.update(name.encode() + b"\0" + sha256_file(f).encode() + b"\n")
+    return h.hexdigest()

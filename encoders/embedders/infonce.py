@@ -1,0 +1,37 @@
+"""PromptEOL read through an InfoNCE-trained LoRA adapter (the contrastive baseline of AutoRegEmbed
+App. A "fair comparative learning baselines"; trained by ``alignir train infonce``).
+
+The adapter changes the model only: template, instruction, truncation and last-token pooling are
+the training-free PromptEOL embedder's (“A Text is Worth Several Tokens” §2.2).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from alignir.encoders.embedders.adapters import adapter_hash, load_adapter
+from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
+from alignir.encoders.models import backbone
+
+__all__ = ["InfoNCEEmbedder"]
+
+
+class InfoNCEEmbedder(PromptEOLEmbedder):
+    """PromptEOL embedder reading through an InfoNCE-trained LoRA adapter (``adapter=DIR``)."""
+
+    family = "prompteol"
+
+    def __init__(self, loaded, *, adapter: str | None = None, **options: Any) -> None:
+        super().__init__(loaded, **options)
+        self.adapter = str(adapter) if adapter else None
+        self.adapter_sha = None
+        if self.adapter:
+            self._peft, _, self.adapter_meta = load_adapter(loaded.model, self.adapter)
+            self._backbone = backbone(self._peft)
+            self.adapter_sha = adapter_hash(self.adapter)
+
+    def fingerprint(self) -> dict[str, Any]:
+        fp = dict(super().fingerprint())
+        fp["adapter_sha256"] = self.adapter_sha
+        if self.adapter_sha:
+            fp["family"] = "infonce"
+        return fp

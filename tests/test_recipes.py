@@ -1,0 +1,207 @@
+"""Multi-stage recipes on the tiny real Llama: every stage starts exactly where the previous one
+ended (weights hash chain), the contrastive stage lowers its loss on a fixed batch, the stage
+configs are saved with the adapters, the CLI runs ``--stages`` and resuming a finished recipe
+retrains nothing."""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from alignir.encoders.train.adapter import load_trainable_adapter
+from alignir.encoders.train.data import load_pairs
+from alignir.encoders.train.stages import run_stages, stage_configs
+from alignir.encoders.train.trainer import method_class, train
+
+from conftest import train_config, train_log
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+_cfg = functools.partial(train_config, steps=3)
+
+
+def _meta(out) -> dict:
+    return json.loads(Path(out, "alignir_train.json").read_text())
+
+
+def fixed_batch_loss(loaded, adapter: str, method: str, stage: str, hp: dict, batch: list) -> float:
+    """The ``stage`` loss of the adapter at ``adapter`` on ``batch`` (no gradients, no dropout)."""
+    peft, extra, _ = load_trainable_adapter(copy.deepcopy(loaded.model), adapter)
+    peft.eval()
+    m = method_class(method)(peft, loaded, stage, hp, extra, 32, 32)
+    with torch.no_grad():
+        return float(m.loss(batch)[0])
+
+
+def _check_chain(results: list[dict], stages: list[str], first_init: str | None = None) -> None:
+    metas = [_meta(r["out"]) for r in results]
+    assert [m["stage"] for m in metas] == stages
+    assert metas[0]["config"]["init_adapter"] == first_init
+    for prev, nxt, r in zip(metas, metas[1:], results):
+        # the next stage was initialised from the previous adapter, and starts from its exact weights
+        assert nxt["config"]["init_adapter"] == r["out"]
+        assert nxt["init_adapter_final_sha256"] == prev["final_weights_sha256"]
+        assert nxt["start_weights_sha256"] == prev["final_weights_sha256"]
+        assert nxt["final_weights_sha256"] != nxt["start_weights_sha256"]  # and then trained
+
+
+def test_autoregembed_ic_cda_contrastive_round_trip(tiny_model, data_files, tmp_path):
+    """AutoRegEmbed §4.1: IC -> CDA -> one contrastive stage (eq.1 InfoNCE on mean-pooled compress
+    states), each stage from the previous adapter; the contrastive loss falls on a fixed batch."""
+    stages = ["ic", "cda", "contrastive"]
+    cfg = _cfg(tmp_path, "autoregembed", None, data_files["pairs"], out=str(tmp_path / "are"), hp={"k": 2})
+    results = run_stages(cfg, stages, loaded=tiny_model)
+    _check_chain(results, stages)
+    chain = json.loads((tmp_path / "are" / "stages.json").read_text())
+    assert chain["stages"] == stages and chain["final"] == str(tmp_path / "are" / "contrastive")
+    final = _meta(results[-1]["out"])
+    assert final["hp"] == {"k": 2, "task": "retrieval", "tau": 0.05, "in_batch": True}
+    assert final["embedder"] == "autoregembed" and final["embedder_options"]["k"] == 2
+    batch = load_pairs(data_files["pairs"])  # the 6 pairs = every training batch (batch_size 6)
+    hp = {"k": 2}
+    before = fixed_batch_loss(tiny_model, results[1]["out"], "autoregembed", "contrastive", hp, batch)
+    after = fixed_batch_loss(tiny_model, results[2]["out"], "autoregembed", "contrastive", hp, batch)
+    assert after < before, (before, after)
+    # the first logged step of the contrastive stage is the cda adapter's loss on that batch
+    assert train_log(results[2]["out"])[0]["loss"] == pytest.approx(before, rel=1e-4)
+    # rerunning the recipe resumes: every stage is complete, nothing retrains
+    again = run_stages(cfg, stages, loaded=tiny_model)
+    assert all(r["already_complete"] for r in again)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
+def test_llm2comp_ctkd_ucl_scl_round_trip(bidirectional, tiny_model, data_files, tmp_path):
+    """LLM2Comp §3 + §5.1: CTKD pretext -> UCL (SimCSE, eq.8) -> SCL, causal (App. 3) or
+    bidirectional attention, carried through every stage into the adapter's reading options."""
+    stages = ["ctkd", "ucl", "scl"]
+    cfg = _cfg(tmp_path, "llm2comp", None, data_files["texts"], out=str(tmp_path / "l2c"),
+               hp={"k": 2, "bidirectional": bidirectional})
+    opts = {"scl": {"data": data_files["pairs"]}}  # the pretext and UCL read texts, SCL pairs
+    results = run_stages(cfg, stages, opts, loaded=tiny_model)
+    _check_chain(results, stages)
+    for r in results:
+        assert _meta(r["out"])["embedder_options"] == {"k": 2, "bidirectional": bidirectional}
+    batch = load_pairs(data_files["pairs"])
+    hp = {"k": 2, "bidirectional": bidirectional}
+    before = fixed_batch_loss(tiny_model, results[1]["out"], "llm2comp", "scl", hp, batch)
+    after = fixed_batch_loss(tiny_model, results[2]["out"], "llm2comp", "scl", hp, batch)
+    assert after < before, (before, after)
+
+
+def test_init_adapter_starts_a_stage_from_a_previous_adapter(tiny_model, data_files, tmp_path):
+    """``--init-adapter`` chains runs by hand: the same weights hash as a ``--stages`` chain."""
+    ic = train(_cfg(tmp_path, "autoregembed", "ic", data_files["pairs"], hp={"k": 2}), loaded=tiny_model)
+    cfg = _cfg(tmp_path, "autoregembed", None, data_files["pairs"], out=str(tmp_path / "rest"), hp={"k": 2},
+               init_adapter=ic["out"])
+    results = run_stages(cfg, ["cda", "contrastive"], loaded=tiny_model)
+    _check_chain([ic] + results, ["ic", "cda", "contrastive"])
+
+
+def test_stage_configs_settings_per_stage(data_files, tmp_path):
+    cfg = _cfg(tmp_path, "autoregembed", None, data_files["pairs"], out=str(tmp_path / "x"),
+               hp={"k": 3, "tau": 0.1, "cda.beta": 0.2}, data_mix="title")
+    ic, cda, con = stage_configs(cfg, ["ic", "cda", "contrastive"], {"contrastive": {"steps": 7, "lr": 1e-4}})
+    assert ic.hp == {"k": 3} and cda.hp == {"k": 3, "tau": 0.1, "beta": 0.2} and con.hp == {"k": 3, "tau": 0.1}
+    assert (ic.steps, cda.steps, con.steps) == (3, 3, 7) and con.lr == 1e-4
+    assert [c.init_adapter for c in (ic, cda, con)] == [None, ic.out, cda.out]
+    with pytest.raises(ValueError, match="not in"):
+        stage_configs(cfg, ["ic"], {"cda": {"steps": 1}})
+    with pytest.raises(ValueError, match="cannot be set per stage"):
+        stage_configs(cfg, ["ic"], {"ic": {"model": "x"}})
+    with pytest.raises(ValueError, match="twice"):
+        stage_configs(cfg, ["ic", "ic"])
+    with pytest.raises(ValueError, match="unknown stage"):
+        stage_configs(cfg, ["ic", "ucl"])
+    with pytest.raises(ValueError, match="unknown hyper-parameter"):
+        stage_configs(_cfg(tmp_path, "autoregembed", None, data_files["pairs"], hp={"lam": 1}), ["ic"])
+
+
+def test_cli_stages(tiny_model, data_files, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import alignir.encoders.models as models
+    from alignir.retrieval.cli import app
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_model)  # the tiny real model for any spec
+    out = tmp_path / "cli"
+    args = ["train", "autoregembed", "--stages", "ic,contrastive", "--data", data_files["pairs"], "--out", str(out),
+            "--steps", "2", "--batch-size", "3", "--max-length", "32", "--target-length", "16", "--lora-r", "4",
+            "--set", "k=2", "--set", "contrastive.in_batch=false", "--stage-option", "contrastive.steps=3"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    ic, con = _meta(out / "ic"), _meta(out / "contrastive")
+    assert ic["steps"] == 2 and con["steps"] == 3
+    assert con["hp"]["in_batch"] is False and con["config"]["init_adapter"] == str(out / "ic")
+    assert con["start_weights_sha256"] == ic["final_weights_sha256"]
+    res = CliRunner().invoke(app, args[:-2] + ["--stage-option", "contrastive.steps=4"])
+    assert res.exit_code != 0 and "steps: 3 -> 4" in res.output  # a finished stage is not reported under new settings
+    res = CliRunner().invoke(app, args + ["--stage", "ic"])
+    assert res.exit_code != 0 and "not both" in res.output
+
+
+def test_gircse_adapter_records_its_prompt_and_old_adapters_read_plain(tiny_model, data_files, tmp_path):
+    from alignir.encoders.embedders.gircse import GircseEmbedder
+
+    r = train(_cfg(tmp_path, "gircse", "icr", data_files["pairs"], steps=1, hp={"K": 2, "instruction": "scifact"}),
+              loaded=tiny_model)
+    meta = _meta(r["out"])
+    assert meta["embedder_options"] == {"prompt": "instruct"} and meta["hp"]["reduction"] == "sum"
+    e = GircseEmbedder(tiny_model, adapter=r["out"], K=2)
+    assert e.options["prompt"] == "instruct" and e.instruction == "scifact"  # read the way it was trained
+    meta["embedder_options"] = {}  # an adapter trained before the option existed
+    Path(r["out"], "alignir_train.json").write_text(json.dumps(meta))
+    assert GircseEmbedder(tiny_model, adapter=r["out"], K=2).options["prompt"] == "plain"
+    with pytest.raises(ValueError, match="prompt"):
+        train(_cfg(tmp_path, "gircse", "icr", data_files["pairs"], steps=1, hp={"prompt": "chat"}, resume=False),
+              loaded=tiny_model)
+
+
+def test_a_long_run_in_time_slices_equals_one_run(tiny_model, data_files, tmp_path):
+    """``--stop-after N`` pauses with a checkpoint even between ``save_every`` points; the same
+    command continues exactly (same per-step losses as one uninterrupted run)."""
+    full = train(_cfg(tmp_path / "a", "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3),
+                 loaded=tiny_model)
+    cfg = _cfg(tmp_path / "b", "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3, stop_after=2)
+    assert train(cfg, loaded=tiny_model)["steps"] == 2
+    assert train(cfg, loaded=tiny_model)["steps"] == 4
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps"] == 5 and not done.get("interrupted")
+    rows = train_log(done["out"])
+    assert len(rows) == 5
+    # wall and CPU seconds count the whole run across the slices; examples seen = steps x batch
+    cpu = [r["cpu_seconds"] for r in rows]
+    assert all(b > a for a, b in zip(cpu, cpu[1:])) and _meta(done["out"])["train_cpu_seconds"] >= cpu[-1]
+    assert _meta(done["out"])["examples_seen"] == 15
+    torch.testing.assert_close(torch.tensor([r["loss"] for r in train_log(done["out"])]),
+                               torch.tensor([r["loss"] for r in train_log(full["out"])]), rtol=1e-5, atol=1e-6)
+
+
+def test_unlabelled_run_over_two_corpora_records_its_data_and_resumes(tiny_model, tmp_path):
+    """The long-run recipe in miniature: title + crop pairs of two corpora, paused and resumed."""
+    from conftest import TINY_CORPUS
+
+    folders = []
+    for name, texts in (("a", TINY_CORPUS[:3]), ("b", TINY_CORPUS[3:])):
+        d = tmp_path / name
+        d.mkdir()
+        with open(d / "corpus.jsonl", "w") as fh:
+            for i, t in enumerate(texts):
+                fh.write(json.dumps({"_id": f"{name}{i}", "title": " ".join(t.split()[:3]), "text": t}) + "\n")
+        folders.append(str(d))
+    cfg = _cfg(tmp_path, "infonce", "contrastive", folders[0], steps=3, batch_size=4, data_mix="title,crop",
+               corpora=folders, stop_after=2)
+    assert train(cfg, loaded=tiny_model).get("interrupted")
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps"] == 3 and not done.get("interrupted")
+    data = _meta(done["out"])["data"]
+    assert [(s["name"], Path(s["corpus"]).name, s["count"]) for s in data["sources"]] == [
+        ("title", "a", 3), ("title", "b", 3), ("crop", "a", 3), ("crop", "b", 3)]
+    assert data["total"] == 12 and data["train"] == 12
+    other = _cfg(tmp_path, "infonce", "contrastive", folders[0], steps=3, batch_size=4, data_mix="title,crop",
+                 corpora=folders[:1])
+    with pytest.raises(ValueError, match="corpora"):
+        train(other, loaded=tiny_model)  # a finished run is not reported under another data set
