@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alignir.encoders.train.data import load_mix, parse_mix
+from alignir.encoders.train.mix import load_mix, parse_mix
 from alignir.encoders.train.unsupervised import (CorpusDoc, body_without_title, crop_pairs, crop_span, load_corpus_docs,
                                                  title_pairs)
 

@@ -26,7 +26,8 @@ import torch
 from tqdm.auto import tqdm
 
 from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
-from alignir.encoders.train.data import batch_indices, describe_texts, load_mix, load_texts
+from alignir.encoders.train.data import batch_indices, describe_texts, load_texts
+from alignir.encoders.train.mix import load_mix
 
 __all__ = ["TrainConfig", "METHODS", "method_class", "train", "trainable_sha256", "DEFAULT_LR"]
 
