@@ -37,22 +37,10 @@ from alignir.encoders.embedders import get_embedder  # noqa: E402
 from alignir.encoders.models import backbone, load_model  # noqa: E402
 from alignir.encoders.templates import INSTRUCTIONS  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
+from bench_encoder_throughput import matmul_gflops  # noqa: E402  (the same GEMM anchor in both benchmarks)
 
 #: name -> (precision, prefix_cache)
 CONFIGS = {"fp32": ("fp32", False), "fp32+prefix": ("fp32", True), "int8": ("int8", True)}
-
-
-def matmul_gflops(n: int = 1024, reps: int = 20) -> float:
-    """Best-of-3 fp32 GEMM rate with the current torch threads."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    best = 0.0
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t) / 1e9)
-    return best
 
 
 def non_embedding_params(model: torch.nn.Module) -> int:
