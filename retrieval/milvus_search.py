@@ -57,7 +57,7 @@ class MilvusSearcher(Searcher):
                       server_fusion: bool = True) -> "MilvusSearcher":
         """The same index and query encoder as an open folder :class:`Searcher` (no second
         model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
-        self = cls(base.index, base.embedder, base.sparsifier, base.fusion)
+        self = cls(base.index, base.embedder, base.sparsifier, base.fusion, passage_agg=base.passage_agg)
         self.milvus = open_collection(base.index, uri, collection)
         self.server_fusion = server_fusion
         return self
@@ -69,7 +69,7 @@ class MilvusSearcher(Searcher):
 
     # ------------------------------------------------------------------ legs
     def _leg_lists(self, queries, batch: QueryBatch, legs, side_k: int, allowed_ids, threads,
-                   tm: Timings, search=None) -> dict[str, list[dict[int, float]]]:
+                   tm: Timings, search=None, passage_agg: str | None = None) -> dict[str, list[dict[int, float]]]:
         """As :meth:`Searcher._leg_lists`: check ``batch`` for ``legs``, then search the legs in
         ``search`` (default: ``legs``) in the Milvus collection."""
         n = len(queries)
@@ -104,11 +104,12 @@ class MilvusSearcher(Searcher):
                      fusion: str | None = None, alpha: float | None = None,
                      weights: Mapping[str, float] | None = None, depth: int | None = None,
                      allowed_ids: Iterable[str] | None = None, threads: int | None = None,
-                     timings: Timings | None = None, encoded: QueryBatch | None = None) -> list[list[Hit]]:
+                     timings: Timings | None = None, encoded: QueryBatch | None = None,
+                     passage_agg: str | None = None) -> list[list[Hit]]:
         """:meth:`Searcher.batch_search` with the legs in Milvus; plain RRF of a leg set runs
         as one Milvus hybrid search (see the module docstring)."""
         opts = dict(explain=explain, fusion=fusion, alpha=alpha, weights=weights, depth=depth,
-                    allowed_ids=allowed_ids, threads=threads, timings=timings)
+                    allowed_ids=allowed_ids, threads=threads, timings=timings, passage_agg=passage_agg)
         legs = parse_mode(mode)
         method = fusion
         if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
