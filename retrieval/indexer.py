@@ -20,14 +20,14 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
-from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, write_index
+from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, replace_parts, write_index
 from alignir.retrieval.beir import Corpus, read_corpus_jsonl
 from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig, SparseConfig
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
@@ -296,4 +296,34 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
                           stem=lexical.stem, stopwords=lexical.stopwords)
         config = replace(IndexConfig.from_manifest(manifest), lexical=lexical)
         replace_part(index_dir, "lexical", leg, params={"config": config.to_dict()}, expected=manifest)
+        return read_manifest(index_dir)
+
+
+def delete_documents(index_dir: str | Path, ids: Iterable[str], *, wait: bool = False) -> dict[str, Any]:
+    """Delete documents from every part of an index in one atomic step: their rows (all their
+    passages, in an index with passages) from the dense and aligned-token parts, the documents
+    from the BM25 part. They keep their numbers as tombstones and never come back from a
+    search (nor an export). Unknown or already deleted ids raise :class:`InvalidInputError`."""
+    if isinstance(ids, (str, bytes)):
+        raise InvalidInputError("ids must be a collection of document ids, not a single string")
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        raise InvalidInputError("no document ids to delete")
+    with writer_lock(index_dir, wait=wait):
+        stored = open_index(index_dir, mmap=False)
+        docs = stored.doc_numbers(wanted)
+        rows = docs if stored.passages is None else stored.passages.rows_of(docs)
+        changed: dict[str, Any] = {}
+        if stored.sparse is not None:
+            stored.sparse.delete(rows)
+            changed["sparse"] = stored.sparse
+        if stored.dense is not None:
+            if stored.dense.deleted[rows].any():
+                raise InvalidInputError(f"some of the documents are already deleted, e.g. {wanted[:5]}")
+            stored.dense.remove(rows)
+            changed["dense"] = stored.dense
+        if stored.lexical is not None:
+            stored.lexical.index.delete(docs)
+            changed["lexical"] = stored.lexical
+        replace_parts(index_dir, changed, expected=stored.manifest)
         return read_manifest(index_dir)
