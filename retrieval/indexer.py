@@ -245,7 +245,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     from alignir.encoders.models import load_model
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
-        stored = open_index(index_dir, parts=())
+        stored = open_index(index_dir, parts=("sparse",))
         config = IndexConfig.from_manifest(stored.manifest)
         old = SparseConfig.from_dict(stored.params.get("sparse", {}))
         new = old.with_changes(**changes)
@@ -263,6 +263,9 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         new = resolve_lambda(new, H, stored.pc1)
         sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
         sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
+        if stored.sparse is not None:  # deleted documents (their rows) stay deleted
+            dead = np.setdiff1d(np.arange(sparse_index.n_docs), stored.sparse.live_doc_numbers())
+            sparse_index.delete(dead)
         params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind,
                   "config": replace(config, sparse=new).to_dict()}
         # folding changes the term map: its arrays are replaced in the same atomic step
