@@ -864,8 +864,8 @@ def _open_once(path: Path, verify: bool, mmap: bool, wanted: frozenset[str] | No
     comps = manifest["components"]
     n = manifest["counts"].get("docs")
     n_rows = manifest["counts"].get("rows", n)
-    if PASSAGES in manifest["parts"] and wanted is not None:
-        wanted = wanted | {PASSAGES}  # rows mean nothing without their documents
+    if PASSAGES in manifest["parts"] and wanted is not None and not isinstance(wanted, _AllBut):
+        wanted = frozenset(wanted) | {PASSAGES}  # rows mean nothing without their documents
     try:
         table = pq.read_table(path / comps["doc_ids"])
         doc_ids = table.column("doc_id").to_pylist()

@@ -323,6 +323,8 @@ class Searcher:
             raise InvalidInputError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
         if backend == "folder" and (uri is not None or collection is not None):
             raise InvalidInputError("uri / collection are options of backend='milvus'")
+        if passage_agg is not None:
+            parse_aggregation(passage_agg)  # before the model loads
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
 
@@ -350,8 +352,6 @@ class Searcher:
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
         sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
-        if passage_agg is not None:
-            parse_aggregation(passage_agg)  # before the model loads... and before a Milvus round trip
         searcher = cls(stored, embedder, sparsifier, fusion or IndexConfig.from_manifest(stored.manifest).fusion,
                        passage_agg=passage_agg)
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
