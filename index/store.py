@@ -565,7 +565,7 @@ def _check_parts(parts: Mapping[str, Part | None], n: int, n_rows: int | None = 
         want = n if spec.unit == "doc" else n_rows
         if int(obj.n_docs) != want:
             what = "documents" if spec.unit == "doc" or n_rows == n else "rows (passages)"
-            raise InvalidInputError(f"part {name!r} holds {obj.n_docs} entries, the index has {want} {what}")
+            raise InvalidInputError(f"part {name!r} holds {obj.n_docs} {what.split()[0]}, the index has {want} {what}")
         out.append((spec, obj))
     return out
 

@@ -125,6 +125,46 @@ def test_aggregation_spellings():
             parse_aggregation(bad)
 
 
+# ----------------------------------------------------------------------------- the index folder
+
+def test_passage_map_round_trips_through_the_folder(tmp_path):
+    from alignir.index.store import open_index, read_manifest, replace_part, write_index
+    from alignir.index.lexical import LexicalLeg
+
+    pmap, Q, X, D, Qs = _corpus(3)
+    ids = [f"doc{i}" for i in range(pmap.n_docs)]
+    with_spans = PassageMap.from_counts(pmap.counts, np.arange(pmap.n_rows) * 10, np.arange(pmap.n_rows) * 10 + 7)
+    lexical = LexicalLeg(SparseIndex.from_csr(sp.random(pmap.n_docs, 5, density=0.5, format="csr",
+                                                        dtype=np.float32, random_state=0)), list("abcde"))
+    parts = {"sparse": SparseIndex.from_csr(D), "dense": DenseIndex.build(X), "lexical": lexical,
+             "passages": with_spans}
+    write_index(tmp_path / "idx", {"encoder": {"m": 1}}, ids, X, parts=parts)
+    m = read_manifest(tmp_path / "idx")
+    assert m["counts"] == {"docs": pmap.n_docs, "rows": pmap.n_rows}
+    assert m["parts"]["passages"] == {"path": "passages", "rows": pmap.n_rows, "docs": pmap.n_docs, "spans": True}
+    for sel in (None, ("sparse",), ()):
+        st = open_index(tmp_path / "idx", parts=sel)
+        back = st.passages
+        assert np.array_equal(back.doc, pmap.doc) and np.array_equal(back.ordinal, pmap.ordinal)
+        assert np.array_equal(back.start, with_spans.start) and back.span(5) == (50, 57)
+        assert st.n_docs == pmap.n_docs and st.n_rows == pmap.n_rows
+    # rows and documents are checked part by part
+    with pytest.raises(ValueError, match=r"holds 20 rows, the index has \d+ rows \(passages\)"):
+        write_index(tmp_path / "bad", {"encoder": {"m": 1}}, ids, X,
+                    parts={**parts, "sparse": SparseIndex.from_csr(D[:20])})
+    with pytest.raises(ValueError, match="dense_vectors must be"):
+        write_index(tmp_path / "bad", {"encoder": {"m": 1}}, ids, X[:20], parts=parts)
+    with pytest.raises(ValueError, match="cannot be replaced"):
+        replace_part(tmp_path / "idx", "passages", PassageMap.from_counts(np.ones(pmap.n_docs, int)))
+    replace_part(tmp_path / "idx", "sparse", SparseIndex.from_csr(D * 2))  # a row part keeps its rows
+    assert open_index(tmp_path / "idx").sparse.n_docs == pmap.n_rows
+    # an index without the part: one row per document, as before
+    write_index(tmp_path / "old", {"encoder": {"m": 1}}, ids, X[:pmap.n_docs],
+                parts={"sparse": SparseIndex.from_csr(D[:pmap.n_docs])})
+    st = open_index(tmp_path / "old")
+    assert st.passages is None and st.n_rows == st.n_docs and "rows" not in st.manifest["counts"]
+
+
 # ----------------------------------------------------------------------------- a real index
 
 LONG = [" ".join(TINY_CORPUS[i:] + TINY_CORPUS[:i]) * 2 for i in range(len(TINY_CORPUS))]
