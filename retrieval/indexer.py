@@ -202,9 +202,10 @@ def _passages(cfg: PassageConfig, texts: list[str], enc: Any, stage: Callable[[s
         if split != "off" and st["long_documents"] == 0:
             log.info("no document exceeds the %d-token window: one row per document", window)
         return plan, None
-    stage(f"passages: {st['split_documents']} of {st['documents']} documents exceed the encoder window of "
-          f"{st['window']} tokens and are split (stride {st['stride']}): {st['documents']} documents -> "
-          f"{st['rows']} passages, {st['token_factor']:.2f}x the tokens encoded (--passages off to truncate)")
+    reads = "the encoder's window" if window == budget else f"the window (the encoder reads {budget})"
+    stage(f"passages: {st['split_documents']} of {st['documents']} documents exceed {reads} of {window} tokens "
+          f"and are split (stride {st['stride']}): {st['documents']} documents -> {st['rows']} passages, "
+          f"{st['token_factor']:.2f}x the tokens encoded (--passages off to truncate)")
     return plan, PassageMap.from_counts(plan.counts, plan.starts, plan.ends)
 
 
