@@ -63,7 +63,7 @@ def run_pair(name: str, max_length: int, work: Path, model: str, loaded, log) ->
     data = load_beir(folder, split="test")
     row: dict = {"dataset": folder.name, "max_length": max_length, "queries": len(data.queries)}
     for passages in ("off", "auto"):
-        idx = work / f"{folder.name}-{model}-len{max_length}-{passages}"
+        idx = work / f"{folder.name}-{Path(model).name}-len{max_length}-{passages}"
         if not (idx / "manifest.json").exists():
             log(f"{name} len {max_length} passages {passages}: building {idx}")
             t = time.perf_counter()
