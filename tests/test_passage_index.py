@@ -388,3 +388,22 @@ def test_milvus_passage_collection_equals_the_folder(long_index, tiny_model, tmp
                         np.testing.assert_allclose([h.score for h in b], [h.score for h in a], rtol=1e-4, atol=1e-5)
     finally:
         milvus.close()
+
+
+def test_passage_config_spellings_and_round_trip():
+    from alignir.retrieval.config import IndexConfig, PassageConfig
+
+    assert PassageConfig.parse("auto") == PassageConfig() and PassageConfig.parse(None) == PassageConfig()
+    assert PassageConfig.parse("off") == PassageConfig(split="off") == PassageConfig.parse("none")
+    assert PassageConfig.parse("256") == PassageConfig(split="on", window=256, stride=128)
+    assert PassageConfig.parse("256:64") == PassageConfig(split="on", window=256, stride=64)
+    for bad in ("256:300", "-5", "x", "64:0"):
+        with pytest.raises(ValueError, match="passages"):
+            PassageConfig.parse(bad)
+    with pytest.raises(ValueError, match="aggregation"):
+        PassageConfig(aggregate="meanp")
+    cfg = IndexConfig(passages=PassageConfig(split="on", window=96, stride=48, aggregate="sum2"))
+    assert IndexConfig.from_dict(cfg.to_dict()) == cfg
+    old = cfg.to_dict()
+    del old["passages"]  # a config saved before passages existed: one row per document
+    assert IndexConfig.from_dict(old).passages == PassageConfig(split="off")
