@@ -14,7 +14,10 @@ reads them back:
 * ``describe()`` is its JSON manifest entry (sizes, parameters a reader needs).
 
 The registry maps a part name (the key in ``manifest["parts"]`` and ``StoredIndex.parts``) to
-its class and default sub-folder. Built-in parts are registered by import path, so opening an
+its class, default sub-folder and unit: "row" parts hold one entry per stored encoder row (the
+dense and aligned-token parts: a passage each when the index splits documents into passages),
+"doc" parts one per document (the BM25 part, the passage map itself). Without the
+``passages`` part (``index.passages.PassageMap``) rows and documents are the same. Built-in parts are registered by import path, so opening an
 index imports faiss only when it has a dense part; :func:`register_part` adds a new part
 without editing the store.
 """
@@ -48,12 +51,13 @@ class Part(Protocol):
 
 @dataclass(frozen=True)
 class PartSpec:
-    """A registered part: its name, its class (or ``"module:Class"``, imported on first use)
-    and the sub-folder of the index it is stored in."""
+    """A registered part: its name, its class (or ``"module:Class"``, imported on first use),
+    the sub-folder of the index it is stored in and its unit ("row" | "doc", see above)."""
 
     name: str
     target: type | str
     folder: str
+    unit: str = "row"
 
     def cls(self) -> type:
         if isinstance(self.target, str):
@@ -68,11 +72,20 @@ _RESERVED = {"doc_ids", "dense_vectors", "pc1", "extra", "manifest.json", "doc_i
              "pc1.npy"}
 
 
-def register_part(name: str, cls: type | str, folder: str | None = None, replace: bool = False) -> PartSpec:
+UNITS = ("row", "doc")
+#: the part that maps rows to documents (index.passages.PassageMap)
+PASSAGES = "passages"
+
+
+def register_part(name: str, cls: type | str, folder: str | None = None, replace: bool = False,
+                  unit: str = "row") -> PartSpec:
     """Register the part ``name`` stored by ``cls`` (a class implementing :class:`Part`, or
-    ``"module:Class"``) in the sub-folder ``folder`` (default: ``name``). ``replace``: allow
-    re-registering a name (tests, plugins that override a built-in)."""
+    ``"module:Class"``) in the sub-folder ``folder`` (default: ``name``); ``unit``: "row" (one
+    entry per encoder row: its ``n_docs`` counts rows) or "doc" (per document). ``replace``:
+    allow re-registering a name (tests, plugins that override a built-in)."""
     folder = folder or name
+    if unit not in UNITS:
+        raise InvalidInputError(f"part unit must be one of {UNITS}, got {unit!r}")
     for what, value in (("name", name), ("folder", folder)):
         if (not value or not value.replace("_", "").replace("-", "").isalnum() or value in _RESERVED):
             raise InvalidInputError(f"invalid part {what} {value!r}: use letters, digits, '_' and '-', "
@@ -82,7 +95,7 @@ def register_part(name: str, cls: type | str, folder: str | None = None, replace
         raise InvalidInputError(f"part folder {folder!r} is already used by part {taken[folder]!r}")
     if name in _REGISTRY and not replace:
         raise InvalidInputError(f"a part named {name!r} is already registered")
-    spec = PartSpec(name, cls, folder)
+    spec = PartSpec(name, cls, folder, unit)
     _REGISTRY[name] = spec
     return spec
 
@@ -121,4 +134,5 @@ def json_clean(value: Mapping[str, Any]) -> dict[str, Any]:
 
 register_part("sparse", "alignir.index.sparse:SparseIndex", "sparse")
 register_part("dense", "alignir.index.dense:DenseIndex", "faiss")
-register_part("lexical", "alignir.index.lexical:LexicalLeg", "lexical")
+register_part("lexical", "alignir.index.lexical:LexicalLeg", "lexical", unit="doc")
+register_part(PASSAGES, "alignir.index.passages:PassageMap", "passages", unit="doc")

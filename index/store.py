@@ -7,13 +7,20 @@ Layout (all paths relative to the index folder)::
                        sub-folder + what its ``describe()`` returned), sha256 + size of
                        every other file, and its own sha256
     doc_ids.parquet    column ``doc_id`` (string): row i = doc number i
-    dense.npy          the encoder's vectors h [n, d], float32 or float16 — what a
+    dense.npy          the encoder's vectors h [rows, d], float32 or float16 — what a
                        re-sparsify (new K/M/λ/weighting, “A Text is Worth Several Tokens” eq.14-16) starts from
     pc1.npy            the corpus first principal component u1 (“A Text is Worth Several Tokens” eq.14), optional
     sparse/            part "sparse": ``index.sparse.SparseIndex.save`` output, optional
     faiss/             part "dense": ``index.dense.DenseIndex.save`` output, optional
     lexical/           part "lexical": ``index.lexical.LexicalLeg.save`` output (BM25
                        word-term postings + vocab.json), optional
+    passages/          part "passages": ``index.passages.PassageMap.save`` output (the
+                       document of every row when documents are split into passages),
+                       optional: without it every row is one document
+
+Rows and documents: the dense vectors and the "row" parts (sparse, dense) hold one row per
+encoded text, the "doc" parts (lexical) one entry per document (``index.parts``). They are
+the same unless the index has the passages part; then ``counts["rows"]`` records the rows.
     extra/NAME.npy     any further arrays the caller stores
 
 The store knows no part by name: it saves and loads whatever ``index.parts`` registers
@@ -54,7 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from alignir.index.io import exchange_paths, fsync_path, save_npy, sha256_file, umask
-from alignir.index.parts import Part, PartSpec, json_clean, part_spec, registered_parts
+from alignir.index.parts import PASSAGES, Part, PartSpec, json_clean, part_spec, registered_parts
 
 log = logging.getLogger(__name__)
 
@@ -456,9 +463,12 @@ def write_index(
     n = len(ids)
     if n == 0:
         raise InvalidInputError("cannot write an index with 0 documents")
+    parts = _with_legacy_parts(parts, sparse=sparse_index, dense=dense_index, lexical=lexical)
+    n_rows = _rows_of(parts, n)
     vec = np.asarray(dense_vectors)
-    if vec.ndim != 2 or vec.shape[0] != n:
-        raise InvalidInputError(f"dense_vectors must be [n_docs={n}, d], got shape {vec.shape}")
+    if vec.ndim != 2 or vec.shape[0] != n_rows:
+        what = f"n_docs={n}" if n_rows == n else f"rows={n_rows} (passages)"
+        raise InvalidInputError(f"dense_vectors must be [{what}, d], got shape {vec.shape}")
     if dense_dtype not in ("float32", "float16"):
         raise InvalidInputError(f"dense_dtype must be 'float32' or 'float16', got {dense_dtype!r}")
     if not np.isfinite(vec).all():
@@ -466,7 +476,7 @@ def write_index(
     if dense_dtype == "float16" and np.abs(vec).max(initial=0) > np.finfo(np.float16).max:
         raise InvalidInputError("dense_vectors exceed the float16 range; store them as float32")
     vec = vec.astype(dense_dtype, copy=False)
-    todo = _check_parts(_with_legacy_parts(parts, sparse=sparse_index, dense=dense_index, lexical=lexical), n)
+    todo = _check_parts(parts, n, n_rows)
     if pc1 is not None:
         pc1 = _check_pc1(pc1, int(vec.shape[1]))
     extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
@@ -478,7 +488,7 @@ def write_index(
         "created": _now(),
         "encoder_hash": fingerprint_hash(full["encoder"]),
         "dense_dtype": dense_dtype,
-        "counts": {"docs": n},
+        "counts": {"docs": n, **({"rows": n_rows} if PASSAGES in parts and parts[PASSAGES] is not None else {})},
         "dims": {"dense": int(vec.shape[1])},
     })
     with IndexWriter(path, fsync=fsync) as w:
@@ -527,8 +537,21 @@ def _spec(name: str) -> PartSpec:
                                 f"add one with index.parts.register_part)") from None
 
 
-def _check_parts(parts: Mapping[str, Part | None], n: int) -> list[tuple[PartSpec, Part]]:
-    """The (spec, part) pairs to save, each checked: registered name, its class, ``n`` docs."""
+def _rows_of(parts: Mapping[str, Part | None] | None, n: int) -> int:
+    """The row count of an index of ``n`` documents with these parts: the passage map's
+    rows when there is one (it must cover the ``n`` documents), else ``n``."""
+    pmap = (parts or {}).get(PASSAGES) if isinstance(parts, Mapping) else None
+    if pmap is None:
+        return n
+    if int(pmap.n_docs) != n:
+        raise InvalidInputError(f"the passage map covers {pmap.n_docs} documents, the index has {n}")
+    return int(pmap.n_rows)  # type: ignore[attr-defined]
+
+
+def _check_parts(parts: Mapping[str, Part | None], n: int, n_rows: int | None = None) -> list[tuple[PartSpec, Part]]:
+    """The (spec, part) pairs to save, each checked: registered name, its class, ``n`` docs
+    ("doc" parts) or ``n_rows`` rows ("row" parts; default ``n``)."""
+    n_rows = n if n_rows is None else n_rows
     if not isinstance(parts, Mapping):
         raise InvalidInputError("parts must be a dict: part name -> part")
     out = []
@@ -539,8 +562,10 @@ def _check_parts(parts: Mapping[str, Part | None], n: int) -> list[tuple[PartSpe
         cls = spec.cls()
         if not isinstance(obj, cls):
             raise InvalidInputError(f"part {name!r} must be a {cls.__name__}, got {type(obj).__name__}")
-        if int(obj.n_docs) != n:
-            raise InvalidInputError(f"part {name!r} holds {obj.n_docs} documents, the index has {n}")
+        want = n if spec.unit == "doc" else n_rows
+        if int(obj.n_docs) != want:
+            what = "documents" if spec.unit == "doc" or n_rows == n else "rows (passages)"
+            raise InvalidInputError(f"part {name!r} holds {obj.n_docs} {what.split()[0]}, the index has {want} {what}")
         out.append((spec, obj))
     return out
 
@@ -606,8 +631,19 @@ class StoredIndex:
         return self.parts.get("lexical")
 
     @property
+    def passages(self) -> Any:
+        """The passage map (``index.passages.PassageMap``: the document of every row), or
+        None when every row is one document."""
+        return self.parts.get(PASSAGES)
+
+    @property
     def n_docs(self) -> int:
         return len(self.doc_ids)
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of the dense vectors and the row parts (passages; = documents without them)."""
+        return int(self.dense_vectors.shape[0])
 
     def doc_numbers(self, ids: Sequence[str]) -> np.ndarray:
         """Doc numbers (row indices, int64) of document ids; unknown ids raise ValueError."""
@@ -827,6 +863,9 @@ def _open_once(path: Path, verify: bool, mmap: bool, wanted: frozenset[str] | No
         verify_index(path, manifest)
     comps = manifest["components"]
     n = manifest["counts"].get("docs")
+    n_rows = manifest["counts"].get("rows", n)
+    if PASSAGES in manifest["parts"] and wanted is not None and not isinstance(wanted, _AllBut):
+        wanted = frozenset(wanted) | {PASSAGES}  # rows mean nothing without their documents
     try:
         table = pq.read_table(path / comps["doc_ids"])
         doc_ids = table.column("doc_id").to_pylist()
@@ -837,15 +876,18 @@ def _open_once(path: Path, verify: bool, mmap: bool, wanted: frozenset[str] | No
                  for name, rel in comps.get("extra", {}).items()}
     except (OSError, ValueError, KeyError, pa.ArrowException) as e:
         raise CorruptIndexError(f"{path}: cannot read the index ({e}); rebuild it") from e
-    if len(doc_ids) != n or vectors.ndim != 2 or vectors.shape[0] != n:
-        raise CorruptIndexError(f"{path}: manifest says {n} documents, doc ids have "
+    if len(doc_ids) != n or vectors.ndim != 2 or vectors.shape[0] != n_rows:
+        raise CorruptIndexError(f"{path}: manifest says {n} documents ({n_rows} rows), doc ids have "
                                 f"{len(doc_ids)}, dense vectors {vectors.shape}")
-    loaded = {name: _load_part(path, name, entry, mmap, n)
+    loaded = {name: _load_part(path, name, entry, mmap, n, n_rows)
               for name, entry in manifest["parts"].items() if wanted is None or name in wanted}
+    pmap = loaded.get(PASSAGES)
+    if pmap is not None and int(pmap.n_rows) != n_rows:  # type: ignore[attr-defined]
+        raise CorruptIndexError(f"{path}: the passage map has {pmap.n_rows} rows, the manifest says {n_rows}")  # type: ignore[attr-defined]
     return StoredIndex(path, manifest, doc_ids, vectors, pc1, extra, loaded)
 
 
-def _load_part(path: Path, name: str, entry: Mapping[str, Any], mmap: bool, n: int) -> Part:
+def _load_part(path: Path, name: str, entry: Mapping[str, Any], mmap: bool, n: int, n_rows: int | None = None) -> Part:
     try:
         spec = part_spec(name)
     except KeyError:
@@ -858,8 +900,9 @@ def _load_part(path: Path, name: str, entry: Mapping[str, Any], mmap: bool, n: i
         raise CorruptIndexError(f"{path}: {e}") from e
     except KeyError as e:  # the part's own metadata lacks a key
         raise CorruptIndexError(f"{path}: the {name} part's metadata lacks {e}; the index is corrupt") from e
-    if int(part.n_docs) != n:
-        raise CorruptIndexError(f"{path}: the {name} part has {part.n_docs} docs, expected {n}")
+    want = n if spec.unit == "doc" or n_rows is None else n_rows
+    if int(part.n_docs) != want:
+        raise CorruptIndexError(f"{path}: the {name} part has {part.n_docs} {spec.unit}s, expected {want}")
     return part
 
 
@@ -897,21 +940,38 @@ def replace_part(path: str | Path, name: str, part: Part | None, *,
     the stored dense vectors, no re-encode). ``expected``: the manifest the caller built
     ``part`` from; the swap is refused (:class:`IndexChangedError`) if the index has changed
     since (another writer)."""
+    return replace_parts(path, {name: part}, params=params, pc1=pc1, extra_arrays=extra_arrays, fsync=fsync,
+                         expected=expected)
+
+
+def replace_parts(path: str | Path, parts: Mapping[str, Part | None], *,
+                  params: Mapping[str, Any] | None = None, pc1: np.ndarray | None = None,
+                  extra_arrays: Mapping[str, np.ndarray] | None = None, fsync: bool = True,
+                  expected: Mapping[str, Any] | None = None) -> Path:
+    """:func:`replace_part` for several parts in one atomic step (e.g. a document deleted from
+    every part at once)."""
     path = Path(path).absolute()
-    spec = _spec(name)
+    if not isinstance(parts, Mapping) or not parts:
+        raise InvalidInputError("parts must be a non-empty dict: part name -> part (or None to remove it)")
+    specs = {name: _spec(name) for name in parts}
     old = read_manifest(path)
     _check_generation(path, old, expected)
     verify_index(path, old)
     n = old["counts"]["docs"]
-    todo = _check_parts({name: part}, n)
+    if PASSAGES in parts:
+        raise InvalidInputError("the passage map cannot be replaced (the rows of every part follow it): "
+                                "rebuild the index")
+    todo = _check_parts(parts, n, old["counts"].get("rows", n))
     if params is not None and not isinstance(params, Mapping):
         raise InvalidInputError("params must be a dict")
     if pc1 is not None:
         pc1 = _check_pc1(pc1, int(old["dims"]["dense"]))
     extras = {_check_name(k): np.asarray(v) for k, v in (extra_arrays or {}).items()}
     entries = dict(old["parts"])
-    previous = entries.pop(name, None)
-    dropped = {spec.folder} | ({previous["path"]} if previous else set())
+    dropped: set[str] = set()
+    for name, spec in specs.items():
+        previous = entries.pop(name, None)
+        dropped |= {spec.folder} | ({previous["path"]} if previous else set())
     replaced = {f"{EXTRA_DIR}/{k}.npy" for k in extras} | ({PC1} if pc1 is not None else set())
     manifest = {k: v for k, v in old.items() if k != "files"}
     if params is not None:

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from alignir.encoders.weightings import DOC_WEIGHTINGS, QUERY_WEIGHTINGS
 from alignir.retrieval.fusion import FUSION_METHODS
 
-__all__ = ["UNSET", "SparseConfig", "DenseConfig", "LexicalConfig", "FusionConfig", "IndexConfig",
+__all__ = ["UNSET", "SparseConfig", "DenseConfig", "LexicalConfig", "FusionConfig", "PassageConfig", "IndexConfig",
            "DOC_WEIGHTINGS", "QUERY_WEIGHTINGS", "FUSION_METHODS"]
 
 
@@ -246,19 +246,70 @@ class FusionConfig(_Config):
 
 
 @dataclass(frozen=True)
+class PassageConfig(_Config):
+    """Splitting long documents into passages (retrieval/passages.py) and scoring documents by
+    them (index/passages.py; Dai & Callan, "Deeper Text Understanding for IR with Contextual
+    Neural Language Modeling", SIGIR 2019, §3).
+
+    split: "auto" (default: split when some document is longer than the window), "on" (split
+    every document longer than the window) or "off" (one row per document, truncated by the
+    encoder as before). window: passage length in tokens of the encoder's tokenizer (None: the
+    encoder's text budget, its max length less the prompt). stride: tokens between passage
+    starts (None: window // 2). aggregate: how searches score a document by its passages by
+    default: "maxp" (its best passage), "firstp" (its first) or "sumN" (its N best summed).
+    What a build did (window, stride, documents split, rows) is in ``manifest["build"]["passages"]``
+    and the index's passages part."""
+
+    split: str = "auto"
+    window: int | None = None
+    stride: int | None = None
+    aggregate: str = "maxp"
+
+    def __post_init__(self) -> None:
+        from alignir.index.passages import parse_aggregation
+
+        _choice("passage split", self.split, ("auto", "on", "off"))
+        if self.window is not None:
+            _int("passage window", self.window, 1)
+        if self.stride is not None:
+            _int("passage stride", self.stride, 1)
+            if self.window is not None and self.stride > self.window:
+                raise InvalidInputError(f"passage stride {self.stride} exceeds the window {self.window}")
+        parse_aggregation(self.aggregate)
+
+    @classmethod
+    def parse(cls, spec: "str | PassageConfig | None") -> "PassageConfig":
+        """From ``--passages``: "auto", "off" / "none", "on", "WINDOW" or "WINDOW:STRIDE"
+        (tokens; retrieval.passages.parse_passages); a PassageConfig is returned as it is."""
+        if isinstance(spec, PassageConfig):
+            return spec
+        text = "auto" if spec is None else str(spec).strip().lower()
+        if text in ("auto", "on"):
+            return cls(split=text)
+        if text in ("off", "none", "no", "false", "0"):
+            return cls(split="off")
+        from alignir.retrieval.passages import parse_passages
+
+        window, stride = parse_passages(text)
+        return cls(split="on", window=window, stride=stride)
+
+
+@dataclass(frozen=True)
 class IndexConfig(_Config):
     """Everything configurable about an index: ``sparse``, ``dense``, ``lexical`` (None: no
-    BM25 part) and the default ``fusion`` of its searches. Saved whole in the manifest by
-    ``build_index`` and read back with :meth:`from_manifest`."""
+    BM25 part), the default ``fusion`` of its searches and the ``passages`` of long documents.
+    Saved whole in the manifest by ``build_index`` and read back with :meth:`from_manifest`."""
 
     sparse: SparseConfig = field(default_factory=SparseConfig)
     dense: DenseConfig = field(default_factory=DenseConfig)
     lexical: LexicalConfig | None = field(default_factory=LexicalConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
+    passages: PassageConfig = field(default_factory=PassageConfig)
 
     def __post_init__(self) -> None:
         for name, cls, optional in (("sparse", SparseConfig, False), ("dense", DenseConfig, False),
-                                    ("lexical", LexicalConfig, True), ("fusion", FusionConfig, False)):
+                                    ("lexical", LexicalConfig, True), ("fusion", FusionConfig, False),
+                                    ("passages", PassageConfig, False)):
             value = getattr(self, name)
             if not (isinstance(value, cls) or (optional and value is None)):
                 raise InvalidInputError(f"IndexConfig.{name} must be a {cls.__name__}"
@@ -267,7 +318,7 @@ class IndexConfig(_Config):
     def to_dict(self) -> dict[str, Any]:
         return {"sparse": self.sparse.to_dict(), "dense": self.dense.to_dict(),
                 "lexical": None if self.lexical is None else self.lexical.to_dict(),
-                "fusion": self.fusion.to_dict()}
+                "fusion": self.fusion.to_dict(), "passages": self.passages.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "IndexConfig":
@@ -277,7 +328,8 @@ class IndexConfig(_Config):
         return cls(sparse=SparseConfig.from_dict(data.get("sparse", {})),
                    dense=DenseConfig.from_dict(data.get("dense", {})),
                    lexical=None if lexical is None else LexicalConfig.from_dict(lexical),
-                   fusion=FusionConfig.from_dict(data.get("fusion", {})))
+                   fusion=FusionConfig.from_dict(data.get("fusion", {})),
+                   passages=PassageConfig.from_dict(data.get("passages", {"split": "off"})))
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any]) -> "IndexConfig":
@@ -290,6 +342,7 @@ class IndexConfig(_Config):
             saved = cls.from_dict(params["config"])
             # a part removed since (replace_part(..., None)) takes its config with it
             return saved if "lexical" in parts else replace(saved, lexical=None)
+        # written before passages existed: one row per document
         dense = parts.get("dense", {})
         lexical = parts.get("lexical")
         lex_params = (lexical or {}).get("params", {})
@@ -300,7 +353,7 @@ class IndexConfig(_Config):
                        k1=lex_params.get("k1", 0.9), b=lex_params.get("b", 0.4),
                        stem=lex_params.get("stemmer") is not None if "stemmer" in lex_params else True,
                        stopwords=lex_params.get("stopwords", "en")),
-                   fusion=FusionConfig())
+                   fusion=FusionConfig(), passages=PassageConfig(split="off"))
 
 
 def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,11 @@
 The document vectors are read back from the stored sparse index (exactly the weights alignir
 scores with), quantised as ``round(w · scale)`` by :func:`retrieval.runs.quantize`; the query
 vectors come from the index's own query encoder (surface ∪ top-M aligned terms, eq.16).
+
+An index with passages (``build-index --passages``) is exported one passage per line, with
+the id ``docid#N`` (N = the passage's number in the document, from 0) that Pyserini's MaxP
+runs use: search the Lucene index for passages and keep each document's best one
+(``pyserini.search.lucene --max-passage --max-passage-hits K``; delimiter ``#``).
 """
 from __future__ import annotations
 
@@ -42,8 +47,21 @@ def export_documents(index_dir: str | Path, out_dir: str | Path, scale: float = 
     stored = open_index(index_dir, parts=("sparse",))
     term_strings = [str(s) for s in stored.extra["term_strings"]]
     texts = [contents.get(d, "") for d in stored.doc_ids] if contents is not None else None
-    return write_json_vector_collection(out_dir, stored.doc_ids, stored_doc_matrix(stored.sparse),
-                                        term_strings, contents=texts, scale=scale)
+    pmap = stored.passages
+    if pmap is None:
+        return write_json_vector_collection(out_dir, stored.doc_ids, stored_doc_matrix(stored.sparse),
+                                            term_strings, contents=texts, scale=scale)
+    ids = [pmap.passage_id(r, stored.doc_ids) for r in range(pmap.n_rows)]
+    if texts is not None:
+        texts = [_passage_text(texts[int(pmap.doc[r])], pmap.span(r)) for r in range(pmap.n_rows)]
+    summary = write_json_vector_collection(out_dir, ids, stored_doc_matrix(stored.sparse), term_strings,
+                                           contents=texts, scale=scale)
+    return {**summary, "passages": summary["docs"], "docs": stored.n_docs, "passage_delimiter": "#"}
+
+
+def _passage_text(text: str, span: tuple[int, int] | None) -> str:
+    """A passage's text: its span of the document's text (the whole text when no span is kept)."""
+    return text if span is None else text[span[0]:span[1]]
 
 
 def export_queries(searcher: Any, queries: Mapping[str, str], out_dir: str | Path,

@@ -4,6 +4,13 @@ corpus (BEIR folder or corpus .jsonl) -> encoder (dense h, cached) -> u1 (eq.14)
 sparse aligned-token vectors (eq.15) + FAISS index -> index folder (index.store, atomic).
 By default the folder also gets the lexical leg: BM25 weights of the same texts
 (title + " " + text, as the bm25s baseline sees them; retrieval/bm25.py).
+
+Long documents: by default (``passages="auto"``) a document longer than the encoder's window
+is split into overlapping passages (retrieval/passages.py), each encoded and stored as its own
+dense and aligned-token row, with the passage -> document map as the index's ``passages`` part;
+searches score documents by their passages (index/passages.py, MaxP by default: Dai & Callan,
+"Deeper Text Understanding for IR with Contextual Neural Language Modeling", SIGIR 2019). The
+BM25 leg always indexes whole documents.
 """
 from __future__ import annotations
 
@@ -13,17 +20,17 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
-from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, write_index
+from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, replace_parts, write_index
 from alignir.retrieval.beir import Corpus, read_corpus_jsonl
 from alignir.encoders.shipped import DEFAULT_MODEL
-from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, SparseConfig
+from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig, SparseConfig
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
                                        normalize_fingerprint, term_map_arrays, term_map_from_arrays)
 from alignir.retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
@@ -97,6 +104,7 @@ def build_index(
     lexical: bool | LexicalConfig = UNSET,
     wait: bool = False,
     precision: str | None = None,
+    passages: str | PassageConfig = UNSET,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
@@ -109,6 +117,9 @@ def build_index(
     recorded in the embedder options and the encoder fingerprint, so searches use it too.
     ``wait``: when another process is writing the same index, wait for it instead of failing
     (index.lock: one writer at a time; resparsify and add_lexical take the same option).
+    ``passages``: how long documents are split (a :class:`PassageConfig`, or its ``--passages``
+    spelling: "auto" (default), "off", "WINDOW" or "WINDOW:STRIDE" in tokens); what was done
+    is reported through ``on_stage`` and kept in ``manifest["build"]["passages"]``.
 
     Nothing is written at ``index_dir`` until the whole index is complete (index.store swaps
     it in atomically); a previous index there stays usable if the build fails or is killed.
@@ -120,7 +131,7 @@ def build_index(
     from alignir.encoders.quantize import check_precision
     from alignir.encoders.shipped import resolve_shipped
 
-    cfg = _build_config(config, sparse, dense_kind, dense_options, lexical)
+    cfg = _build_config(config, sparse, dense_kind, dense_options, lexical, passages)
     stage = on_stage or (lambda s: log.info(s))
     precision = None if precision is None else check_precision(precision)  # fails before any work
     model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
@@ -136,8 +147,9 @@ def build_index(
         if precision is not None and precision != "fp32":
             opts["precision"] = precision
         enc = get_embedder(embedder, loaded, progress=progress, **opts)
-        stage(f"encoding {len(texts)} documents")
-        H = encode_corpus(enc, texts, cache_dir, use_cache=use_cache, progress=progress)
+        plan, pmap = _passages(cfg.passages, texts, enc, stage)
+        stage(f"encoding {len(plan.texts)} {'passages' if pmap is not None else 'documents'}")
+        H = encode_corpus(enc, plan.texts, cache_dir, use_cache=use_cache, progress=progress)
         t_enc = time.perf_counter() - t0
         stage("projecting onto the vocabulary (aligned tokens)")
         pc1 = fit_corpus_pc1(H)
@@ -159,22 +171,53 @@ def build_index(
             "embedder": {"family": embedder, "model": model, "options": opts},
             "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind, "config": cfg.to_dict()},
             "build": {"source": str(Path(source).absolute()), "encode_seconds": round(t_enc, 3),
-                      "skipped_lines": [[s.line, s.reason] for s in corpus.skipped]},
+                      "skipped_lines": [[s.line, s.reason] for s in corpus.skipped],
+                      "passages": plan.stats},
         }
         stage(f"writing {index_dir}")
         write_index(index_dir, manifest, doc_ids, H,
-                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg},
+                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg, "passages": pmap},
                     pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map))
         return read_manifest(index_dir)
 
 
+def _passages(cfg: PassageConfig, texts: list[str], enc: Any, stage: Callable[[str], None]) -> tuple[Any, Any]:
+    """(the rows to encode, the passage map or None) for ``texts`` under ``cfg`` (reported
+    through ``stage`` when documents are split)."""
+    from alignir.index.passages import PassageMap
+    from alignir.retrieval.passages import plan_passages
+
+    budget = enc.text_budget("document") if hasattr(enc, "text_budget") else None
+    window = cfg.window or budget
+    if window is None:  # an encoder without a known window: nothing to split by
+        if cfg.split == "on":
+            raise InvalidInputError("this encoder has no known text budget: give the passage window "
+                                    "(--passages WINDOW)")
+        window, split = 1, "off"
+    else:
+        split = cfg.split
+    plan = plan_passages(texts, enc.tokenizer, split, window, cfg.stride, budget=budget)
+    st = plan.stats
+    if not plan.split:
+        if split != "off" and st["long_documents"] == 0:
+            log.info("no document exceeds the %d-token window: one row per document", window)
+        return plan, None
+    reads = "the encoder's window" if window == budget else f"the window (the encoder reads {budget})"
+    stage(f"passages: {st['split_documents']} of {st['documents']} documents exceed {reads} of {window} tokens "
+          f"and are split (stride {st['stride']}): {st['documents']} documents -> {st['rows']} passages, "
+          f"{st['token_factor']:.2f}x the tokens encoded (--passages off to truncate)")
+    return plan, PassageMap.from_counts(plan.counts, plan.starts, plan.ends)
+
+
 def _build_config(config: IndexConfig | None, sparse: Any, dense_kind: Any, dense_options: Any,
-                  lexical: Any) -> IndexConfig:
+                  lexical: Any, passages: Any = UNSET) -> IndexConfig:
     """``config`` (default ``IndexConfig()``) with the parts given by build_index's own
     keywords replaced."""
     cfg = IndexConfig() if config is None else config
     if not isinstance(cfg, IndexConfig):
         raise InvalidInputError(f"config must be an IndexConfig, got {type(cfg).__name__}")
+    if passages is not UNSET:
+        cfg = replace(cfg, passages=PassageConfig.parse(passages))
     if sparse is not UNSET:
         if not isinstance(sparse, SparseConfig):
             raise InvalidInputError(f"sparse must be a SparseConfig, got {type(sparse).__name__}")
@@ -203,7 +246,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     from alignir.encoders.models import load_model
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
-        stored = open_index(index_dir, parts=())
+        stored = open_index(index_dir, parts=("sparse",))
         config = IndexConfig.from_manifest(stored.manifest)
         old = SparseConfig.from_dict(stored.params.get("sparse", {}))
         new = old.with_changes(**changes)
@@ -221,6 +264,9 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         new = resolve_lambda(new, H, stored.pc1)
         sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
         sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
+        if stored.sparse is not None:  # deleted documents (their rows) stay deleted
+            dead = np.setdiff1d(np.arange(sparse_index.n_docs), stored.sparse.live_doc_numbers())
+            sparse_index.delete(dead)
         params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind,
                   "config": replace(config, sparse=new).to_dict()}
         # folding changes the term map: its arrays are replaced in the same atomic step
@@ -254,4 +300,34 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
                           stem=lexical.stem, stopwords=lexical.stopwords)
         config = replace(IndexConfig.from_manifest(manifest), lexical=lexical)
         replace_part(index_dir, "lexical", leg, params={"config": config.to_dict()}, expected=manifest)
+        return read_manifest(index_dir)
+
+
+def delete_documents(index_dir: str | Path, ids: Iterable[str], *, wait: bool = False) -> dict[str, Any]:
+    """Delete documents from every part of an index in one atomic step: their rows (all their
+    passages, in an index with passages) from the dense and aligned-token parts, the documents
+    from the BM25 part. They keep their numbers as tombstones and never come back from a
+    search (nor an export). Unknown or already deleted ids raise :class:`InvalidInputError`."""
+    if isinstance(ids, (str, bytes)):
+        raise InvalidInputError("ids must be a collection of document ids, not a single string")
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        raise InvalidInputError("no document ids to delete")
+    with writer_lock(index_dir, wait=wait):
+        stored = open_index(index_dir, mmap=False)
+        docs = stored.doc_numbers(wanted)
+        rows = docs if stored.passages is None else stored.passages.rows_of(docs)
+        changed: dict[str, Any] = {}
+        if stored.sparse is not None:
+            stored.sparse.delete(rows)
+            changed["sparse"] = stored.sparse
+        if stored.dense is not None:
+            if stored.dense.deleted[rows].any():
+                raise InvalidInputError(f"some of the documents are already deleted, e.g. {wanted[:5]}")
+            stored.dense.remove(rows)
+            changed["dense"] = stored.dense
+        if stored.lexical is not None:
+            stored.lexical.index.delete(docs)
+            changed["lexical"] = stored.lexical
+        replace_parts(index_dir, changed, expected=stored.manifest)
         return read_manifest(index_dir)

@@ -17,6 +17,11 @@ Built-in legs (“A Text is Worth Several Tokens”):
 A new leg is added without editing the searcher: :func:`register_leg` a factory
 ``(stored index, sparsifier) -> Leg | None`` (None: this index cannot serve the leg), or pass
 ``legs=`` to the :class:`Searcher` constructor.
+
+Passages: a leg whose class sets ``over_rows = True`` (dense, sparse) scores the index's
+encoder rows; when the index splits documents into passages (its ``passages`` part),
+:func:`legs_for` wraps it in a :class:`retrieval.passage_leg.PassageLeg`, which returns
+documents (passage scores aggregated, MaxP by default). The BM25 leg scores whole documents.
 """
 from __future__ import annotations
 
@@ -90,6 +95,7 @@ class DenseLeg:
     name = "dense"
     needs_model = True
     explains = False
+    over_rows = True
 
     def __init__(self, index: Any) -> None:
         self.index = index
@@ -111,6 +117,7 @@ class SparseLeg:
     name = "sparse"
     needs_model = True
     explains = True
+    over_rows = True
 
     def __init__(self, index: Any, sparsifier: Any) -> None:
         self.index = index
@@ -190,14 +197,21 @@ def leg_factories() -> dict[str, LegFactory]:
     return dict(_FACTORIES)
 
 
-def legs_for(stored: Any, sparsifier: Any) -> dict[str, Leg]:
-    """Every registered leg this index can serve, by name, in registration order."""
+def legs_for(stored: Any, sparsifier: Any, aggregate: str = "maxp") -> dict[str, Leg]:
+    """Every registered leg this index can serve, by name, in registration order; legs over
+    encoder rows become document legs (``aggregate``: MaxP, FirstP or sumN) when the index has
+    passages."""
+    pmap = getattr(stored, "passages", None)
     out: dict[str, Leg] = {}
     for name, factory in _FACTORIES.items():
         leg = factory(stored, sparsifier)
         if leg is not None:
             if leg.name != name:
                 raise InvalidInputError(f"the leg factory registered as {name!r} built a leg named {leg.name!r}")
+            if pmap is not None and getattr(leg, "over_rows", False):
+                from alignir.retrieval.passage_leg import PassageLeg
+
+                leg = PassageLeg(leg, pmap, aggregate)
             out[name] = leg
     return out
 

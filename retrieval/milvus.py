@@ -14,6 +14,14 @@ The collection holds, per live document (primary key = the document id)::
                              IP with the query's term counts = our BM25 score (only with the leg)
     title, text VARCHAR      optional (``store_text``)
 
+An index with passages (``build-index --passages``) is exported one entity per passage: ``id``
+is the passage id ``docid#N``, ``doc_number`` the document's number (filters act on
+documents), ``row`` the passage's row in the folder index and ``ordinal`` N; ``dense`` and
+``sparse`` hold the passage's vectors, ``bm25`` its whole document's BM25 weights (BM25 scores
+documents: it is searched over the first passages only). A search scores passages in Milvus
+and aggregates them to documents client-side (MaxP, FirstP or sumN: index.passages), the
+exact document top-k as the folder computes it.
+
 The index's manifest (encoder fingerprint, sparse config, term-map hash, dense transform,
 lexical parameters) is stored as the collection property ``alignir.manifest``; a searcher
 compares it with the folder it encodes queries with and refuses a mismatch.
@@ -176,6 +184,7 @@ def index_manifest(stored: Any) -> dict[str, Any]:
             "params": lexical.params, "vocab_sha256": _sha256_arrays(np.asarray(lexical.vocab, dtype=np.str_))},
         "n_docs": int(stored.n_docs),
         "content_sha256": _content_digest(stored.manifest),
+        **({} if stored.passages is None else {"passages": stored.passages.describe()}),
     }
 
 
@@ -202,6 +211,7 @@ def _diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[
 
 
 def _live_numbers(stored: Any) -> np.ndarray:
+    """The live rows (= documents without passages)."""
     live = np.asarray(stored.sparse.live_doc_numbers(), dtype=np.int64)
     dead = stored.dense.deleted
     return live[~dead[live]]
@@ -217,13 +227,16 @@ def _sparse_dict(terms: np.ndarray, weights: np.ndarray, what: str, doc_id: str)
     return dict(zip(np.asarray(terms)[keep].tolist(), w[keep].tolist()))
 
 
-def _schema(client: Any, dim: int, lexical: bool, store_text: bool) -> tuple[Any, Any]:
+def _schema(client: Any, dim: int, lexical: bool, store_text: bool, passages: bool = False) -> tuple[Any, Any]:
     pm = _milvus()
     dt = pm.DataType
     s = client.create_schema(auto_id=False, enable_dynamic_field=False,
                              description="alignir index (see the alignir.manifest property)")
     s.add_field("id", dt.VARCHAR, is_primary=True, max_length=ID_MAX_LENGTH)
     s.add_field("doc_number", dt.INT64)
+    if passages:
+        s.add_field("row", dt.INT64)
+        s.add_field("ordinal", dt.INT64)
     s.add_field("dense", dt.FLOAT_VECTOR, dim=dim)
     s.add_field("sparse", dt.SPARSE_FLOAT_VECTOR)
     if lexical:
@@ -245,14 +258,15 @@ def _clip_utf8(text: str, limit: int = TEXT_MAX_LENGTH) -> str:
     return text if len(raw) <= limit else raw[:limit].decode("utf-8", "ignore")
 
 
-def _existing_numbers(client: Any, name: str, n_docs: int) -> set[int]:
-    """Doc numbers already in the collection (read in windows of doc numbers)."""
+def _existing_numbers(client: Any, name: str, n_docs: int, key: str = "doc_number") -> set[int]:
+    """Doc numbers (``key="row"``: rows of a passage collection) already in the collection
+    (read in windows of numbers)."""
     have: set[int] = set()
     for lo in range(0, n_docs, MAX_LIMIT):
         hi = min(n_docs, lo + MAX_LIMIT)
-        rows = client.query(name, filter=f"doc_number >= {lo} and doc_number < {hi}",
-                            output_fields=["doc_number"], limit=hi - lo)
-        have.update(int(r["doc_number"]) for r in rows)
+        rows = client.query(name, filter=f"{key} >= {lo} and {key} < {hi}",
+                            output_fields=[key], limit=hi - lo)
+        have.update(int(r[key]) for r in rows)
     return have
 
 
@@ -296,7 +310,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
                 raise InvalidInputError(f"collection {name} was created without texts; use --recreate to add them")
         else:
             store_text = contents is not None
-            schema, ip = _schema(client, int(stored.dense.dim), stored.lexical is not None, store_text)
+            schema, ip = _schema(client, int(stored.dense.dim), stored.lexical is not None, store_text,
+                                 passages=stored.passages is not None)
             client.create_collection(name, schema=schema, index_params=ip,
                                      properties={PROPERTY: json.dumps(manifest, sort_keys=True)},
                                      **({} if shards is None else {"num_shards": shards}))
@@ -305,7 +320,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
             raise InvalidInputError(f"collection {name} stores texts: give the corpus to resume the export")
         client.load_collection(name)
         live = _live_numbers(stored)
-        have = set() if created else _existing_numbers(client, name, stored.n_docs)
+        key = "doc_number" if stored.passages is None else "row"
+        have = set() if created else _existing_numbers(client, name, stored.n_rows, key)
         todo = np.array([d for d in live.tolist() if d not in have], dtype=np.int64)
         bar = tqdm(total=len(live), initial=len(live) - len(todo), desc=f"export to Milvus {name}",
                    unit="doc", disable=not progress)
@@ -322,9 +338,11 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
     finally:
         client.close()
+    unit = {} if stored.passages is None else {"passages": int(len(live)),
+                                               "documents": int(np.unique(stored.passages.doc[live]).size)}
     return {"uri": uri, "collection": name, "documents": int(len(live)), "inserted": int(len(todo)),
             "already_there": int(len(live) - len(todo)), "count": count, "created": created,
-            "lexical": stored.lexical is not None, "texts": store_text}
+            "lexical": stored.lexical is not None, "texts": store_text, **unit}
 
 
 def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray:
@@ -336,16 +354,25 @@ def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray
 
 
 def _rows(stored: Any, nums: np.ndarray, contents: Mapping[str, tuple[str, str]] | None) -> list[dict]:
+    """The entities of rows ``nums`` (documents, or passages in an index with passages)."""
     dense = _dense_rows(stored.dense, stored.dense_vectors, nums)
+    pmap = stored.passages
     rows = []
-    for i, d in enumerate(nums.tolist()):
+    for i, r in enumerate(nums.tolist()):
+        d = r if pmap is None else int(pmap.doc[r])
         doc_id = stored.doc_ids[d]
-        row = {"id": doc_id, "doc_number": d, "dense": dense[i].tolist(),
-               "sparse": _sparse_dict(*stored.sparse.doc_vector(d), "aligned-token", doc_id)}
+        row = {"id": doc_id if pmap is None else pmap.passage_id(r, stored.doc_ids), "doc_number": d,
+               "dense": dense[i].tolist(), "sparse": _sparse_dict(*stored.sparse.doc_vector(r), "aligned-token", doc_id)}
+        if pmap is not None:
+            row["row"], row["ordinal"] = r, int(pmap.ordinal[r])
         if stored.lexical is not None:
             row["bm25"] = _sparse_dict(*stored.lexical.index.doc_vector(d), "BM25", doc_id)
         if contents is not None:
             title, text = contents.get(doc_id, ("", ""))
+            if pmap is not None and pmap.span(r) is not None:  # the passage's span of title + " " + text
+                start, end = pmap.span(r)
+                whole = f"{title} {text}".strip()
+                title, text = (title if int(pmap.ordinal[r]) == 0 else ""), whole[start:end]
             row["title"], row["text"] = _clip_utf8(title), _clip_utf8(text)
         rows.append(row)
     return rows
@@ -398,6 +425,11 @@ class MilvusCollection:
     uri: str
     manifest: dict[str, Any]
 
+    @property
+    def key(self) -> str:
+        """The number a search returns: "doc_number", or "row" in a passage collection."""
+        return "row" if self.manifest.get("passages") else "doc_number"
+
     @classmethod
     def open(cls, uri: str, name: str, expect: Mapping[str, Any] | None = None) -> "MilvusCollection":
         """Connect, check that ``name`` exists and (with ``expect``, an :func:`index_manifest`)
@@ -432,20 +464,22 @@ class MilvusCollection:
             return []
         try:
             res = self.client.search(self.name, data=data, anns_field=field, limit=int(limit), filter=flt,
-                                     output_fields=["doc_number"], search_params=_params(field))
+                                     output_fields=[self.key], search_params=_params(field))
         except _client_errors() as e:
             raise MilvusError(f"Milvus search at {self.uri} ({self.name}.{field}): {_one_line(e)}") from None
-        return [{int(h["entity"]["doc_number"]): float(h["distance"]) for h in hits} for hits in res]
+        return [{int(h["entity"][self.key]): float(h["distance"]) for h in hits} for hits in res]
 
     # ---- legs
-    def search_dense(self, Qt: np.ndarray, k: int, allowed: Sequence[int] | None = None) -> list[dict[int, float]]:
-        """Top-k by IP of the transformed query vectors ``Qt`` (DenseIndex.transform_queries)."""
+    def search_dense(self, Qt: np.ndarray, k: int, allowed: Sequence[int] | None = None,
+                     first_only: bool = False) -> list[dict[int, float]]:
+        """Top-k by IP of the transformed query vectors ``Qt`` (DenseIndex.transform_queries).
+        In a passage collection the keys are rows; ``first_only``: only documents' first passages."""
         Qt = np.asarray(Qt, dtype=np.float32)
         k = _check_k(k)
-        return self._search("dense", [row.tolist() for row in Qt], k, _filter(allowed))
+        return self._search("dense", [row.tolist() for row in Qt], k, _and(_filter(allowed), _first(first_only)))
 
     def search_sparse(self, Q: sp.csr_matrix, k: int, allowed: Sequence[int] | None = None,
-                      field: str = "sparse") -> list[dict[int, float]]:
+                      field: str = "sparse", first_only: bool = False) -> list[dict[int, float]]:
         """Top-k by IP of the sparse query rows ``Q`` against ``field`` ("sparse" or "bm25"):
         the documents sharing a term with the query, as our kernel returns them.
 
@@ -456,7 +490,7 @@ class MilvusCollection:
         reached only by q⁻ (negative scores) fill the rest."""
         k = _check_k(k)
         Q = sp.csr_matrix(Q, dtype=np.float32)
-        base = _filter(allowed)
+        base = _and(_filter(allowed), _first(first_only))
         out: list[dict[int, float] | None] = [None] * Q.shape[0]
         plain = [i for i in range(Q.shape[0]) if Q.indptr[i + 1] > Q.indptr[i] and Q[i].data.min() >= 0]
         for i, hits in zip(plain, self._search(field, [_row_dict(Q, i) for i in plain], k, base)):
@@ -485,7 +519,7 @@ class MilvusCollection:
             limit = min(MAX_LIMIT, limit * 4)
         if exhausted and (len(best) < k or best[k - 1] < 0):
             # documents reached only by q⁻ score -N(d) < 0: all of them may be needed
-            rest = _and(base, f"doc_number not in {sorted(p)}" if p else "")
+            rest = _and(base, f"{self.key} not in {sorted(p)}" if p else "")
             only_neg = self._search(field, [neg], MAX_LIMIT, rest)[0]
             if len(only_neg) >= MAX_LIMIT:  # we would need the *smallest* q⁻ scores: Milvus has no ascending IP
                 raise MilvusError(f"a query with negative weights reaches more than {MAX_LIMIT} documents only "
@@ -498,7 +532,7 @@ class MilvusCollection:
     def _minus(self, field: str, neg: dict[int, float], docs: list[int], base: str) -> dict[int, float]:
         if not neg:
             return {}
-        return self._search(field, [neg], len(docs), _and(base, f"doc_number in {sorted(docs)}"))[0]
+        return self._search(field, [neg], len(docs), _and(base, f"{self.key} in {sorted(docs)}"))[0]
 
     def hybrid_rrf(self, requests: Sequence[tuple[str, list]], limit: int, depth: int, rrf_k: int,
                    allowed: Sequence[int] | None = None) -> list[dict[int, float]]:
@@ -538,6 +572,10 @@ def _filter(allowed: Iterable[int] | None) -> str:
     if allowed is None:
         return ""
     return f"doc_number in {sorted(int(d) for d in allowed)}"
+
+
+def _first(first_only: bool) -> str:
+    return "ordinal == 0" if first_only else ""
 
 
 def _and(a: str, b: str) -> str:

@@ -17,6 +17,11 @@ which scores every leg (retrieval/milvus.py). Hits, modes, options and fusion ar
 - everything else (min-max, z-score, weighted RRF; Milvus' WeightedRanker normalises by
   arctan, not as ours): each leg's top ``depth`` from Milvus, fused client-side by
   :func:`retrieval.searcher.fuse_legs` exactly as the folder index fuses.
+
+An index with passages: Milvus scores passages, which are aggregated to documents here
+(index.passages.search_documents: the exact document top-k under MaxP, FirstP or sumN, as in
+the folder, up to Milvus' top-k limit of 16384 passages per search); BM25 is searched over the
+documents' first passages (which carry the document's BM25 weights); fusion runs client-side.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from alignir.errors import InvalidInputError
+from alignir.index.passages import parse_aggregation, search_documents
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.config import FusionConfig
 from alignir.retrieval.milvus import MAX_LIMIT, MilvusCollection, default_collection_name, index_manifest
@@ -57,7 +63,7 @@ class MilvusSearcher(Searcher):
                       server_fusion: bool = True) -> "MilvusSearcher":
         """The same index and query encoder as an open folder :class:`Searcher` (no second
         model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
-        self = cls(base.index, base.embedder, base.sparsifier, base.fusion)
+        self = cls(base.index, base.embedder, base.sparsifier, base.fusion, passage_agg=base.passage_agg)
         self.milvus = open_collection(base.index, uri, collection)
         self.server_fusion = server_fusion
         return self
@@ -69,7 +75,7 @@ class MilvusSearcher(Searcher):
 
     # ------------------------------------------------------------------ legs
     def _leg_lists(self, queries, batch: QueryBatch, legs, side_k: int, allowed_ids, threads,
-                   tm: Timings, search=None) -> dict[str, list[dict[int, float]]]:
+                   tm: Timings, search=None, passage_agg: str | None = None) -> dict[str, list[dict[int, float]]]:
         """As :meth:`Searcher._leg_lists`: check ``batch`` for ``legs``, then search the legs in
         ``search`` (default: ``legs``) in the Milvus collection."""
         n = len(queries)
@@ -88,6 +94,12 @@ class MilvusSearcher(Searcher):
         if allowed is not None and allowed.size == 0:
             return {leg: [{} for _ in range(n)] for leg in searched}
         lists: dict[str, list[dict[int, float]]] = {}
+        if self.index.passages is not None:
+            for leg in searched:
+                t0 = time.perf_counter()
+                lists[leg] = self._passage_lists(leg, batch, side_k, allowed, passage_agg or self.passage_agg)
+                tm.legs[leg] = time.perf_counter() - t0
+            return lists
         for leg in searched:
             t0 = time.perf_counter()
             if leg == "dense":
@@ -99,22 +111,51 @@ class MilvusSearcher(Searcher):
             tm.legs[leg] = time.perf_counter() - t0
         return lists
 
+    def _passage_lists(self, leg: str, batch: QueryBatch, k: int, allowed: np.ndarray | None,
+                       aggregate: str) -> list[dict[int, float]]:
+        """One leg's top-k documents per query from a passage collection: passages scored in
+        Milvus, aggregated here (BM25: the first passages, which carry the whole document's)."""
+        pmap = self.index.passages
+        if leg == "bm25":
+            found = self.milvus.search_sparse(batch.lexical, k, allowed, field="bm25", first_only=True)
+            return [{int(pmap.doc[r]): s for r, s in hits.items()} for hits in found]
+        how, sum_k = parse_aggregation(aggregate)
+        vectors = self.index.dense.transform_queries(batch.dense) if leg == "dense" else batch.sparse
+
+        def rows(which: np.ndarray, depth: int, _allowed_rows: Any) -> tuple[np.ndarray, np.ndarray]:
+            # the allowed rows are the allowed documents' (first, for FirstP) passages: filters
+            depth = min(int(depth), MAX_LIMIT)
+            part = vectors[which]
+            hits = (self.milvus.search_dense(part, depth, allowed, first_only=how == "firstp") if leg == "dense"
+                    else self.milvus.search_sparse(part, depth, allowed, field="sparse", first_only=how == "firstp"))
+            out_rows = np.full((len(which), depth), -1, dtype=np.int64)
+            out_scores = np.full((len(which), depth), -np.inf, dtype=np.float32)
+            for i, h in enumerate(hits):
+                ranked = sorted(h.items(), key=lambda rs: (-rs[1], rs[0]))[:depth]
+                for j, (r, sc) in enumerate(ranked):
+                    out_rows[i, j], out_scores[i, j] = r, sc
+            return out_rows, out_scores
+
+        found = search_documents(rows, vectors.shape[0], pmap, k, how, sum_k, allowed)
+        return [{d: s for d, (s, _) in hits.items()} for hits in found]
+
     # ------------------------------------------------------------------ fused search
     def batch_search(self, queries: Sequence[str], k: int = 10, mode: str = "hybrid", *, explain: bool = False,
                      fusion: str | None = None, alpha: float | None = None,
                      weights: Mapping[str, float] | None = None, depth: int | None = None,
                      allowed_ids: Iterable[str] | None = None, threads: int | None = None,
-                     timings: Timings | None = None, encoded: QueryBatch | None = None) -> list[list[Hit]]:
+                     timings: Timings | None = None, encoded: QueryBatch | None = None,
+                     passage_agg: str | None = None) -> list[list[Hit]]:
         """:meth:`Searcher.batch_search` with the legs in Milvus; plain RRF of a leg set runs
         as one Milvus hybrid search (see the module docstring)."""
         opts = dict(explain=explain, fusion=fusion, alpha=alpha, weights=weights, depth=depth,
-                    allowed_ids=allowed_ids, threads=threads, timings=timings)
+                    allowed_ids=allowed_ids, threads=threads, timings=timings, passage_agg=passage_agg)
         legs = parse_mode(mode)
         method = fusion
         if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
             method = LEG_SET_DEFAULTS[legs][0]
         method = method or self.fusion.method
-        if not self.server_fusion or len(legs) < 2 or method != "rrf":
+        if not self.server_fusion or len(legs) < 2 or method != "rrf" or self.index.passages is not None:
             return super().batch_search(queries, k, mode, encoded=encoded, **opts)
         a = self.fusion.alpha if alpha is None else alpha
         if _leg_weights(mode, legs, a, alpha is not None, weights)[1] is not None:

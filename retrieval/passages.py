@@ -18,7 +18,7 @@ from typing import Any
 
 from alignir.errors import InvalidInputError
 
-__all__ = ["Passage", "parse_passages", "split_passages"]
+__all__ = ["Passage", "PassagePlan", "parse_passages", "plan_passages", "split_passages"]
 
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n(?=\s*\S)")
 
@@ -69,3 +69,61 @@ def split_passages(text: str, tokenizer: Any, window: int, stride: int,
         if last == len(spans) - 1:
             break
     return out
+
+
+@dataclass(frozen=True)
+class PassagePlan:
+    """What to encode for a corpus: ``texts`` (one per row), ``counts`` (rows per document),
+    the rows' character spans in their documents, and the build report (``stats``)."""
+
+    texts: list[str]
+    counts: list[int]
+    starts: list[int]
+    ends: list[int]
+    stats: dict[str, Any]
+
+    @property
+    def split(self) -> bool:
+        """Whether some document became several rows (else the index needs no passage map)."""
+        return len(self.texts) > len(self.counts)
+
+
+def plan_passages(texts: list[str], tokenizer: Any, split: str, window: int, stride: int | None = None,
+                  budget: int | None = None) -> PassagePlan:
+    """Split the documents longer than ``window`` tokens into passages (``split``: "auto" /
+    "on"; "off": one row per document). ``budget``: the encoder's text budget (a window above
+    it is refused: its passages would be truncated). The report counts the text tokens the
+    encoder reads with passages (``passage_tokens``) and without (``truncated_tokens``: each
+    document cut at ``budget``), so their ratio is the encode-cost factor of the overlap."""
+    if budget is not None and window > budget:
+        raise InvalidInputError(f"passage window {window} exceeds the encoder's text budget of {budget} tokens "
+                                f"(max length less the prompt): passages would be truncated; use a window "
+                                f"<= {budget} or a larger --max-length")
+    stride = max(1, window // 2) if stride is None else stride
+    if split not in ("auto", "on", "off"):
+        raise InvalidInputError(f"split must be auto, on or off, got {split!r}")
+    lengths = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
+    cap = budget or window
+    stats: dict[str, Any] = {"window": window, "stride": stride, "documents": len(texts),
+                             "long_documents": sum(n > window for n in lengths),
+                             "truncated_tokens": int(sum(min(n, cap) for n in lengths))}
+    rows, counts, starts, ends = [], [], [], []
+    passage_tokens = 0
+    for text, n in zip(texts, lengths):
+        if split == "off" or n <= window:
+            rows.append(text)
+            counts.append(1)
+            starts.append(0)
+            ends.append(len(text))
+            passage_tokens += min(n, cap)
+            continue
+        parts = split_passages(text, tokenizer, window, stride)
+        rows += [p.text for p in parts]
+        counts.append(len(parts))
+        starts += [p.start for p in parts]
+        ends += [p.end for p in parts]
+        passage_tokens += sum(len(ids) for ids in tokenizer([p.text for p in parts],
+                                                            add_special_tokens=False)["input_ids"])
+    stats.update(rows=len(rows), split_documents=sum(c > 1 for c in counts), passage_tokens=int(passage_tokens),
+                 token_factor=round(passage_tokens / max(1, stats["truncated_tokens"]), 4))
+    return PassagePlan(rows, counts, starts, ends, stats)

@@ -20,6 +20,12 @@ per query by its agreement with the BM25 leg). Leg sets with BM25 default to agr
 the earlier fixed z-score default (BM25 at 0.6); other methods weigh legs equally. Pyserini's
 BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
+Long documents split into passages at build time (``build-index --passages``): the dense and
+sparse legs score passages and aggregate them to documents before fusion (MaxP by default;
+FirstP or the sum of the N best with ``passage_agg``: Dai & Callan, "Deeper Text Understanding
+for IR with Contextual Neural Language Modeling", SIGIR 2019, §3; retrieval/passage_leg.py);
+hits are documents, and ``explain`` names the passage that matched (``Hit.passages``).
+
 An open Searcher may be shared across threads: encoding is serialised by a lock (tokenizers
 and torch modules are not re-entrant); sparse searches run concurrently (SparseIndex runs a
 single query on the calling thread without the GIL, and serialises only numba-pool batches);
@@ -43,7 +49,9 @@ from alignir.encoders.aligned import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
+from alignir.index.passages import parse_aggregation
 from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
+from alignir.retrieval.passage_leg import PassageLeg
 from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
 from alignir.retrieval.sparsify import Sparsifier
 
@@ -122,7 +130,9 @@ class Hit:
     score}, None when the document was not in that leg's list); ``sparse_score`` /
     ``dense_score`` / ``bm25_score`` read it (None also when the leg was not searched).
     ``explanation`` lists the shared terms and their contributions to the score of the first
-    leg of the mode that explains (sparse before bm25; with ``explain=True``)."""
+    leg of the mode that explains (sparse before bm25; with ``explain=True``). ``passages``:
+    in an index with passages, with ``explain=True``, the best passage of the document in each
+    passage leg of the mode ({leg name: PassageMatch}; the explanation is its terms)."""
 
     id: str
     score: float
@@ -130,6 +140,7 @@ class Hit:
     doc_number: int
     leg_scores: dict[str, float | None] = field(default_factory=dict)
     explanation: list[TermContribution] | None = None
+    passages: dict[str, Any] | None = None
 
     @property
     def sparse_score(self) -> float | None:
@@ -151,6 +162,8 @@ class Hit:
             d[f"{leg}_score"] = self.leg_scores.get(leg)
         if self.explanation is not None:
             d["explanation"] = [asdict(c) for c in self.explanation]
+        if self.passages is not None:
+            d["passages"] = {leg: asdict(m) for leg, m in self.passages.items()}
         return d
 
 
@@ -233,13 +246,17 @@ class Searcher:
     :meth:`open`; ``legs`` ({name: Leg}, default: every registered leg the index can serve)."""
 
     def __init__(self, stored: StoredIndex, embedder: Any, sparsifier: Sparsifier,
-                 fusion: FusionConfig = FusionConfig(), legs: Mapping[str, Leg] | None = None) -> None:
+                 fusion: FusionConfig = FusionConfig(), legs: Mapping[str, Leg] | None = None,
+                 passage_agg: str | None = None) -> None:
 
         self.index = stored
         self.embedder = embedder
         self.sparsifier = sparsifier
         self.fusion = fusion
-        self.legs: dict[str, Leg] = dict(legs) if legs is not None else legs_for(stored, sparsifier)
+        self.passage_agg = passage_agg or IndexConfig.from_manifest(stored.manifest).passages.aggregate
+        parse_aggregation(self.passage_agg)
+        self.legs: dict[str, Leg] = (dict(legs) if legs is not None
+                                     else legs_for(stored, sparsifier, self.passage_agg))
         self._encode_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
 
@@ -282,7 +299,7 @@ class Searcher:
              instruction: str | None = None, device: str = "auto",
              fusion: FusionConfig | None = None, verify: bool = True, backend: str = "folder",
              uri: str | None = None, collection: str | None = None, precision: str | None = None,
-             allow_precision_mismatch: bool = False) -> "Searcher":
+             allow_precision_mismatch: bool = False, passage_agg: str | None = None) -> "Searcher":
         """Open ``path`` and load its query encoder.
 
         ``backend="milvus"``: the legs are searched in the Milvus collection ``collection``
@@ -299,11 +316,15 @@ class Searcher:
         :class:`IndexConfig`).
         ``precision``: the query encoder's ("fp32" | "int8"; default: the index's);
         ``allow_precision_mismatch``: accept one that differs from the index's in precision only.
+        ``passage_agg``: how an index with passages scores a document by them by default
+        ("maxp" | "firstp" | "sumN"; default: the index's, MaxP).
         """
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
         if backend == "folder" and (uri is not None or collection is not None):
             raise InvalidInputError("uri / collection are options of backend='milvus'")
+        if passage_agg is not None:
+            parse_aggregation(passage_agg)  # before the model loads
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
 
@@ -331,7 +352,8 @@ class Searcher:
         config = SparseConfig.from_dict(params.get("sparse", {}))
         term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
         sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
-        searcher = cls(stored, embedder, sparsifier, fusion or IndexConfig.from_manifest(stored.manifest).fusion)
+        searcher = cls(stored, embedder, sparsifier, fusion or IndexConfig.from_manifest(stored.manifest).fusion,
+                       passage_agg=passage_agg)
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
 
     def close(self) -> None:
@@ -374,13 +396,14 @@ class Searcher:
         threads: int | None = None,
         timings: Timings | None = None,
         encoded: QueryBatch | None = None,
+        passage_agg: str | None = None,
     ) -> list[Hit]:
         """Top-``k`` hits of one query; the options are :meth:`batch_search`'s."""
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
         return self.batch_search([query], k=k, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                  weights=weights, depth=depth, allowed_ids=allowed_ids, threads=threads,
-                                 timings=timings, encoded=encoded)[0]
+                                 timings=timings, encoded=encoded, passage_agg=passage_agg)[0]
 
     def batch_search(
         self,
@@ -397,6 +420,7 @@ class Searcher:
         threads: int | None = None,
         timings: Timings | None = None,
         encoded: QueryBatch | None = None,
+        passage_agg: str | None = None,
     ) -> list[list[Hit]]:
         """Top-``k`` hits per query, best first.
 
@@ -420,8 +444,14 @@ class Searcher:
         ``threads``: threads of the sparse kernels. ``timings``: a :class:`Timings` filled with
         the seconds per stage. ``encoded``: reuse a
         :class:`QueryBatch` from :meth:`encode` (e.g. to sweep fusion settings).
+        ``passage_agg``: in an index with passages, how the dense and sparse legs score a
+        document by its passages before fusion: "maxp" (its best passage; the searcher's
+        default), "firstp" (its first) or "sumN" (its N best summed); the top k is exact.
+        With ``explain`` each hit names its best passage per leg (``Hit.passages``).
         """
         legs = self.parse_mode(mode)
+        if passage_agg is not None:
+            parse_aggregation(passage_agg)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         if "bm25" in legs:
@@ -443,7 +473,7 @@ class Searcher:
         batch = encoded if encoded is not None else self.encode(queries, needed)
         side_k = min(self.index.n_docs, max(k, fcfg.depth) if len(legs) > 1 else k)
         lists = self._leg_lists(queries, batch, needed if explain else legs, side_k, allowed_ids, threads, tm,
-                                search=legs)
+                                search=legs, passage_agg=passage_agg)
 
         t0 = time.perf_counter()
         results = []
@@ -463,7 +493,23 @@ class Searcher:
             for i, hits in enumerate(results):
                 for h in hits:
                     h.explanation = leg.explain(rows[i], h.doc_number)
+        if explain:
+            self._name_passages(results, batch, needed)
         return results
+
+    def _name_passages(self, results: list[list[Hit]], batch: QueryBatch, legs: Sequence[str]) -> None:
+        """``Hit.passages``: each passage leg's best passage of every hit (indexes with passages)."""
+        named = [name for name in legs if isinstance(self.legs.get(name), PassageLeg)]
+        if not named:
+            return
+        for i, hits in enumerate(results):
+            for h in hits:
+                h.passages = {}
+                for name in named:
+                    leg = self.legs[name]
+                    match = leg.best_passage(batch.legs[name][i], h.doc_number, self.index.doc_ids)  # type: ignore[attr-defined]
+                    if match is not None:
+                        h.passages[name] = match
 
     def _explainer(self, legs: Sequence[str]) -> str | None:
         """The leg that explains the hits of a mode with ``legs``: the first of them that
@@ -480,19 +526,21 @@ class Searcher:
 
     def leg_lists(self, queries: Sequence[str], legs: Sequence[str] | None = None, k: int = 100, *,
                   allowed_ids: Iterable[str] | None = None, encoded: QueryBatch | None = None,
-                  threads: int | None = None) -> dict[str, list[dict[int, float]]]:
+                  threads: int | None = None, passage_agg: str | None = None) -> dict[str, list[dict[int, float]]]:
         """Each leg's top-``k`` as {doc number: raw score} per query — what the fused modes
         fuse (with :func:`fuse_legs`); for sweeping fusion settings without searching again.
-        ``legs``: None = every leg of this searcher."""
+        ``legs``: None = every leg of this searcher. ``passage_agg``: as in :meth:`batch_search`."""
         legs = self.parse_mode("+".join(self.legs if legs is None else legs))
         batch = encoded if encoded is not None else self.encode(queries, legs)
         return self._leg_lists(queries, batch, legs, min(self.index.n_docs, k), allowed_ids,
-                               threads, Timings())
+                               threads, Timings(), passage_agg=passage_agg)
 
     def _leg_lists(self, queries, batch: QueryBatch, legs: Sequence[str], side_k: int, allowed_ids,
-                   threads, tm: Timings, search: Sequence[str] | None = None) -> dict[str, list[dict[int, float]]]:
+                   threads, tm: Timings, search: Sequence[str] | None = None,
+                   passage_agg: str | None = None) -> dict[str, list[dict[int, float]]]:
         """Check (and complete, for legs without a model pass) ``batch`` for ``legs``, then
-        search the legs in ``search`` (default: ``legs``)."""
+        search the legs in ``search`` (default: ``legs``); passage legs aggregate by
+        ``passage_agg`` (None: the searcher's)."""
         n = len(queries)
         for name in legs:
             leg = self._leg(name)
@@ -506,7 +554,12 @@ class Searcher:
         lists: dict[str, list[dict[int, float]]] = {}
         for name in (legs if search is None else search):
             t0 = time.perf_counter()
-            docs, scores = self.legs[name].search(batch.legs[name], side_k, allowed=allowed, threads=threads)
+            leg = self.legs[name]
+            if isinstance(leg, PassageLeg):
+                docs, scores = leg.search(batch.legs[name], side_k, allowed=allowed, threads=threads,
+                                          aggregate=passage_agg or self.passage_agg)
+            else:
+                docs, scores = leg.search(batch.legs[name], side_k, allowed=allowed, threads=threads)
             lists[name] = _to_lists(docs, scores)
             tm.legs[name] = time.perf_counter() - t0
         return lists

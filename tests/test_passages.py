@@ -11,7 +11,7 @@ def test_map_from_counts_round_trip_and_ids(tmp_path):
     m = PassageMap.from_counts([2, 1, 3])
     assert m.doc.tolist() == [0, 0, 1, 2, 2, 2]
     assert m.ordinal.tolist() == [0, 1, 0, 0, 1, 2]
-    assert (m.n_rows, m.n_docs) == (6, 3) and m.describe() == {"rows": 6, "docs": 3}
+    assert (m.n_rows, m.n_docs) == (6, 3) and m.describe() == {"rows": 6, "docs": 3, "spans": False}
     m.save(tmp_path / "p")
     back = PassageMap.load(tmp_path / "p")
     assert np.array_equal(back.doc, m.doc) and np.array_equal(back.ordinal, m.ordinal)

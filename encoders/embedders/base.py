@@ -54,6 +54,12 @@ class Embedder(ABC):
         family, pooling, template, instruction, max length, adapter hash, options.
         Must be JSON-serialisable and stable across processes."""
 
+    def text_budget(self, role: str = "document") -> int | None:
+        """How many tokens of a text the encoder reads before truncating it (the text's share
+        of ``max_length``; None: no limit known). Passages longer than this would be cut."""
+        n = getattr(self, "max_length", None)
+        return int(n) if n else None
+
     def surface_token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Deduplicated tokenizer ids of each raw text (no template, no special tokens):
         the surface token set T_q of “A Text is Worth Several Tokens” eq.16."""

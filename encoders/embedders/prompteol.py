@@ -183,6 +183,11 @@ class PromptEmbedder(Embedder):
             self._overhead[role] = len(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
         return self._overhead[role]
 
+    def text_budget(self, role: str = "document") -> int | None:
+        """Tokens of a text that fit the prompt: ``max_length`` less the template, instruction
+        and special tokens, per text slot of the template (what :meth:`prepare` keeps)."""
+        return max(1, (self.max_length - self._template_overhead(role)) // self.template.n_slots)
+
     def prepare(self, texts: list[str], role: str) -> tuple[list[list[int]], list[list[int]], np.ndarray, int]:
         """Tokenize prompts. Returns (ids per text, pooled positions per text, empty mask, n truncated)."""
         tok = self.tokenizer

@@ -18,6 +18,14 @@ MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25
 WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm25=0.4 "
                 "(relative; default for sets with bm25: the --fusion method's base weights, "
                 "BM25 at 0.6; else equal).")
+PASSAGES_HELP = ("Split long documents into overlapping passages, each encoded and stored as its own "
+                 "dense and sparse row (searches return documents): auto (default: when some document "
+                 "exceeds the encoder's window, with WINDOW = that window) | off (truncate as before) | "
+                 "WINDOW[:STRIDE] in tokens of the encoder's tokenizer (STRIDE default WINDOW/2). "
+                 "The BM25 leg always sees whole documents.")
+PASSAGE_AGG_HELP = ("How a document scores by its passages (indexes with passages), before fusion: "
+                    "maxp (its best passage, default) | firstp (its first) | sumN (its N best summed, e.g. sum3); "
+                    "Dai & Callan, SIGIR 2019.")
 FUSION_HELP = ("minmax | rrf | zscore | agree. Leg sets with bm25 default to agree: z-score "
                "fusion where each LLM leg's weight is gated per query by its top-k agreement "
                "with the bm25 leg (falls back to BM25 when a leg is noise); zscore: the fixed "
@@ -60,14 +68,15 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
 def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Path],
               top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
               bm25: bool, progress: bool = True, weights: Optional[dict] = None,
-              backend: Optional[dict] = None, device: str = "auto") -> dict:
+              backend: Optional[dict] = None, device: str = "auto", passage_agg: Optional[str] = None) -> dict:
     from alignir.retrieval.beir import load_beir
     from alignir.retrieval.evaluation import evaluate_runs, timed_eval
     from alignir.retrieval.runs import write_trec
     from alignir.retrieval.searcher import Searcher, modes_for
 
     data = load_beir(dataset, split=split)
-    searcher = Searcher.open(index, instruction=instruction, device=device, **(backend or {}))
+    searcher = Searcher.open(index, instruction=instruction, device=device, passage_agg=passage_agg,
+                             **(backend or {}))
     modes = _modes(mode, modes_for(searcher.index))
     out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
                      weights=weights)
@@ -87,8 +96,12 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
             path = run if len(out["runs"]) == 1 else run.with_name(f"{run.stem}.{mode}{run.suffix}")
             write_trec(out["runs"][mode], path, tag=f"alignir-{mode}")
             typer.secho(f"run written: {path}", err=True)
-    return {"dataset": data.name, "split": split, "index": str(index), "queries": len(data.queries),
-            "metrics": out["metrics"], "seconds": out["seconds"]}
+    result = {"dataset": data.name, "split": split, "index": str(index), "queries": len(data.queries),
+              "metrics": out["metrics"], "seconds": out["seconds"]}
+    if searcher.index.passages is not None:
+        result["passages"] = {**searcher.index.manifest.get("build", {}).get("passages", {}),
+                              "aggregate": searcher.passage_agg}
+    return result
 
 
 def _print_table(result: dict) -> None:
@@ -117,6 +130,7 @@ def eval_cmd(
     fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in fusion."),
     weights: Optional[str] = typer.Option(None, help=WEIGHTS_HELP),
+    passage_agg: Optional[str] = typer.Option(None, "--passage-agg", help=PASSAGE_AGG_HELP),
     bm25: bool = typer.Option(False, help="Add a BM25 (bm25s) row from the same harness (named "
                               "bm25s when the index's own bm25 mode is evaluated too)."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
@@ -131,10 +145,14 @@ def eval_cmd(
     BEIR and Pyserini do. --backend milvus searches the collection exported from the index."""
     setup_logging(verbose)
     with user_errors(verbose):
+        from alignir.index.passages import parse_aggregation
+
         opts = backend_options(backend, uri, collection)
+        if passage_agg is not None:
+            parse_aggregation(passage_agg)
         result = _evaluate(index, dataset, split, mode, run, top, instruction, fusion,
                            alpha, bm25, progress=not as_json, weights=parse_weights(weights), backend=opts,
-                           device=device)
+                           device=device, passage_agg=passage_agg)
         if opts:
             from alignir.retrieval.milvus import default_collection_name
 
@@ -153,6 +171,8 @@ def beir_cmd(
     mode: str = typer.Option("all", help=MODES_HELP),
     run: Optional[Path] = typer.Option(None, help="Write TREC runs here."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
+    passages: str = typer.Option("auto", help=PASSAGES_HELP),
+    passage_agg: Optional[str] = typer.Option(None, "--passage-agg", help=PASSAGE_AGG_HELP),
     bm25: bool = typer.Option(True, help="Add the BM25 (bm25s) anchor row."),
     lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="Store the BM25 lexical leg "
                                  "in the index (the bm25 modes)."),
@@ -167,11 +187,16 @@ def beir_cmd(
     one-command benchmark. The index is kept (re-running reuses the cached encodings)."""
     setup_logging(verbose)
     with user_errors(verbose):
+        from alignir.index.passages import parse_aggregation
         from alignir.retrieval.beir import resolve_dataset
+        from alignir.retrieval.config import PassageConfig
         from alignir.retrieval.indexer import build_index
 
-        _modes(mode)  # a bad --mode, --fusion or --weights fails before the build
+        _modes(mode)  # a bad --mode, --fusion, --weights or --passages fails before the build
         leg_weights = parse_weights(weights)
+        passage_cfg = PassageConfig.parse(passages)
+        if passage_agg is not None:
+            parse_aggregation(passage_agg)
         if fusion is not None:
             from alignir.retrieval.config import FusionConfig
 
@@ -182,15 +207,18 @@ def beir_cmd(
         precision = check_precision(precision)
         tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
         tag += "" if precision == "fp32" else f"-{precision}"
+        tag += "" if max_length == 512 else f"-len{max_length}"
+        tag += "" if passage_cfg.split == "auto" and passage_cfg.window is None else (
+            "-nopassages" if passage_cfg.split == "off" else f"-p{passage_cfg.window}-{passage_cfg.stride}")
         target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{tag}"
         options: dict = {"max_length": max_length}
         if adapter is not None:
             options["adapter"] = str(adapter)
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
-                    embedder_options=options, lexical=lexical, precision=precision,
+                    embedder_options=options, lexical=lexical, precision=precision, passages=passage_cfg,
                     on_stage=lambda s: typer.secho(f"• {s}", err=True))
         result = _evaluate(target, str(folder), split, mode, run, 100, None, fusion, None,
-                           bm25, progress=not as_json, weights=leg_weights)
+                           bm25, progress=not as_json, weights=leg_weights, passage_agg=passage_agg)
         echo_json(result) if as_json else _print_table(result)
 
 

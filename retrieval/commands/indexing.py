@@ -12,7 +12,7 @@ import typer
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, PRECISION_HELP, URI_OPT,
                                                backend_options, echo_json, setup_logging, user_errors)
-from alignir.retrieval.commands.evaluate import FUSION_HELP
+from alignir.retrieval.commands.evaluate import FUSION_HELP, PASSAGE_AGG_HELP, PASSAGES_HELP
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 
@@ -60,6 +60,7 @@ def build_index_cmd(
     normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="Cosine instead of raw inner product on the dense side."),
     whiten: Optional[str] = typer.Option(None, help="Whiten the dense vectors: zca | pca."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
+    passages: str = typer.Option("auto", help=PASSAGES_HELP),
     batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
     instruction: Optional[str] = typer.Option(None, help="Default query instruction (task name or text); "
                                               "can be overridden at search time."),
@@ -82,8 +83,10 @@ def build_index_cmd(
     """
     setup_logging(verbose)
     with user_errors(verbose):
+        from alignir.retrieval.config import PassageConfig
         from alignir.retrieval.indexer import build_index
 
+        passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
         opts = {"max_length": max_length, "batch_tokens": batch_tokens}
         if adapter is not None:
@@ -95,12 +98,14 @@ def build_index_cmd(
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
                                device=device, lexical=lexical, wait=wait, precision=precision,
-                               on_stage=lambda s: typer.secho(f"• {s}", err=True))
+                               passages=passage_cfg, on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
             typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
         postings = manifest["parts"].get("sparse", {}).get("n_postings", 0)
-        typer.echo(f"indexed {manifest['counts']['docs']} documents into {index} "
+        rows = manifest["counts"].get("rows")
+        as_rows = f" as {rows} passages" if rows is not None else ""
+        typer.echo(f"indexed {manifest['counts']['docs']} documents{as_rows} into {index} "
                    f"({postings} postings, {len(skipped)} lines skipped)")
 
 
@@ -118,6 +123,7 @@ def search_cmd(
     weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
                                           "dense=0.4,sparse=0.2,bm25=0.4 (default: z-score with BM25 at 0.6 for sets with bm25, else equal)."),
     model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
+    passage_agg: Optional[str] = typer.Option(None, "--passage-agg", help=PASSAGE_AGG_HELP),
     backend: str = BACKEND_OPT,
     uri: Optional[str] = URI_OPT,
     collection: Optional[str] = COLLECTION_OPT,
@@ -131,6 +137,7 @@ def search_cmd(
     """Search an index from the shell (its legs in the folder, or in Milvus with --backend milvus)."""
     setup_logging(verbose)
     with user_errors(verbose):
+        from alignir.index.passages import parse_aggregation
         from alignir.retrieval.commands.evaluate import parse_weights
         from alignir.retrieval.searcher import Searcher, parse_mode
 
@@ -140,10 +147,12 @@ def search_cmd(
         if top < 1:
             raise InvalidInputError(f"--top must be at least 1, got {top}")
         parse_mode(mode)
+        if passage_agg is not None:
+            parse_aggregation(passage_agg)
         leg_weights = parse_weights(weights)
         searcher = Searcher.open(index, model=model, instruction=instruction, device=device,
                                  precision=precision, allow_precision_mismatch=allow_precision_mismatch,
-                                 **backend_options(backend, uri, collection))
+                                 passage_agg=passage_agg, **backend_options(backend, uri, collection))
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                weights=leg_weights)
         if as_json:
@@ -169,7 +178,20 @@ def _hit_json(hit) -> dict:
         d["matched"] = [{"term": c.string, "query_weight": c.query_weight,
                          "doc_weight": c.doc_weight, "contribution": c.contribution}
                         for c in hit.explanation]
+    if hit.passages is not None:
+        d["passages"] = {leg: vars(m) for leg, m in hit.passages.items()}
     return d
+
+
+def _passage_note(hit) -> str:
+    """"passage d3#2 [812:1460]" per passage leg of a hit (indexes with passages, --explain)."""
+    if not hit.passages:
+        return ""
+    shown = []
+    for leg, m in hit.passages.items():
+        span = f" [{m.start}:{m.end}]" if m.start is not None else ""
+        shown.append(f"{leg}: {m.id}{span}")
+    return "passage " + "; ".join(shown) + " | "
 
 
 def _print_hits(query: str, hits, explain: bool) -> None:
@@ -186,7 +208,8 @@ def _print_hits(query: str, hits, explain: bool) -> None:
         row = [str(h.rank), h.id, fmt(h.score), fmt(h.sparse_score), fmt(h.dense_score),
                fmt(h.bm25_score)]
         if explain:
-            row.append(", ".join(f"{c.string}: {c.contribution:.3g}" for c in (h.explanation or [])[:8]))
+            row.append(_passage_note(h) + ", ".join(f"{c.string}: {c.contribution:.3g}"
+                                                     for c in (h.explanation or [])[:8]))
         table.add_row(*row)
     Console().print(table)
     if not hits:
@@ -244,7 +267,9 @@ def info_cmd(
         lines = [
             f"index      {Path(index).absolute()}",
             f"format     {manifest['format']} v{manifest['format_version']} (created {manifest.get('created')})",
-            f"documents  {manifest['counts']['docs']}",
+            f"documents  {manifest['counts']['docs']}" + (
+                f" as {manifest['counts']['rows']} passages ({_passage_summary(manifest)})"
+                if "rows" in manifest["counts"] else ""),
             f"postings   {sparse.get('n_postings', '-')} over {sparse.get('n_terms', '-')} terms",
             f"dense      {manifest['dims']['dense']} dims, {dense.get('kind', '-')}"
             f", stored {manifest.get('dense_dtype')}",
@@ -261,6 +286,11 @@ def info_cmd(
             f"size       {size / 1e6:.1f} MB",
         ]
         typer.echo("\n".join(lines))
+
+
+def _passage_summary(manifest) -> str:
+    p = manifest.get("build", {}).get("passages", {})
+    return f"window {p.get('window')} tokens, stride {p.get('stride')}, {p.get('split_documents')} documents split"
 
 
 def _bm25_summary(p: dict) -> str:
@@ -284,6 +314,22 @@ def add_lexical_cmd(
 
         entry = add_lexical(index, source, k1=k1, b=b, wait=wait)["parts"]["lexical"]
         typer.echo(f"lexical leg added to {index}: {entry['n_terms']} terms, {entry['n_postings']} postings")
+
+
+def delete_cmd(
+    ids: list[str] = typer.Argument(..., help="Document ids to delete."),
+    index: Path = INDEX_OPT,
+    wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Delete documents from an index (every part, all their passages; atomic): they never come
+    back from a search or an export. No model, no re-encode."""
+    setup_logging(verbose)
+    with user_errors(verbose):
+        from alignir.retrieval.indexer import delete_documents
+
+        delete_documents(index, ids, wait=wait)
+        typer.echo(f"deleted {len(set(ids))} documents from {index}")
 
 
 def encode_cmd(
@@ -342,4 +388,5 @@ def register(app: typer.Typer) -> None:
     app.command("search")(search_cmd)
     app.command("resparsify")(resparsify_cmd)
     app.command("add-lexical")(add_lexical_cmd)
+    app.command("delete")(delete_cmd)
     app.command("info")(info_cmd)
