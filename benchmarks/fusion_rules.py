@@ -250,7 +250,7 @@ def _product_params(legs: tuple[str, ...]) -> dict:
     method, w = LEG_SET_DEFAULTS[legs]
     out = {"fusion": method, "weights": w}
     if method == "agree":
-        out.update(LEG_SET_AGREE[legs])
+        out.update(LEG_SET_AGREE[legs].to_dict())
     return out
 
 

@@ -40,11 +40,13 @@ from __future__ import annotations
 from alignir.errors import InvalidInputError
 
 import math
-from typing import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["AGREE_CHANCE", "AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "agree", "agree_weights",
+__all__ = ["AGREE_CHANCE", "AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "AgreeParams", "agree",
+           "agree_weights",
            "agreement", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
 
 Ranking = Mapping[str, float]
@@ -167,70 +169,136 @@ def zscore(
     return _convex(runs, "zscore", weights, alpha, missing, top)
 
 
-def agreement(run: Ranking, anchor: Ranking, k: int) -> float:
-    """``|top_k(run) ∩ top_k(anchor)| / k`` (top k by :func:`ranked` order)."""
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidInputError(f"agreement k must be a positive integer, got {k!r}")
-    return len({d for d, _ in ranked(run, k)} & {d for d, _ in ranked(anchor, k)}) / k
+def agreement(run: Ranking, anchor: Ranking, k: int, depth: int | None = None) -> float:
+    """``|top_k(run) ∩ top_depth(anchor)| / k`` (top lists by :func:`ranked` order; ``depth``
+    None: ``k``)."""
+    for name, v in (("k", k), ("depth", k if depth is None else depth)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise InvalidInputError(f"agreement {name} must be a positive integer, got {v!r}")
+    deep = {d for d, _ in ranked(anchor, k if depth is None else depth)}
+    return len({d for d, _ in ranked(run, k)} & deep) / k
+
+
+def _positive_int(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise InvalidInputError(f"agree {name} must be a positive integer, got {v!r}")
+
+
+def _number(name: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise InvalidInputError(f"agree {name} must be a finite number, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class AgreeParams:
+    """The per-query gate of :func:`agree` (validated on creation).
+
+    A list's agreement with the anchor is ``o = |top_k(list) ∩ top_depth(anchor)| / k``
+    (``depth`` None: ``k``); ``chance``: corrected for what two random picks from the pooled
+    candidates U (the union of the runs) would share, ``c = depth / |U|``:
+    ``max(0, (o - c) / (1 - c))``. Its weight is multiplied by
+    ``gate(o) = min(1, max(0, o - floor) / (tau - floor))^power``.
+
+    k: top k of the gated list compared. tau: agreement at which it keeps its full weight.
+    power: shape of the ramp. floor: agreement at or below which it drops out (< tau).
+    chance: correct the agreement for chance. depth: how deep in the anchor's list the
+    top k are looked for (>= k; None: k).
+    """
+
+    k: int = AGREE_K
+    tau: float = AGREE_TAU
+    power: float = AGREE_POWER
+    floor: float = AGREE_FLOOR
+    chance: bool = AGREE_CHANCE
+    depth: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("k", self.k)
+        if self.depth is not None:
+            _positive_int("depth", self.depth)
+            if self.depth < self.k:
+                raise InvalidInputError(f"agree depth must be >= k={self.k} (or None), got {self.depth}")
+        if not _number("tau", self.tau) > 0:
+            raise InvalidInputError(f"agree tau must be > 0, got {self.tau}")
+        if not _number("power", self.power) > 0:
+            raise InvalidInputError(f"agree power must be > 0, got {self.power}")
+        if not 0 <= _number("floor", self.floor) < self.tau:
+            raise InvalidInputError(f"agree floor must be in [0, tau={self.tau}), got {self.floor}")
+        if not isinstance(self.chance, bool):
+            raise InvalidInputError(f"agree chance must be true or false, got {self.chance!r}")
+
+    @property
+    def anchor_depth(self) -> int:
+        """How deep in the anchor's list the top k are looked for."""
+        return self.k if self.depth is None else self.depth
+
+    def gate(self, o: float) -> float:
+        """The weight factor of agreement ``o`` (already chance-corrected if asked)."""
+        return min(1.0, max(0.0, o - self.floor) / (self.tau - self.floor)) ** self.power
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "AgreeParams":
+        """From a dict (e.g. a results row); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidInputError(f"AgreeParams has no setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def _params(params: AgreeParams | None) -> AgreeParams:
+    if params is None:
+        return AgreeParams()
+    if not isinstance(params, AgreeParams):
+        raise InvalidInputError(f"agree params must be an AgreeParams, got {type(params).__name__}")
+    return params
 
 
 def agree_weights(
     runs: Sequence[Ranking],
     weights: Sequence[float] | None = None,
     anchor: int = -1,
-    k: int = AGREE_K,
-    tau: float = AGREE_TAU,
-    power: float = AGREE_POWER,
-    floor: float = AGREE_FLOOR,
-    chance: bool = AGREE_CHANCE,
+    params: AgreeParams | None = None,
 ) -> list[float]:
-    """The per-query weights :func:`agree` gives each run:
-    ``w_i · min(1, max(0, agreement_i - floor) / (tau - floor))^power`` for every run but the
-    anchor, ``w_anchor`` for it. ``chance``: the agreement is first corrected for what two
-    random top-k picks from the pooled candidates U (the union of the runs) would share,
-    ``c = k / |U|``: ``max(0, (o - c) / (1 - c))`` (when ``|U| <= k`` nothing can be judged
-    and the weights are returned as given). An empty anchor gates nothing (there is
-    nothing to agree with): the weights are returned as given."""
+    """The per-query weights :func:`agree` gives each run: ``w_i · params.gate(o_i)`` for
+    every run but the anchor (``o_i``: its agreement with the anchor, see
+    :class:`AgreeParams`), ``w_anchor`` for it. With ``chance``, when ``|U| <= depth``
+    nothing can be judged and the weights are returned as given. An empty anchor gates
+    nothing (there is nothing to agree with): the weights are returned as given."""
     runs = _check(runs)
+    p = _params(params)
     w = _weights(len(runs), weights, None)
-    if not -len(runs) <= anchor < len(runs):
+    if isinstance(anchor, bool) or not isinstance(anchor, int) or not -len(runs) <= anchor < len(runs):
         raise InvalidInputError(f"anchor {anchor} is not one of the {len(runs)} runs")
-    if not (math.isfinite(tau) and tau > 0):
-        raise InvalidInputError(f"agree tau must be > 0, got {tau}")
-    if not (math.isfinite(power) and power > 0):
-        raise InvalidInputError(f"agree power must be > 0, got {power}")
-    if not (math.isfinite(floor) and 0 <= floor < tau):
-        raise InvalidInputError(f"agree floor must be in [0, tau={tau}), got {floor}")
     a = anchor % len(runs)
-    agreement(runs[a], runs[a], k)  # validates k
     if not runs[a]:
         return w
-    c = min(1.0, k / len({d for r in runs for d in r})) if chance else 0.0
+    c = min(1.0, p.anchor_depth / len({d for r in runs for d in r})) if p.chance else 0.0
     if c >= 1.0:
         return w
 
-    def gate(o: float) -> float:
-        o = max(0.0, (o - c) / (1.0 - c))
-        return min(1.0, max(0.0, o - floor) / (tau - floor)) ** power
+    def gate(run: Ranking) -> float:
+        o = agreement(run, runs[a], p.k, p.anchor_depth)
+        return p.gate(max(0.0, (o - c) / (1.0 - c)))
 
-    return [wi if i == a else wi * gate(agreement(r, runs[a], k)) for i, (wi, r) in enumerate(zip(w, runs))]
+    return [wi if i == a else wi * gate(r) for i, (wi, r) in enumerate(zip(w, runs))]
 
 
 def agree(
     runs: Sequence[Ranking],
     weights: Sequence[float] | None = None,
     anchor: int = -1,
-    k: int = AGREE_K,
-    tau: float = AGREE_TAU,
-    power: float = AGREE_POWER,
-    floor: float = AGREE_FLOOR,
-    chance: bool = AGREE_CHANCE,
+    params: AgreeParams | None = None,
     missing: str = "min",
     top: int | None = None,
 ) -> dict[str, float]:
     """Z-score fusion with the weights of :func:`agree_weights` (``anchor``: index of the
-    anchor run, default the last)."""
-    w = agree_weights(runs, weights, anchor, k, tau, power, floor, chance)
+    anchor run, default the last; ``params``: the gate, default ``AgreeParams()``)."""
+    w = agree_weights(runs, weights, anchor, params)
     return _convex(runs, "zscore", w, None, missing, top)
 
 

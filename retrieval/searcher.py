@@ -80,10 +80,10 @@ LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
 #: The agreement gate of each leg set under "agree" (fusion.agree_weights: top-k compared,
 #: agreement for full weight τ, power, floor, chance correction), chosen per leg set with the
 #: weights above (benchmarks/fusion_rules.py).
-LEG_SET_AGREE: dict[tuple[str, ...], dict[str, Any]] = {
-    ("dense", "bm25"): {"k": 20, "tau": 0.7, "power": 1.0, "floor": 0.1, "chance": False},
-    ("sparse", "bm25"): {"k": 20, "tau": 0.5, "power": 1.0, "floor": 0.0, "chance": True},
-    ("dense", "sparse", "bm25"): {"k": 10, "tau": 0.4, "power": 1.0, "floor": 0.0, "chance": False},
+LEG_SET_AGREE: dict[tuple[str, ...], fusion_mod.AgreeParams] = {
+    ("dense", "bm25"): fusion_mod.AgreeParams(k=20, tau=0.7, power=1.0, floor=0.1, chance=False),
+    ("sparse", "bm25"): fusion_mod.AgreeParams(k=20, tau=0.5, power=1.0, floor=0.0, chance=True),
+    ("dense", "sparse", "bm25"): fusion_mod.AgreeParams(k=10, tau=0.4, power=1.0, floor=0.0, chance=False),
 }
 #: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights.
 LEG_SET_FUSION = "agree"
@@ -597,7 +597,7 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
 
 def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,
               rrf_weights: Sequence[float] | None = None, anchor: int | None = None,
-              agree_params: Mapping[str, Any] | None = None) -> dict:
+              agree_params: fusion_mod.AgreeParams | None = None) -> dict:
     """Fuse one query's leg lists (doc number -> raw score). Convex fusions weigh leg i by
     ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF); "agree" gates every leg but
     ``anchor`` (the index of the bm25 list) by its agreement with it (fusion.agree, with
@@ -618,5 +618,5 @@ def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cf
             raise InvalidInputError("fusion 'agree' needs an anchor list (the bm25 leg)")
         if anchor not in keep:
             return fusion_mod.zscore(runs, weights=w)
-        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), **dict(agree_params or {}))
+        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), params=agree_params)
     return fusion_mod.fuse(runs, method=cfg.method, weights=w)

@@ -111,7 +111,7 @@ def test_properties(a, b, alpha):
 
 
 # ----------------------------------------------------------------------------- agree (issue 17)
-from alignir.retrieval.fusion import agree, agree_weights, agreement  # noqa: E402
+from alignir.retrieval.fusion import AgreeParams, agree, agree_weights, agreement  # noqa: E402
 
 
 def _z(run):
@@ -135,21 +135,37 @@ def test_agree_weights_formula():
     anchor = {f"d{i}": float(10 - i) for i in range(10)}          # top-4: d0..d3
     half = {"d0": 9.0, "d1": 8.0, "x1": 7.0, "x2": 6.0}            # shares 2 of 4
     none = {"y1": 3.0, "y2": 2.0, "y3": 1.0, "y4": 0.5}            # shares 0
-    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.75, power=1.0)
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], params=AgreeParams(k=4, tau=0.75, power=1.0))
     assert w == pytest.approx([0.3 * (0.5 / 0.75), 0.0, 0.6])
-    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.75, power=2.0)
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], params=AgreeParams(k=4, tau=0.75, power=2.0))
     assert w == pytest.approx([0.3 * (0.5 / 0.75) ** 2, 0.0, 0.6])
-    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.4, power=1.0)
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], params=AgreeParams(k=4, tau=0.4, power=1.0))
     assert w == pytest.approx([0.3, 0.0, 0.6])                   # saturates at full weight
-    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], k=4, tau=0.75, floor=0.25)
+    w = agree_weights([half, none, anchor], [0.3, 0.3, 0.6], params=AgreeParams(k=4, tau=0.75, floor=0.25))
     assert w == pytest.approx([0.3 * (0.25 / 0.5), 0.0, 0.6])     # (0.5 - 0.25) / (0.75 - 0.25)
     # the anchor may sit anywhere; an empty anchor gates nothing
-    assert agree_weights([anchor, half], [0.6, 0.4], anchor=0, k=4, tau=0.75) == pytest.approx([0.6, 0.4 * 2 / 3])
-    assert agree_weights([half, {}], [0.4, 0.6], k=4) == [0.4, 0.6]
-    for bad, msg in ((dict(tau=0.0), "tau"), (dict(power=-1.0), "power"), (dict(floor=0.5, tau=0.3), "floor"),
-                     (dict(anchor=2), "anchor"), (dict(k=0), "positive integer")):
+    assert agree_weights([anchor, half], [0.6, 0.4], anchor=0, params=AgreeParams(k=4, tau=0.75)) == pytest.approx([0.6, 0.4 * 2 / 3])
+    assert agree_weights([half, {}], [0.4, 0.6], params=AgreeParams(k=4)) == [0.4, 0.6]
+    with pytest.raises(ValueError, match="anchor"):
+        agree_weights([half, anchor], [0.4, 0.6], anchor=2)
+    with pytest.raises(ValueError, match="AgreeParams"):
+        agree_weights([half, anchor], [0.4, 0.6], params={"k": 4})
+
+
+def test_agree_params_are_validated():
+    for bad, msg in ((dict(tau=0.0), "tau must be > 0"), (dict(tau=float("nan")), "tau must be a finite"),
+                     (dict(power=-1.0), "power must be > 0"), (dict(floor=0.5, tau=0.3), "floor must be in"),
+                     (dict(floor=-0.1), "floor must be in"), (dict(k=0), "k must be a positive integer"),
+                     (dict(k=2.5), "k must be a positive integer"), (dict(k=True), "k must be a positive"),
+                     (dict(k=10, depth=5), "depth must be >= k"), (dict(chance=1), "chance must be true")):
         with pytest.raises(ValueError, match=msg):
-            agree_weights([half, anchor], [0.4, 0.6], **bad)
+            AgreeParams(**bad)
+    p = AgreeParams(k=5, tau=0.3, depth=20)
+    assert AgreeParams.from_dict(p.to_dict()) == p and p.anchor_depth == 20 and AgreeParams(k=7).anchor_depth == 7
+    with pytest.raises(ValueError, match="no setting"):
+        AgreeParams.from_dict({"k": 5, "cap": 2})
+    with pytest.raises(Exception):
+        p.k = 3  # frozen
 
 
 def test_agree_is_zscore_with_gated_weights_hand_computed():
@@ -157,14 +173,14 @@ def test_agree_is_zscore_with_gated_weights_hand_computed():
     leg = {"b": 0.9, "e": 0.8, "a": 0.1}                           # top-2 {b, e}: 1 of 2 shared
     g = 0.5 / 0.75
     za, zl = _z(anchor), _z(leg)
-    f = agree([leg, anchor], [0.4, 0.6], k=2, tau=0.75)
+    f = agree([leg, anchor], [0.4, 0.6], params=AgreeParams(k=2, tau=0.75))
     expect = {d: 0.4 * g * zl.get(d, min(zl.values())) + 0.6 * za.get(d, min(za.values()))
               for d in "abcde"}
     assert f == pytest.approx(expect)
     assert list(f) == [d for d, _ in ranked(expect)]
     # full agreement: exactly z-score with the given weights
-    assert agree([anchor, anchor], [0.4, 0.6], k=2) == zscore([anchor, anchor], weights=[0.4, 0.6])
-    assert fuse([leg, anchor], "agree", weights=[0.4, 0.6], k=2, tau=0.75) == f
+    assert agree([anchor, anchor], [0.4, 0.6], params=AgreeParams(k=2)) == zscore([anchor, anchor], weights=[0.4, 0.6])
+    assert fuse([leg, anchor], "agree", weights=[0.4, 0.6], params=AgreeParams(k=2, tau=0.75)) == f
 
 
 def test_agree_falls_back_to_the_anchor_when_a_leg_is_noise():
@@ -178,11 +194,11 @@ def test_agree_falls_back_to_the_anchor_when_a_leg_is_noise():
     good = {d: float(s) for d, s in zip(docs[:30], rng.permutation(30))}
     noise = {d: float(s) for d, s in zip(docs[10:100], rng.normal(size=90))}
     top = [d for d, _ in ranked(anchor, 10)]
-    w = agree_weights([good, noise, anchor], [0.3, 0.3, 0.6], k=10, tau=0.3)
+    w = agree_weights([good, noise, anchor], [0.3, 0.3, 0.6], params=AgreeParams(k=10, tau=0.3))
     assert w == [0.3, 0.0, 0.6]
-    fused = agree([good, noise, anchor], [0.3, 0.3, 0.6], k=10, tau=0.3)
+    fused = agree([good, noise, anchor], [0.3, 0.3, 0.6], params=AgreeParams(k=10, tau=0.3))
     assert fused == pytest.approx(zscore([good, noise, anchor], weights=[0.3, 0.0, 0.6]))
-    only_noise = agree([noise, anchor], [0.4, 0.6], k=10, tau=0.3)
+    only_noise = agree([noise, anchor], [0.4, 0.6], params=AgreeParams(k=10, tau=0.3))
     assert list(only_noise)[:10] == top                           # BM25's order, untouched
     assert list(zscore([noise, anchor], weights=[0.4, 0.6]))[:10] != top  # the fixed weights are not
 
@@ -192,7 +208,7 @@ def test_agree_chance_correction():
     leg = {"d0": 5.0, "d1": 4.0, "d10": 3.0, "d11": 2.0}          # top-4 shares 2 of anchor's top-4
     c = 4 / 20
     o = (0.5 - c) / (1 - c)
-    assert agree_weights([leg, anchor], [0.4, 0.6], k=4, tau=0.75, chance=True) == pytest.approx([0.4 * o / 0.75, 0.6])
-    assert agree_weights([leg, anchor], [0.4, 0.6], k=4, tau=0.75) == pytest.approx([0.4 * 0.5 / 0.75, 0.6])
+    assert agree_weights([leg, anchor], [0.4, 0.6], params=AgreeParams(k=4, tau=0.75, chance=True)) == pytest.approx([0.4 * o / 0.75, 0.6])
+    assert agree_weights([leg, anchor], [0.4, 0.6], params=AgreeParams(k=4, tau=0.75)) == pytest.approx([0.4 * 0.5 / 0.75, 0.6])
     tiny = {"a": 1.0, "b": 0.5}
-    assert agree_weights([{"c": 1.0}, tiny], [0.4, 0.6], k=4, chance=True) == [0.4, 0.6]  # |U| <= k
+    assert agree_weights([{"c": 1.0}, tiny], [0.4, 0.6], params=AgreeParams(k=4, chance=True)) == [0.4, 0.6]  # |U| <= k

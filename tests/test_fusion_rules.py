@@ -35,7 +35,7 @@ def test_replayed_rules_equal_the_product_code():
     for legs in MODES:
         w = LEG_SET_WEIGHTS["agree"][legs]
         cap = w[legs[0]] / MODES[legs][0] * MODES[legs][-1] / w["bm25"]
-        replay = apply_rule(prepare(s, legs), MODES[legs], "agree", {**LEG_SET_AGREE[legs], "cap": cap})
+        replay = apply_rule(prepare(s, legs), MODES[legs], "agree", {**LEG_SET_AGREE[legs].to_dict(), "cap": cap})
         product = product_run(s, legs)
         for q in replay:
             assert list(replay[q]) == list(product[q]), (legs, q)
