@@ -45,15 +45,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["AGREE_CHANCE", "AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "AgreeParams", "agree",
-           "agree_weights",
+__all__ = ["AGREE_CHANCES", "AGREE_TOP10", "FUSION_METHODS", "AgreeParams", "agree", "agree_weights",
            "agreement", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
 
 Ranking = Mapping[str, float]
 FUSION_METHODS = ("rrf", "minmax", "zscore", "agree")
-#: ``agree`` defaults: top-k compared, agreement at which a list keeps its full weight, power,
-#: agreement at or below which it drops out, correct the agreement for chance
-AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR, AGREE_CHANCE = 10, 0.4, 1.0, 0.0, False
 
 
 def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
@@ -190,28 +186,38 @@ def _number(name: str, v: object) -> float:
     return float(v)
 
 
+#: how :class:`AgreeParams` corrects an agreement for chance
+AGREE_CHANCES = ("none", "pool", "corpus")
+
+
 @dataclass(frozen=True)
 class AgreeParams:
-    """The per-query gate of :func:`agree` (validated on creation).
+    """The per-query gate of :func:`agree` (validated on creation; the defaults are the
+    dense+sparse+bm25 gate chosen in benchmarks/fusion_rules.py, issue 17).
 
-    A list's agreement with the anchor is ``o = |top_k(list) ∩ top_depth(anchor)| / k``
-    (``depth`` None: ``k``); ``chance``: corrected for what two random picks from the pooled
-    candidates U (the union of the runs) would share, ``c = depth / |U|``:
-    ``max(0, (o - c) / (1 - c))``. Its weight is multiplied by
-    ``gate(o) = min(1, max(0, o - floor) / (tau - floor))^power``.
+    A list's agreement with the anchor is ``A = |top_k(list) ∩ top_depth(anchor)| / k`` (its
+    top k found among the anchor's top ``depth``); with ``symmetric`` also
+    ``B = |top_k(anchor) ∩ top_depth(list)| / k``, the two averaged. Each is corrected for
+    what a random top k would share, ``max(0, (o - c) / (1 - c))`` with ``c`` the chance that
+    a random document is in the other list's top ``depth``: ``c = min(depth, |that list|) / n``,
+    ``n`` the collection size (``chance="corpus"``; the ``n_docs`` given to :func:`agree`, the
+    union of the runs when none is given) or the union of the runs (``"pool"``); ``"none"``:
+    ``c = 0``. A direction with ``c >= 1`` cannot be judged and counts as full agreement. The
+    list's weight is multiplied by ``gate(o) = min(1, max(0, o - floor) / (tau - floor))^power``.
 
-    k: top k of the gated list compared. tau: agreement at which it keeps its full weight.
-    power: shape of the ramp. floor: agreement at or below which it drops out (< tau).
-    chance: correct the agreement for chance. depth: how deep in the anchor's list the
-    top k are looked for (>= k; None: k).
+    k: top k of each list compared. tau: (corrected) agreement at which a list keeps its full
+    weight. power: shape of the ramp. floor: agreement at or below which it drops out (< tau).
+    chance: "none" | "pool" | "corpus". depth: how deep in the other list the top k are looked
+    for (>= k; None: k). symmetric: also look for the anchor's top k in the list's top depth.
     """
 
-    k: int = AGREE_K
-    tau: float = AGREE_TAU
-    power: float = AGREE_POWER
-    floor: float = AGREE_FLOOR
-    chance: bool = AGREE_CHANCE
-    depth: int | None = None
+    k: int = 10
+    tau: float = 0.1
+    power: float = 2.0
+    floor: float = 0.0
+    chance: str = "corpus"
+    depth: int | None = 50
+    symmetric: bool = True
 
     def __post_init__(self) -> None:
         _positive_int("k", self.k)
@@ -225,17 +231,32 @@ class AgreeParams:
             raise InvalidInputError(f"agree power must be > 0, got {self.power}")
         if not 0 <= _number("floor", self.floor) < self.tau:
             raise InvalidInputError(f"agree floor must be in [0, tau={self.tau}), got {self.floor}")
-        if not isinstance(self.chance, bool):
-            raise InvalidInputError(f"agree chance must be true or false, got {self.chance!r}")
+        if self.chance not in AGREE_CHANCES:
+            raise InvalidInputError(f"agree chance must be one of {AGREE_CHANCES}, got {self.chance!r}")
+        if not isinstance(self.symmetric, bool):
+            raise InvalidInputError(f"agree symmetric must be true or false, got {self.symmetric!r}")
 
     @property
     def anchor_depth(self) -> int:
-        """How deep in the anchor's list the top k are looked for."""
+        """How deep in the other list the top k are looked for."""
         return self.k if self.depth is None else self.depth
 
     def gate(self, o: float) -> float:
-        """The weight factor of agreement ``o`` (already chance-corrected if asked)."""
+        """The weight factor of (chance-corrected) agreement ``o``."""
         return min(1.0, max(0.0, o - self.floor) / (self.tau - self.floor)) ** self.power
+
+    def agreement(self, run: Ranking, anchor: Ranking, population: int) -> float:
+        """The chance-corrected agreement of ``run`` with ``anchor`` (``population``: the
+        number of documents a random pick comes from; unused with ``chance="none"``)."""
+        def one(a: Ranking, b: Ranking) -> float:
+            o = agreement(a, b, self.k, self.anchor_depth)
+            if self.chance == "none":
+                return o
+            c = min(self.anchor_depth, len(b)) / max(1, population)
+            return 1.0 if c >= 1.0 else max(0.0, (o - c) / (1.0 - c))
+        if not self.symmetric:
+            return one(run, anchor)
+        return (one(run, anchor) + one(anchor, run)) / 2
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -248,6 +269,11 @@ class AgreeParams:
         if unknown:
             raise InvalidInputError(f"AgreeParams has no setting(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+#: the gate of the default before the study of issue 17 item 3 (dense+sparse+bm25, weights
+#: 0.3 / 0.3 / 0.6): top-10 overlap with BM25's top 10, full weight at 0.4
+AGREE_TOP10 = AgreeParams(k=10, tau=0.4, power=1.0, floor=0.0, chance="none", depth=None, symmetric=False)
 
 
 def _params(params: AgreeParams | None) -> AgreeParams:
@@ -263,29 +289,27 @@ def agree_weights(
     weights: Sequence[float] | None = None,
     anchor: int = -1,
     params: AgreeParams | None = None,
+    n_docs: int | None = None,
 ) -> list[float]:
     """The per-query weights :func:`agree` gives each run: ``w_i · params.gate(o_i)`` for
-    every run but the anchor (``o_i``: its agreement with the anchor, see
-    :class:`AgreeParams`), ``w_anchor`` for it. With ``chance``, when ``|U| <= depth``
-    nothing can be judged and the weights are returned as given. An empty anchor gates
-    nothing (there is nothing to agree with): the weights are returned as given."""
+    every run but the anchor (``o_i``: its chance-corrected agreement with the anchor,
+    :meth:`AgreeParams.agreement`), ``w_anchor`` for it. ``n_docs``: the collection size
+    (for ``chance="corpus"``; None: the union of the runs). An empty anchor gates nothing
+    (there is nothing to agree with): the weights are returned as given."""
     runs = _check(runs)
     p = _params(params)
     w = _weights(len(runs), weights, None)
     if isinstance(anchor, bool) or not isinstance(anchor, int) or not -len(runs) <= anchor < len(runs):
         raise InvalidInputError(f"anchor {anchor} is not one of the {len(runs)} runs")
+    if n_docs is not None and (isinstance(n_docs, bool) or not isinstance(n_docs, int) or n_docs <= 0):
+        raise InvalidInputError(f"n_docs must be a positive integer or None, got {n_docs!r}")
     a = anchor % len(runs)
     if not runs[a]:
         return w
-    c = min(1.0, p.anchor_depth / len({d for r in runs for d in r})) if p.chance else 0.0
-    if c >= 1.0:
-        return w
-
-    def gate(run: Ranking) -> float:
-        o = agreement(run, runs[a], p.k, p.anchor_depth)
-        return p.gate(max(0.0, (o - c) / (1.0 - c)))
-
-    return [wi if i == a else wi * gate(r) for i, (wi, r) in enumerate(zip(w, runs))]
+    pool = len({d for r in runs for d in r})
+    population = n_docs if (p.chance == "corpus" and n_docs is not None) else pool
+    return [wi if i == a else wi * p.gate(p.agreement(r, runs[a], population))
+            for i, (wi, r) in enumerate(zip(w, runs))]
 
 
 def agree(
@@ -293,12 +317,14 @@ def agree(
     weights: Sequence[float] | None = None,
     anchor: int = -1,
     params: AgreeParams | None = None,
+    n_docs: int | None = None,
     missing: str = "min",
     top: int | None = None,
 ) -> dict[str, float]:
     """Z-score fusion with the weights of :func:`agree_weights` (``anchor``: index of the
-    anchor run, default the last; ``params``: the gate, default ``AgreeParams()``)."""
-    w = agree_weights(runs, weights, anchor, params)
+    anchor run, default the last; ``params``: the gate, default ``AgreeParams()``;
+    ``n_docs``: the collection size, for the chance correction)."""
+    w = agree_weights(runs, weights, anchor, params, n_docs)
     return _convex(runs, "zscore", w, None, missing, top)
 
 
