@@ -1,5 +1,5 @@
 """Fusion of ranked lists (one query): RRF, min-max convex combination, z-score, and z-score
-gated by agreement with an anchor list.
+gated by chance-corrected agreement with an anchor list.
 
 Each input is a ``{doc_id: score}`` mapping (higher is better). Outputs are
 ``{doc_id: fused score}`` dicts *ordered* best first; ties are broken by doc id ascending
@@ -20,17 +20,22 @@ in it (and the missing value) is 0, so it does not move the fused order.
 
 - Agreement-gated z-score (``agree``, the default of the leg sets with BM25): z-score fusion
   where every list other than the *anchor* (the BM25 leg in search) has its weight scaled, per
-  query, by how much its top ``k`` agrees with the anchor's top ``k``:
-  ``w'_i = w_i · min(1, max(0, o_i - f) / (τ - f))^p`` with
-  ``o_i = |top_k(i) ∩ top_k(anchor)| / k`` and a floor ``f`` < τ (default 0: ``min(1, o_i/τ)^p``;
-  the anchor keeps ``w_a``). A list that shares nothing with the anchor's top k for this query —
-  noise, e.g. an LLM leg that saw only a truncated document — drops out (weight 0), and the
-  fused order falls back to the anchor's; one that shares at least ``τ·k`` of it keeps its full
-  weight. This is CombSUM over z-scores (Fox & Shaw, "Combination of Multiple Searches",
+  query, by how much it agrees with the anchor beyond chance: ``w'_i = w_i · gate(o_i)``, with
+  ``o_i`` the share of list i's top k found in the anchor's top ``depth`` (and, ``symmetric``,
+  of the anchor's top k in list i's top ``depth``, averaged), each corrected for what a random
+  top k would share in a collection of ``n_docs`` documents, ``(o - c) / (1 - c)``, and
+  ``gate(o) = min(1, max(0, o - floor) / (τ - floor))^p`` (:class:`AgreeParams`). A list that
+  agrees with the anchor no more than chance for this query — noise, e.g. an LLM leg that saw
+  only a truncated document — drops out and the fused order falls back to the anchor's; one
+  that agrees clearly keeps its full weight (the default: τ 0.1, i.e. one or two of its top 10
+  among BM25's top 50 beyond chance). The chance correction is what makes one gate fit
+  collections of 82 and of 5,000 documents (two random top 10s of ADI's 82 documents already
+  share 1.2). This is CombSUM over z-scores (Fox & Shaw, "Combination of Multiple Searches",
   TREC-2 1994) with the overlap-as-evidence idea of Lee, "Analyses of Multiple Evidence
   Combination" (SIGIR 1997: relevant documents are retrieved by more of the systems), used
-  here as a per-query reliability weight of each list; ``k``, ``τ`` and
-  ``p`` were chosen leave-one-collection-out (benchmarks/fusion_rules.py, issue 17).
+  here as a per-query reliability weight of each list; the gate's form and parameters were
+  chosen on dumped leg lists, leave-one-collection-out, also with the LLM legs deliberately
+  degraded (benchmarks/fusion_rules.py, issue 17).
 
 Rank order inside each input list uses the same deterministic tie-break (score
 descending, doc id ascending), so RRF ranks are well defined.

@@ -33,7 +33,7 @@ PUBLIC: dict[str, list[str]] = {
     "alignir.index.store": ["write_index", "open_index", "read_manifest", "replace_part", "check_fingerprint"],
     "alignir.retrieval.beir": ["load_beir"],
     "alignir.retrieval.metrics": ["evaluate"],
-    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore", "agree", "agree_weights"],
+    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore", "agree", "agree_weights", "AgreeParams"],
     "alignir.retrieval.config": ["IndexConfig", "IndexConfig.from_manifest", "SparseConfig", "SparseConfig.with_changes",
                                  "DenseConfig", "LexicalConfig", "FusionConfig"],
     "alignir.retrieval.sparsify": ["Sparsifier.for_model"],
