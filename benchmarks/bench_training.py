@@ -75,7 +75,7 @@ def gircse_multi_k(loaded, adapter, Ks, coll, max_length):
         def embed_batch(self, texts, role):
             from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
             from alignir.encoders.templates import resolve_instruction
-            from alignir.encoders.train.genbase import left_pad, pad_id
+            from alignir.encoders.embedders.generative import left_pad, pad_id
 
             instr = resolve_instruction(self.instruction) if role == "query" else None
             rows = [gircse_input_ids(self.tokenizer, t, instr, self.max_length) for t in texts]

@@ -25,7 +25,9 @@ def record(result: dict, run: str, method: str, steps: int, command: str, shippe
     metrics = result["metrics"]
     row = {"method": method, "steps": steps, "dataset": result["dataset"], "queries": result["queries"],
            **{f: round(metrics[m]["ndcg@10"], 4) for f, m in FIELDS.items() if m in metrics},
-           "encode_seconds": round(result.get("seconds", {}).get("encode", 0.0), 1),
+           # `alignir beir`'s seconds.encode is the query encoding of its search phase (the index
+           # was built before it, its document encoding is not in the result)
+           "query_encode_seconds": round(result.get("seconds", {}).get("encode", 0.0), 1),
            "harness": "alignir beir (product defaults: centred cosine dense, index-default sparse, fusions)",
            "command": command, **(extra or {})}
     if shipped:

@@ -22,6 +22,7 @@ from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
 from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, write_index
 from alignir.retrieval.beir import Corpus, read_corpus_jsonl
+from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, SparseConfig
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
                                        normalize_fingerprint, term_map_arrays, term_map_from_arrays)
@@ -29,7 +30,6 @@ from alignir.retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambd
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_EMBEDDER = "prompteol"
 #: PromptEOL vectors are very anisotropic: centring + cosine lifted dense nDCG@10 from 0.45
 #: to 0.57 on MED and 0.22 to 0.36 on ADI (benchmarks/results/quality.json, dense_centering.json);

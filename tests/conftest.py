@@ -12,6 +12,7 @@
   (module scope); ``TRAIN_QUERIES``, ``TRAIN_CASES`` / ``TRAIN_CASE_IDS`` (every method/stage),
   ``train_config`` and ``train_log`` / ``train_losses`` go with it.
 - ``write_corpus`` / ``write_queries``: BEIR corpus.jsonl / queries.jsonl files (ids d0.. / q0..).
+- ``assert_same_ranking``: two ranked (id, score) lists equal up to float tolerance and near ties.
 """
 from __future__ import annotations
 
@@ -206,3 +207,28 @@ def train_log(out, name="loss_log.jsonl"):
 def train_losses(out):
     """The per-step training losses of a run."""
     return [r["loss"] for r in train_log(out)]
+
+
+def assert_same_ranking(got, want, *, rtol: float, min_scale: float = 1e-6, where=None) -> None:
+    """Two ranked lists of ``(id, score)`` are the same ranking up to float rounding.
+
+    The tolerance is ``rtol * max(min_scale, largest |score| of want)``. Every rank's score must
+    agree within it, and a document may stand at another rank than in ``want`` only inside a near
+    tie: its score in ``want`` (or ``want``'s last score, for a document new to the list, i.e. a
+    tie cut differently at the k-th place) is within the tolerance of the score at its new rank.
+    """
+    got, want = [(d, float(s)) for d, s in got], [(d, float(s)) for d, s in want]
+    assert len(got) == len(want), (where, f"{len(got)} hits, expected {len(want)}")
+    if not want:
+        return
+    tol = rtol * max(min_scale, max(abs(s) for _, s in want))
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if abs(g[1] - w[1]) > tol]
+    assert not bad, (where, f"scores differ at ranks {bad[:5]}, max |diff| "
+                            f"{max(abs(g[1] - w[1]) for g, w in zip(got, want)):.3g} > {tol:.3g}")
+    want_score = dict(want)
+    for rank, (doc, score) in enumerate(got):
+        if doc == want[rank][0]:
+            continue
+        ref = want_score.get(doc, want[-1][1])
+        assert abs(ref - score) <= tol, (where, f"rank {rank + 1}: {doc} (reference score {ref}) replaces "
+                                                f"{want[rank][0]} ({want[rank][1]}), not a near tie")

@@ -29,7 +29,7 @@ from alignir.retrieval.milvus import (CollectionMismatch, MilvusCollection, Milv
 from alignir.retrieval.milvus_search import MilvusSearcher  # noqa: E402
 from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 
-from conftest import ROOT, TINY_CORPUS, write_corpus  # noqa: E402
+from conftest import ROOT, TINY_CORPUS, assert_same_ranking, write_corpus  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,26 +65,9 @@ def searchers(built, exported, tiny_model):
 
 
 def _same(a, b, rel=1e-5):
-    """Same ids in the same order, the same scores to float32 tolerance. Documents may trade
-    places only inside a near tie (scores within ``rel`` of the list's top score: Milvus sums
-    float32 in another order), and only such a tie at the k-th place may cut differently."""
-    assert len(a) == len(b)
-    if not a:
-        return
-    tol = rel * max(1.0, abs(a[0].score))
-    np.testing.assert_allclose([h.score for h in b], [h.score for h in a], rtol=0, atol=tol)
-    groups, start = [], 0
-    for i in range(1, len(a) + 1):
-        if i == len(a) or abs(a[i].score - a[start].score) > tol:
-            groups.append((start, i))
-            start = i
-    for lo, hi in groups[:-1]:
-        assert {h.id for h in a[lo:hi]} == {h.id for h in b[lo:hi]}, [h.id for h in a[lo:hi]]
-    lo = groups[-1][0]
-    only = {h.id for h in a[lo:]} ^ {h.id for h in b[lo:]}
-    assert all(abs(h.score - a[-1].score) <= tol for h in a + b if h.id in only), only
-    mine = {h.id: h.score for h in b}
-    assert all(abs(mine[h.id] - h.score) <= tol for h in a if h.id in mine)
+    """Same ranking of hits up to float32 rounding: Milvus sums float32 in another order, so
+    documents may trade places inside a near tie (within ``rel`` of max(1, top score))."""
+    assert_same_ranking([(h.id, h.score) for h in b], [(h.id, h.score) for h in a], rtol=rel, min_scale=1.0)
 
 
 def test_export_summary_and_manifest_property(built, exported):

@@ -23,10 +23,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import assert_same_ranking
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
 ADI = SHARED / "datasets" / "adi"
 REFERENCE = Path(__file__).parent / "data" / "adi_rankings.json"
+#: scores agree within RTOL x the list's top score; documents may swap only inside such near ties
+RTOL = 1e-4
 MODES = ("sparse", "dense", "hybrid", "bm25", "dense+bm25", "sparse+bm25", "dense+sparse+bm25")
 
 
@@ -57,31 +61,4 @@ def test_adi_rankings_equal_the_saved_reference(tmp_path, monkeypatch, smollm2):
     for mode in MODES:
         assert set(got[mode]) == set(want[mode]), mode
         for q, hits in want[mode].items():
-            _assert_same_ranking(got[mode][q], hits, (mode, q))
-
-
-RTOL = 1e-4
-
-
-def _assert_same_ranking(got: list, want: list, where: tuple) -> None:
-    """Same length, the score at every rank close, and every document either at its reference
-    rank or swapped within a near tie (its reference score close to the score at its new rank;
-    a document new to the top-k must tie with the reference's last score)."""
-    assert len(got) == len(want), where
-    if not want:
-        return
-    tol = RTOL * max(1e-6, max(abs(s) for _, s in want))
-
-    def close(a: float, b: float) -> bool:
-        return abs(a - b) <= tol
-
-    diffs = [abs(g[1] - w[1]) for g, w in zip(got, want)]
-    bad = [i for i, (g, w) in enumerate(zip(got, want)) if not close(g[1], w[1])]
-    assert not bad, (where, f"scores differ at ranks {bad[:5]}, max |diff| {max(diffs):.3g}")
-    want_score = {doc: score for doc, score in want}
-    for rank, (doc, score) in enumerate(got):
-        if doc == want[rank][0]:
-            continue
-        ref = want_score.get(doc, want[-1][1])
-        assert close(ref, score), (where, f"rank {rank + 1}: {doc} (reference score {ref}) replaces "
-                                           f"{want[rank][0]} ({want[rank][1]}), not a near tie")
+            assert_same_ranking(got[mode][q], hits, rtol=RTOL, where=(mode, q))

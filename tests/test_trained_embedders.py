@@ -9,7 +9,7 @@ from alignir.encoders.embedders.autoregembed import AutoRegEmbedEmbedder
 from alignir.encoders.embedders.gircse import GircseEmbedder, generate_soft_tokens
 from alignir.encoders.embedders.llm2comp import LLM2CompEmbedder, encoder_states
 from alignir.encoders.models import backbone
-from alignir.encoders.train.genbase import left_pad, pad_id, position_ids, token_ids
+from alignir.encoders.embedders.generative import left_pad, pad_id, position_ids, token_ids
 
 from conftest import TINY_CORPUS
 

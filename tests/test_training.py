@@ -60,7 +60,7 @@ def test_adapter_save_reload_encodes_identically(method, stage, kind, family, op
             want = memory_states(live.model, tiny_model.tokenizer, texts, live.soft, 32).mean(1)
         elif family == "gircse":
             from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
-            from alignir.encoders.train.genbase import left_pad, pad_id
+            from alignir.encoders.embedders.generative import left_pad, pad_id
             rows = [gircse_input_ids(tiny_model.tokenizer, t, None, 32) for t in texts]
             want = generate_soft_tokens(live.model, *left_pad(rows, pad_id(tiny_model.tokenizer)), K=3).mean(1)
         else:

@@ -66,7 +66,7 @@ def test_gircse_kv_cache_gradients_equal_algorithm1(tiny_lm):
     Algorithm 1 re-running f_θ([X; D]) at every step (GIRCSE Alg.1, App. D)."""
     from alignir.encoders.embedders.gircse import generate_soft_tokens, gircse_input_ids
     from alignir.encoders.train.adapter import add_lora
-    from alignir.encoders.train.genbase import left_pad, pad_id
+    from alignir.encoders.embedders.generative import left_pad, pad_id
 
     torch.manual_seed(0)
     m = add_lora(copy.deepcopy(tiny_lm.model), 4, 8).train()

@@ -32,7 +32,8 @@ import torch
 from alignir.encoders.embedders.autoregembed import compress, pool_compress, role_instruction
 from alignir.encoders.train.adapter import frozen
 from alignir.encoders.train.base import Method, pair_texts
-from alignir.encoders.train.genbase import decoder_logits, init_soft_tokens, pad_id, right_pad, token_ids, token_logprobs
+from alignir.encoders.embedders.generative import init_soft_tokens, pad_id, token_ids
+from alignir.encoders.train.genbase import decoder_logits, right_pad, token_logprobs
 from alignir.encoders.train.losses import (SQUASH, cda_divergence_loss, cda_loss, info_nce, own_candidates, sequence_nll,
                                           token_divergence)
 

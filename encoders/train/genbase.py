@@ -1,7 +1,7 @@
 """Training-side forward helpers: a frozen decoder reading soft prefixes, token log-probs, targets.
 
 The inference helpers (padding, positions, soft tokens, backbone) live in
-``alignir.encoders.embedders.generative`` and are re-exported here for the trainers.
+``alignir.encoders.embedders.generative``; import them from there.
 """
 from __future__ import annotations
 
@@ -9,23 +9,10 @@ from typing import Sequence
 
 import torch
 
-from alignir.encoders.embedders.generative import (bidirectional_mask, bos_ids, init_soft_tokens, input_embeddings,
-                                                   left_pad, pad_id, position_ids, run_backbone, token_ids)
+from alignir.encoders.embedders.generative import input_embeddings, position_ids
 
-__all__ = [
-    "bos_ids",
-    "token_ids",
-    "left_pad",
-    "pad_id",
-    "position_ids",
-    "input_embeddings",
-    "run_backbone",
-    "bidirectional_mask",
-    "init_soft_tokens",
-    "decoder_logits",
-    "token_logprobs",
-    "right_pad",
-]
+__all__ = ["decoder_logits", "token_logprobs", "right_pad"]
+
 
 def decoder_logits(decoder, prefix: torch.Tensor, target_ids: torch.Tensor, target_mask: torch.Tensor,
                    prefix_mask: torch.Tensor | None = None) -> torch.Tensor:

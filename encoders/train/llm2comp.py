@@ -31,8 +31,8 @@ from alignir.encoders.embedders.llm2comp import encoder_states, memory_states
 from alignir.encoders.templates import resolve_instruction
 from alignir.encoders.train.adapter import frozen
 from alignir.encoders.train.base import Method, pair_texts
-from alignir.encoders.train.genbase import (bos_ids, decoder_logits, init_soft_tokens, input_embeddings, left_pad, pad_id,
-                                    right_pad, token_ids, token_logprobs)
+from alignir.encoders.embedders.generative import bos_ids, init_soft_tokens, input_embeddings, left_pad, pad_id, token_ids
+from alignir.encoders.train.genbase import decoder_logits, right_pad, token_logprobs
 from alignir.encoders.train.losses import ctkd_kl, info_nce, sequence_nll, simcse_loss
 
 __all__ = ["LLM2CompMethod", "set_dropout"]

@@ -268,7 +268,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     method = cls(peft_model, loaded, cfg.stage, dict(cfg.hp), extra, cfg.max_length, cfg.target_length)
     if resume_from is not None and getattr(method, "ref", None) is not None:
         # p_ref must be the model as the stage *started*, not the resumed state
-        from alignir.encoders.train.genbase import init_soft_tokens
+        from alignir.encoders.embedders.generative import init_soft_tokens
 
         base = copy.deepcopy(loaded.model)
         if cfg.init_adapter:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, PRECISION_HELP, URI_OPT,
                                                backend_options, echo_json, setup_logging, user_errors)
 
@@ -145,7 +146,7 @@ def eval_cmd(
 def beir_cmd(
     dataset: str = typer.Argument(..., help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a name under $ALIGNIR_DATA."),
     index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder (default: indexes/NAME-MODEL)."),
-    model: str = typer.Option("smollm2-135m", help="Model spec (see build-index)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Model spec (see build-index)."),
     embedder: str = typer.Option("prompteol", help="Embedder family."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
     split: str = typer.Option("test", help="qrels split."),

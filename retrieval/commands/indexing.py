@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, PRECISION_HELP, URI_OPT,
                                                backend_options, echo_json, setup_logging, user_errors)
 from alignir.retrieval.commands.evaluate import FUSION_HELP
@@ -39,8 +40,8 @@ def build_index_cmd(
     source: Path = typer.Argument(..., help="A BEIR folder (with corpus.jsonl) or a corpus .jsonl "
                                   "file with `_id`, `title`, `text` per line."),
     index: Path = INDEX_OPT,
-    model: str = typer.Option("smollm2-135m", help="Model: registered name (smollm2-135m, "
-                              "gemma3-270m; smollm2-135m-alignir = SmolLM2 with the shipped trained adapter), "
+    model: str = typer.Option(DEFAULT_MODEL, help="Model: registered name (smollm2-135m-alignir, the default = "
+                              "SmolLM2 with the shipped trained adapter; smollm2-135m, gemma3-270m untrained), "
                               "local HF folder, .gguf file, or hub id."),
     embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
                                  "weighted-mean, echo, autoregembed, llm2comp, gircse."),
@@ -287,7 +288,7 @@ def add_lexical_cmd(
 
 def encode_cmd(
     source: Path = typer.Argument(..., help="A BEIR folder or a corpus .jsonl."),
-    model: str = typer.Option("smollm2-135m", help="Model spec (as for build-index)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Model spec (as for build-index)."),
     embedder: str = typer.Option("prompteol", help="Embedder family (as for build-index)."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
     batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
