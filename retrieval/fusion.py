@@ -27,8 +27,8 @@ in it (and the missing value) is 0, so it does not move the fused order.
   ``gate(o) = min(1, max(0, o - floor) / (τ - floor))^p`` (:class:`AgreeParams`). A list that
   agrees with the anchor no more than chance for this query — noise, e.g. an LLM leg that saw
   only a truncated document — drops out and the fused order falls back to the anchor's; one
-  that agrees clearly keeps its full weight (the default: τ 0.1, i.e. one or two of its top 10
-  among BM25's top 50 beyond chance). The chance correction is what makes one gate fit
+  that agrees clearly keeps its full weight (the default: τ 0.5, half of the way from chance
+  to full agreement). The chance correction is what makes one gate fit
   collections of 82 and of 5,000 documents (two random top 10s of ADI's 82 documents already
   share 1.2). This is CombSUM over z-scores (Fox & Shaw, "Combination of Multiple Searches",
   TREC-2 1994) with the overlap-as-evidence idea of Lee, "Analyses of Multiple Evidence
@@ -202,12 +202,13 @@ class AgreeParams:
 
     A list's agreement with the anchor is ``A = |top_k(list) ∩ top_depth(anchor)| / k`` (its
     top k found among the anchor's top ``depth``); with ``symmetric`` also
-    ``B = |top_k(anchor) ∩ top_depth(list)| / k``, the two averaged. Each is corrected for
-    what a random top k would share, ``max(0, (o - c) / (1 - c))`` with ``c`` the chance that
-    a random document is in the other list's top ``depth``: ``c = min(depth, |that list|) / n``,
-    ``n`` the collection size (``chance="corpus"``; the ``n_docs`` given to :func:`agree`, the
-    union of the runs when none is given) or the union of the runs (``"pool"``); ``"none"``:
-    ``c = 0``. A direction with ``c >= 1`` cannot be judged and counts as full agreement. The
+    ``B = |top_k(anchor) ∩ top_depth(list)| / k``, the two averaged (``o``). It is corrected
+    for what a random top k would share, ``max(0, (o - c) / (1 - c))``, with ``c`` the chance
+    that a random document is in the other list's top ``depth``, ``min(depth, |that list|) / n``
+    (averaged over the two directions like ``o``), ``n`` the collection size
+    (``chance="corpus"``; the ``n_docs`` given to :func:`agree`, the union of the runs when
+    none is given) or the union of the runs (``"pool"``); ``"none"``: ``c = 0``. With
+    ``c >= 1`` nothing can be judged: full agreement. The
     list's weight is multiplied by ``gate(o) = min(1, max(0, o - floor) / (tau - floor))^power``.
 
     k: top k of each list compared. tau: (corrected) agreement at which a list keeps its full
@@ -217,8 +218,8 @@ class AgreeParams:
     """
 
     k: int = 10
-    tau: float = 0.1
-    power: float = 2.0
+    tau: float = 0.5
+    power: float = 1.0
     floor: float = 0.0
     chance: str = "corpus"
     depth: int | None = 50
@@ -252,16 +253,15 @@ class AgreeParams:
 
     def agreement(self, run: Ranking, anchor: Ranking, population: int) -> float:
         """The chance-corrected agreement of ``run`` with ``anchor`` (``population``: the
-        number of documents a random pick comes from; unused with ``chance="none"``)."""
-        def one(a: Ranking, b: Ranking) -> float:
-            o = agreement(a, b, self.k, self.anchor_depth)
-            if self.chance == "none":
-                return o
-            c = min(self.anchor_depth, len(b)) / max(1, population)
-            return 1.0 if c >= 1.0 else max(0.0, (o - c) / (1.0 - c))
-        if not self.symmetric:
-            return one(run, anchor)
-        return (one(run, anchor) + one(anchor, run)) / 2
+        number of documents a random pick comes from; unused with ``chance="none"``):
+        ``max(0, (o - c) / (1 - c))`` with ``o`` the overlap (symmetric: the mean of both
+        directions) and ``c`` its chance value (the mean of both directions' ``c``)."""
+        pairs = [(run, anchor), (anchor, run)] if self.symmetric else [(run, anchor)]
+        o = sum(agreement(a, b, self.k, self.anchor_depth) for a, b in pairs) / len(pairs)
+        if self.chance == "none":
+            return o
+        c = sum(min(self.anchor_depth, len(b)) / max(1, population) for _, b in pairs) / len(pairs)
+        return 1.0 if c >= 1.0 else max(0.0, (o - c) / (1.0 - c))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

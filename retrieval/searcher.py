@@ -80,12 +80,12 @@ LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
     },
 }
 #: The agreement gate of each leg set under "agree" (fusion.AgreeParams), chosen per leg set
-#: with the weights above (benchmarks/fusion_rules.py). dense+sparse+bm25: each LLM leg's top
-#: 10 against BM25's top 50 and back, corrected for chance with the collection size, full
-#: weight from 0.1 above chance (AgreeParams()). fusion.AGREE_TOP10 with weights 0.3/0.3/0.6
-#: is the gate before (plain top-10 overlap).
+#: with the weights above (benchmarks/fusion_rules.py). dense+sparse+bm25 and dense+bm25: each
+#: LLM leg's top 10 against BM25's top 50 and back, corrected for chance with the collection
+#: size, full weight at half of the way from chance to full agreement (AgreeParams()).
+#: fusion.AGREE_TOP10 with weights 0.3/0.3/0.6 is the gate before (plain top-10 overlap).
 LEG_SET_AGREE: dict[tuple[str, ...], fusion_mod.AgreeParams] = {
-    ("dense", "bm25"): fusion_mod.AgreeParams(tau=0.4, power=1.0),
+    ("dense", "bm25"): fusion_mod.AgreeParams(),
     ("sparse", "bm25"): fusion_mod.AgreeParams(k=20, depth=None, symmetric=False, tau=0.7, power=1.0),
     ("dense", "sparse", "bm25"): fusion_mod.AgreeParams(),
 }
