@@ -136,7 +136,8 @@ def legs_run(h: Harness, lists: dict, mode: str, method: str,
         per_leg = [lists[leg][i] for leg in legs]
         fused = per_leg[0] if len(legs) == 1 else fuse_legs(
             per_leg, [x / total for x in w], cfg, None if weights is None else w,
-            anchor=legs.index("bm25") if "bm25" in legs else None, agree_params=LEG_SET_AGREE.get(legs))
+            anchor=legs.index("bm25") if "bm25" in legs else None, agree_params=LEG_SET_AGREE.get(legs),
+            n_docs=len(h.doc_ids))
         run[qid] = {h.doc_ids[d]: float(s) for d, s in fusion.ranked(fused, DEPTH + 1)}
     return drop_self_hits(run) if h.drop_self else run
 

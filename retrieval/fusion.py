@@ -1,5 +1,5 @@
 """Fusion of ranked lists (one query): RRF, min-max convex combination, z-score, and z-score
-gated by agreement with an anchor list.
+gated by chance-corrected agreement with an anchor list.
 
 Each input is a ``{doc_id: score}`` mapping (higher is better). Outputs are
 ``{doc_id: fused score}`` dicts *ordered* best first; ties are broken by doc id ascending
@@ -20,17 +20,22 @@ in it (and the missing value) is 0, so it does not move the fused order.
 
 - Agreement-gated z-score (``agree``, the default of the leg sets with BM25): z-score fusion
   where every list other than the *anchor* (the BM25 leg in search) has its weight scaled, per
-  query, by how much its top ``k`` agrees with the anchor's top ``k``:
-  ``w'_i = w_i · min(1, max(0, o_i - f) / (τ - f))^p`` with
-  ``o_i = |top_k(i) ∩ top_k(anchor)| / k`` and a floor ``f`` < τ (default 0: ``min(1, o_i/τ)^p``;
-  the anchor keeps ``w_a``). A list that shares nothing with the anchor's top k for this query —
-  noise, e.g. an LLM leg that saw only a truncated document — drops out (weight 0), and the
-  fused order falls back to the anchor's; one that shares at least ``τ·k`` of it keeps its full
-  weight. This is CombSUM over z-scores (Fox & Shaw, "Combination of Multiple Searches",
+  query, by how much it agrees with the anchor beyond chance: ``w'_i = w_i · gate(o_i)``, with
+  ``o_i`` the share of list i's top k found in the anchor's top ``depth`` (and, ``symmetric``,
+  of the anchor's top k in list i's top ``depth``, averaged), each corrected for what a random
+  top k would share in a collection of ``n_docs`` documents, ``(o - c) / (1 - c)``, and
+  ``gate(o) = min(1, max(0, o - floor) / (τ - floor))^p`` (:class:`AgreeParams`). A list that
+  agrees with the anchor no more than chance for this query — noise, e.g. an LLM leg that saw
+  only a truncated document — drops out and the fused order falls back to the anchor's; one
+  that agrees clearly keeps its full weight (the default: τ 0.5, half of the way from chance
+  to full agreement). The chance correction is what makes one gate fit
+  collections of 82 and of 5,000 documents (two random top 10s of ADI's 82 documents already
+  share 1.2). This is CombSUM over z-scores (Fox & Shaw, "Combination of Multiple Searches",
   TREC-2 1994) with the overlap-as-evidence idea of Lee, "Analyses of Multiple Evidence
   Combination" (SIGIR 1997: relevant documents are retrieved by more of the systems), used
-  here as a per-query reliability weight of each list; ``k``, ``τ`` and
-  ``p`` were chosen leave-one-collection-out (benchmarks/fusion_rules.py, issue 17).
+  here as a per-query reliability weight of each list; the gate's form and parameters were
+  chosen on dumped leg lists, leave-one-collection-out, also with the LLM legs deliberately
+  degraded (benchmarks/fusion_rules.py, issue 17).
 
 Rank order inside each input list uses the same deterministic tie-break (score
 descending, doc id ascending), so RRF ranks are well defined.
@@ -40,18 +45,16 @@ from __future__ import annotations
 from alignir.errors import InvalidInputError
 
 import math
-from typing import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["AGREE_CHANCE", "AGREE_FLOOR", "AGREE_K", "AGREE_POWER", "AGREE_TAU", "FUSION_METHODS", "agree", "agree_weights",
+__all__ = ["AGREE_CHANCES", "AGREE_TOP10", "FUSION_METHODS", "AgreeParams", "agree", "agree_weights",
            "agreement", "fuse", "fuse_runs", "minmax", "ranked", "rrf", "zscore"]
 
 Ranking = Mapping[str, float]
 FUSION_METHODS = ("rrf", "minmax", "zscore", "agree")
-#: ``agree`` defaults: top-k compared, agreement at which a list keeps its full weight, power,
-#: agreement at or below which it drops out, correct the agreement for chance
-AGREE_K, AGREE_TAU, AGREE_POWER, AGREE_FLOOR, AGREE_CHANCE = 10, 0.4, 1.0, 0.0, False
 
 
 def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
@@ -167,70 +170,166 @@ def zscore(
     return _convex(runs, "zscore", weights, alpha, missing, top)
 
 
-def agreement(run: Ranking, anchor: Ranking, k: int) -> float:
-    """``|top_k(run) ∩ top_k(anchor)| / k`` (top k by :func:`ranked` order)."""
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidInputError(f"agreement k must be a positive integer, got {k!r}")
-    return len({d for d, _ in ranked(run, k)} & {d for d, _ in ranked(anchor, k)}) / k
+def agreement(run: Ranking, anchor: Ranking, k: int, depth: int | None = None) -> float:
+    """``|top_k(run) ∩ top_depth(anchor)| / k`` (top lists by :func:`ranked` order; ``depth``
+    None: ``k``)."""
+    for name, v in (("k", k), ("depth", k if depth is None else depth)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise InvalidInputError(f"agreement {name} must be a positive integer, got {v!r}")
+    deep = {d for d, _ in ranked(anchor, k if depth is None else depth)}
+    return len({d for d, _ in ranked(run, k)} & deep) / k
+
+
+def _positive_int(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise InvalidInputError(f"agree {name} must be a positive integer, got {v!r}")
+
+
+def _number(name: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise InvalidInputError(f"agree {name} must be a finite number, got {v!r}")
+    return float(v)
+
+
+#: how :class:`AgreeParams` corrects an agreement for chance
+AGREE_CHANCES = ("none", "pool", "corpus")
+
+
+@dataclass(frozen=True)
+class AgreeParams:
+    """The per-query gate of :func:`agree` (validated on creation; the defaults are the
+    dense+sparse+bm25 gate chosen in benchmarks/fusion_rules.py, issue 17).
+
+    A list's agreement with the anchor is ``A = |top_k(list) ∩ top_depth(anchor)| / k`` (its
+    top k found among the anchor's top ``depth``); with ``symmetric`` also
+    ``B = |top_k(anchor) ∩ top_depth(list)| / k``, the two averaged (``o``). It is corrected
+    for what a random top k would share, ``max(0, (o - c) / (1 - c))``, with ``c`` the chance
+    that a random document is in the other list's top ``depth``, ``min(depth, |that list|) / n``
+    (averaged over the two directions like ``o``), ``n`` the collection size
+    (``chance="corpus"``; the ``n_docs`` given to :func:`agree`, the union of the runs when
+    none is given) or the union of the runs (``"pool"``); ``"none"``: ``c = 0``. With
+    ``c >= 1`` nothing can be judged: full agreement. The
+    list's weight is multiplied by ``gate(o) = min(1, max(0, o - floor) / (tau - floor))^power``.
+
+    k: top k of each list compared. tau: (corrected) agreement at which a list keeps its full
+    weight. power: shape of the ramp. floor: agreement at or below which it drops out (< tau).
+    chance: "none" | "pool" | "corpus". depth: how deep in the other list the top k are looked
+    for (>= k; None: k). symmetric: also look for the anchor's top k in the list's top depth.
+    """
+
+    k: int = 10
+    tau: float = 0.5
+    power: float = 1.0
+    floor: float = 0.0
+    chance: str = "corpus"
+    depth: int | None = 50
+    symmetric: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_int("k", self.k)
+        if self.depth is not None:
+            _positive_int("depth", self.depth)
+            if self.depth < self.k:
+                raise InvalidInputError(f"agree depth must be >= k={self.k} (or None), got {self.depth}")
+        if not _number("tau", self.tau) > 0:
+            raise InvalidInputError(f"agree tau must be > 0, got {self.tau}")
+        if not _number("power", self.power) > 0:
+            raise InvalidInputError(f"agree power must be > 0, got {self.power}")
+        if not 0 <= _number("floor", self.floor) < self.tau:
+            raise InvalidInputError(f"agree floor must be in [0, tau={self.tau}), got {self.floor}")
+        if self.chance not in AGREE_CHANCES:
+            raise InvalidInputError(f"agree chance must be one of {AGREE_CHANCES}, got {self.chance!r}")
+        if not isinstance(self.symmetric, bool):
+            raise InvalidInputError(f"agree symmetric must be true or false, got {self.symmetric!r}")
+
+    @property
+    def anchor_depth(self) -> int:
+        """How deep in the other list the top k are looked for."""
+        return self.k if self.depth is None else self.depth
+
+    def gate(self, o: float) -> float:
+        """The weight factor of (chance-corrected) agreement ``o``."""
+        return min(1.0, max(0.0, o - self.floor) / (self.tau - self.floor)) ** self.power
+
+    def agreement(self, run: Ranking, anchor: Ranking, population: int) -> float:
+        """The chance-corrected agreement of ``run`` with ``anchor`` (``population``: the
+        number of documents a random pick comes from; unused with ``chance="none"``):
+        ``max(0, (o - c) / (1 - c))`` with ``o`` the overlap (symmetric: the mean of both
+        directions) and ``c`` its chance value (the mean of both directions' ``c``)."""
+        pairs = [(run, anchor), (anchor, run)] if self.symmetric else [(run, anchor)]
+        o = sum(agreement(a, b, self.k, self.anchor_depth) for a, b in pairs) / len(pairs)
+        if self.chance == "none":
+            return o
+        c = sum(min(self.anchor_depth, len(b)) / max(1, population) for _, b in pairs) / len(pairs)
+        return 1.0 if c >= 1.0 else max(0.0, (o - c) / (1.0 - c))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "AgreeParams":
+        """From a dict (e.g. a results row); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidInputError(f"AgreeParams has no setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+#: the gate of the default before the study of issue 17 item 3 (dense+sparse+bm25, weights
+#: 0.3 / 0.3 / 0.6): top-10 overlap with BM25's top 10, full weight at 0.4
+AGREE_TOP10 = AgreeParams(k=10, tau=0.4, power=1.0, floor=0.0, chance="none", depth=None, symmetric=False)
+
+
+def _params(params: AgreeParams | None) -> AgreeParams:
+    if params is None:
+        return AgreeParams()
+    if not isinstance(params, AgreeParams):
+        raise InvalidInputError(f"agree params must be an AgreeParams, got {type(params).__name__}")
+    return params
 
 
 def agree_weights(
     runs: Sequence[Ranking],
     weights: Sequence[float] | None = None,
     anchor: int = -1,
-    k: int = AGREE_K,
-    tau: float = AGREE_TAU,
-    power: float = AGREE_POWER,
-    floor: float = AGREE_FLOOR,
-    chance: bool = AGREE_CHANCE,
+    params: AgreeParams | None = None,
+    n_docs: int | None = None,
 ) -> list[float]:
-    """The per-query weights :func:`agree` gives each run:
-    ``w_i · min(1, max(0, agreement_i - floor) / (tau - floor))^power`` for every run but the
-    anchor, ``w_anchor`` for it. ``chance``: the agreement is first corrected for what two
-    random top-k picks from the pooled candidates U (the union of the runs) would share,
-    ``c = k / |U|``: ``max(0, (o - c) / (1 - c))`` (when ``|U| <= k`` nothing can be judged
-    and the weights are returned as given). An empty anchor gates nothing (there is
-    nothing to agree with): the weights are returned as given."""
+    """The per-query weights :func:`agree` gives each run: ``w_i · params.gate(o_i)`` for
+    every run but the anchor (``o_i``: its chance-corrected agreement with the anchor,
+    :meth:`AgreeParams.agreement`), ``w_anchor`` for it. ``n_docs``: the collection size
+    (for ``chance="corpus"``; None: the union of the runs). An empty anchor gates nothing
+    (there is nothing to agree with): the weights are returned as given."""
     runs = _check(runs)
+    p = _params(params)
     w = _weights(len(runs), weights, None)
-    if not -len(runs) <= anchor < len(runs):
+    if isinstance(anchor, bool) or not isinstance(anchor, int) or not -len(runs) <= anchor < len(runs):
         raise InvalidInputError(f"anchor {anchor} is not one of the {len(runs)} runs")
-    if not (math.isfinite(tau) and tau > 0):
-        raise InvalidInputError(f"agree tau must be > 0, got {tau}")
-    if not (math.isfinite(power) and power > 0):
-        raise InvalidInputError(f"agree power must be > 0, got {power}")
-    if not (math.isfinite(floor) and 0 <= floor < tau):
-        raise InvalidInputError(f"agree floor must be in [0, tau={tau}), got {floor}")
+    if n_docs is not None and (isinstance(n_docs, bool) or not isinstance(n_docs, int) or n_docs <= 0):
+        raise InvalidInputError(f"n_docs must be a positive integer or None, got {n_docs!r}")
     a = anchor % len(runs)
-    agreement(runs[a], runs[a], k)  # validates k
     if not runs[a]:
         return w
-    c = min(1.0, k / len({d for r in runs for d in r})) if chance else 0.0
-    if c >= 1.0:
-        return w
-
-    def gate(o: float) -> float:
-        o = max(0.0, (o - c) / (1.0 - c))
-        return min(1.0, max(0.0, o - floor) / (tau - floor)) ** power
-
-    return [wi if i == a else wi * gate(agreement(r, runs[a], k)) for i, (wi, r) in enumerate(zip(w, runs))]
+    pool = len({d for r in runs for d in r})
+    population = n_docs if (p.chance == "corpus" and n_docs is not None) else pool
+    return [wi if i == a else wi * p.gate(p.agreement(r, runs[a], population))
+            for i, (wi, r) in enumerate(zip(w, runs))]
 
 
 def agree(
     runs: Sequence[Ranking],
     weights: Sequence[float] | None = None,
     anchor: int = -1,
-    k: int = AGREE_K,
-    tau: float = AGREE_TAU,
-    power: float = AGREE_POWER,
-    floor: float = AGREE_FLOOR,
-    chance: bool = AGREE_CHANCE,
+    params: AgreeParams | None = None,
+    n_docs: int | None = None,
     missing: str = "min",
     top: int | None = None,
 ) -> dict[str, float]:
     """Z-score fusion with the weights of :func:`agree_weights` (``anchor``: index of the
-    anchor run, default the last)."""
-    w = agree_weights(runs, weights, anchor, k, tau, power, floor, chance)
+    anchor run, default the last; ``params``: the gate, default ``AgreeParams()``;
+    ``n_docs``: the collection size, for the chance correction)."""
+    w = agree_weights(runs, weights, anchor, params, n_docs)
     return _convex(runs, "zscore", w, None, missing, top)
 
 

@@ -69,10 +69,12 @@ BACKENDS: dict[str, str | None] = {"folder": None, "milvus": "alignir.retrieval.
 #: ``weights`` or ``alpha``. "zscore": the fixed weights chosen leave-one-collection-out on ADI,
 #: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; the default until issue 17: BM25 at
 #: 0.6). "agree" (the default): the same z-score fusion with every LLM leg's weight gated per
-#: query by its top-k agreement with the BM25 leg (fusion.agree), so a leg that is noise for a
-#: query (a truncated long document, a model unfit for the domain) drops out and the fused
-#: order falls back to BM25's; weights and gate chosen leave-one-collection-out on dumped leg
-#: lists, with the LLM legs also deliberately degraded (benchmarks/fusion_rules.py).
+#: query by its chance-corrected top-k agreement with the BM25 leg (fusion.agree), so a leg
+#: that is noise for a query (a truncated long document, a model unfit for the domain) drops
+#: out and the fused order falls back to BM25's; weights and gate chosen on dumped leg lists,
+#: with the LLM legs also deliberately degraded (benchmarks/fusion_rules.py: safe within 0.005
+#: of BM25 everywhere, then the best worst gain retention; the dense+sparse+bm25 weights are
+#: the z-score ones, so legs that agree get exactly the fixed z-score fusion).
 LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
     "zscore": {
         ("dense", "bm25"): {"dense": 0.4, "bm25": 0.6},
@@ -80,18 +82,20 @@ LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
         ("dense", "sparse", "bm25"): {"dense": 0.2, "sparse": 0.2, "bm25": 0.6},
     },
     "agree": {
-        ("dense", "bm25"): {"dense": 0.6, "bm25": 0.6},
-        ("sparse", "bm25"): {"sparse": 0.6, "bm25": 0.6},
-        ("dense", "sparse", "bm25"): {"dense": 0.3, "sparse": 0.3, "bm25": 0.6},
+        ("dense", "bm25"): {"dense": 0.4, "bm25": 0.6},
+        ("sparse", "bm25"): {"sparse": 0.8, "bm25": 0.6},
+        ("dense", "sparse", "bm25"): {"dense": 0.2, "sparse": 0.2, "bm25": 0.6},
     },
 }
-#: The agreement gate of each leg set under "agree" (fusion.agree_weights: top-k compared,
-#: agreement for full weight τ, power, floor, chance correction), chosen per leg set with the
-#: weights above (benchmarks/fusion_rules.py).
-LEG_SET_AGREE: dict[tuple[str, ...], dict[str, Any]] = {
-    ("dense", "bm25"): {"k": 20, "tau": 0.7, "power": 1.0, "floor": 0.1, "chance": False},
-    ("sparse", "bm25"): {"k": 20, "tau": 0.5, "power": 1.0, "floor": 0.0, "chance": True},
-    ("dense", "sparse", "bm25"): {"k": 10, "tau": 0.4, "power": 1.0, "floor": 0.0, "chance": False},
+#: The agreement gate of each leg set under "agree" (fusion.AgreeParams), chosen per leg set
+#: with the weights above (benchmarks/fusion_rules.py). dense+sparse+bm25 and dense+bm25: each
+#: LLM leg's top 10 against BM25's top 50 and back, corrected for chance with the collection
+#: size, full weight at half of the way from chance to full agreement (AgreeParams()).
+#: fusion.AGREE_TOP10 with weights 0.3/0.3/0.6 is the gate before (plain top-10 overlap).
+LEG_SET_AGREE: dict[tuple[str, ...], fusion_mod.AgreeParams] = {
+    ("dense", "bm25"): fusion_mod.AgreeParams(),
+    ("sparse", "bm25"): fusion_mod.AgreeParams(k=20, depth=None, symmetric=False, tau=0.7, power=1.0),
+    ("dense", "sparse", "bm25"): fusion_mod.AgreeParams(),
 }
 #: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights.
 LEG_SET_FUSION = "agree"
@@ -481,7 +485,7 @@ class Searcher:
             per_leg = [lists[leg][i] for leg in legs]
             ranking = per_leg[0] if len(legs) == 1 else fuse_legs(
                 per_leg, leg_w, fcfg, rrf_w, anchor=legs.index("bm25") if "bm25" in legs else None,
-                agree_params=LEG_SET_AGREE.get(legs))
+                agree_params=LEG_SET_AGREE.get(legs), n_docs=self.index.n_docs)
             hits = []
             for rank, (num, score) in enumerate(fusion_mod.ranked(ranking, k), start=1):
                 hits.append(Hit(self.index.doc_ids[num], float(score), rank, num,
@@ -650,11 +654,12 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
 
 def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,
               rrf_weights: Sequence[float] | None = None, anchor: int | None = None,
-              agree_params: Mapping[str, Any] | None = None) -> dict:
+              agree_params: fusion_mod.AgreeParams | None = None, n_docs: int | None = None) -> dict:
     """Fuse one query's leg lists (doc number -> raw score). Convex fusions weigh leg i by
     ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF); "agree" gates every leg but
     ``anchor`` (the index of the bm25 list) by its agreement with it (fusion.agree, with
-    ``agree_params``: the leg set's :data:`LEG_SET_AGREE`; None: fusion's defaults). Empty
+    ``agree_params``: the leg set's :data:`LEG_SET_AGREE`; None: fusion's defaults; ``n_docs``:
+    the collection size, for its chance correction). Empty
     lists (e.g. a query with no word in the BM25 vocabulary) drop out and the others keep their
     weights (an empty anchor: "agree" is plain z-score); one non-empty list is returned as it
     is. With two lists [dense, sparse] and weights [α, 1-α] this is the hybrid fusion."""
@@ -671,5 +676,5 @@ def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cf
             raise InvalidInputError("fusion 'agree' needs an anchor list (the bm25 leg)")
         if anchor not in keep:
             return fusion_mod.zscore(runs, weights=w)
-        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), **dict(agree_params or {}))
+        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), params=agree_params, n_docs=n_docs)
     return fusion_mod.fuse(runs, method=cfg.method, weights=w)

@@ -36,7 +36,7 @@ PUBLIC: dict[str, list[str]] = {
                             "check_fingerprint"],
     "alignir.retrieval.beir": ["load_beir"],
     "alignir.retrieval.metrics": ["evaluate"],
-    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore", "agree", "agree_weights"],
+    "alignir.retrieval.fusion": ["rrf", "minmax", "zscore", "agree", "agree_weights", "AgreeParams"],
     "alignir.retrieval.config": ["IndexConfig", "IndexConfig.from_manifest", "SparseConfig", "SparseConfig.with_changes",
                                  "DenseConfig", "LexicalConfig", "FusionConfig", "PassageConfig",
                                  "PassageConfig.parse"],

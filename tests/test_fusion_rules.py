@@ -15,7 +15,7 @@ def _setting() -> Setting:
             docs = rng.choice(60, size=40, replace=False)
             legs[leg][q] = {f"d{d:02d}": float(s) for d, s in zip(docs, rng.normal(size=40))}
     legs["bm25"]["q3"] = {}  # a query with no BM25 word
-    return Setting("toy-m-ml512", "toy", "m", 512, {"q1": {"d01": 1}}, legs)
+    return Setting("toy-m-ml512", "toy", "m", 512, {"q1": {"d01": 1}}, legs, 60)
 
 
 def test_replayed_rules_equal_the_product_code():
@@ -35,7 +35,7 @@ def test_replayed_rules_equal_the_product_code():
     for legs in MODES:
         w = LEG_SET_WEIGHTS["agree"][legs]
         cap = w[legs[0]] / MODES[legs][0] * MODES[legs][-1] / w["bm25"]
-        replay = apply_rule(prepare(s, legs), MODES[legs], "agree", {**LEG_SET_AGREE[legs], "cap": cap})
+        replay = apply_rule(prepare(s, legs), MODES[legs], "agree-corpus", {**LEG_SET_AGREE[legs].to_dict(), "cap": cap})
         product = product_run(s, legs)
         for q in replay:
             assert list(replay[q]) == list(product[q]), (legs, q)
@@ -57,3 +57,18 @@ def test_choose_prefers_safe_candidates_then_the_best_mean():
     assert choose(table, ["u1"], [("a", "{}"), ("b", "{}")]) == ("a", "{}")
     # nobody safe: the best worst-case margin
     assert choose(table, ["u2"], [("a", "{}")]) == ("a", "{}")
+
+
+def test_choose_prefers_gain_retention_over_the_mean():
+    """Among safe candidates the worst gain retention (where z-score gains >= GAIN) decides
+    before the mean: b keeps 0.95 of the gain on both real units, c averages higher but keeps
+    only 0.5 on u2; shuffled units only constrain."""
+    table = {("u1", "zscore", "{}"): (0.50, 0.40), ("u2", "zscore", "{}"): (0.50, 0.40),
+             ("u3-shuffled", "zscore", "{}"): (0.30, 0.40),
+             ("u1", "b", "{}"): (0.495, 0.40), ("u2", "b", "{}"): (0.495, 0.40), ("u3-shuffled", "b", "{}"): (0.40, 0.40),
+             ("u1", "c", "{}"): (0.60, 0.40), ("u2", "c", "{}"): (0.45, 0.40), ("u3-shuffled", "c", "{}"): (0.40, 0.40)}
+    units = ["u1", "u2", "u3-shuffled"]
+    assert choose(table, units, [("zscore", "{}"), ("b", "{}"), ("c", "{}")]) == ("b", "{}")  # zscore unsafe
+    # retention is capped at 1: above it, the mean decides
+    table[("u2", "c", "{}")] = (0.55, 0.40)
+    assert choose(table, units, [("b", "{}"), ("c", "{}")]) == ("c", "{}")

@@ -284,7 +284,7 @@ def test_leg_sets_with_bm25_default_to_agree(built, tiny_model):
             hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
             if not runs[-1]:  # no query word in the BM25 vocabulary: plain z-score of the rest
                 continue
-            manual = fusion.agree(runs, weights=w, **LEG_SET_AGREE[names])
+            manual = fusion.agree(runs, weights=w, params=LEG_SET_AGREE[names])
             assert [h.doc_number for h in hits] == list(manual)
             assert [h.score for h in hits] == pytest.approx(list(manual.values()), abs=1e-12)
             assert hits == s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs, fusion="agree")
