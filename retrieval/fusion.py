@@ -121,7 +121,7 @@ def _normalised(run: Ranking, how: str) -> tuple[dict[str, float], float]:
     """Normalised scores of one list and its minimum (the 'missing' value for 'min')."""
     if not run:
         return {}, 0.0
-    ids = list(run)
+    ids = sorted(run)  # a fixed summation order: the statistics never depend on insertion order
     s = np.array([float(run[d]) for d in ids], dtype=np.float64)
     if how == "minmax":
         lo, span = s.min(), s.max() - s.min()
