@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from alignir.encoders.models import load_model
+from alignir.encoders.shipped import resolve_shipped
 from alignir.index.store import read_manifest
 from alignir.retrieval.beir import load_beir, resolve_dataset
 from alignir.retrieval.evaluation import evaluate_runs, run_queries
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
     })
     rows = {(r["dataset"], r["max_length"]): r for r in result.get("rows", [])}
-    loaded = load_model(args.model, device="cpu")
+    loaded = load_model(resolve_shipped(args.model, "prompteol", None)[0], device="cpu")  # a shipped name: its base
     for name in [d.strip() for d in args.datasets.split(",") if d.strip()]:
         for length in [int(x) for x in args.lengths.split(",")]:
             row = run_pair(name, length, args.work, args.model, loaded, log)
