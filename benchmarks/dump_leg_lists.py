@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--k", type=int, default=1000)
     ap.add_argument("--split", default="test")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--pseudo-only", action="store_true",
+                    help="only (re)compute the pseudo-query lists of an existing dump at --out")
     args = ap.parse_args(argv)
 
     from alignir.retrieval.beir import load_beir
@@ -35,6 +37,14 @@ def main(argv: list[str] | None = None) -> None:
 
     ds = load_beir(args.dataset, split=args.split)
     s = Searcher.open(args.index)
+    if args.pseudo_only:
+        with gzip.open(args.out, "rt") as f:
+            out = json.load(f)
+        out.update(_pseudo(s, ds))
+        with gzip.open(args.out, "wt") as f:
+            json.dump(out, f)
+        print(f"added {len(out['pseudo']['queries'])} pseudo-query lists to {args.out}")
+        return
     qids = list(ds.queries)
     legs: dict[str, dict[str, list]] = {leg: {} for leg in LEGS}
     for start in tqdm(range(0, len(qids), args.batch), desc="leg lists"):
@@ -46,11 +56,25 @@ def main(argv: list[str] | None = None) -> None:
                 legs[leg][q] = [[s.index.doc_ids[n], float(v)] for n, v in items]
     spec = s.index.manifest.get("embedder", {})
     out = {"dataset": ds.name, "index": str(args.index), "model": spec, "k": args.k,
-           "qrels": ds.qrels, "legs": legs}
+           "qrels": ds.qrels, "legs": legs, **_pseudo(s, ds)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt") as f:
         json.dump(out, f)
     print(f"wrote {args.out}: {len(qids)} queries x {len(LEGS)} legs, k={args.k}")
+
+
+def _pseudo(s, ds) -> dict:
+    """The index's calibration pseudo-queries (retrieval/calibration.py, from the corpus texts in
+    index order) and every leg's lists for them, cut to the calibration's depth — what the
+    "calibrated" rule of fusion_rules.py measures (also on shuffled legs) — and the collection size."""
+    from alignir.retrieval.calibration import MEASURE, pseudo_queries
+
+    texts = [ds.corpus[d].contents for d in s.index.doc_ids]
+    queries = pseudo_queries(texts)
+    lists = s.leg_lists(queries, tuple(s.legs), k=MEASURE.anchor_depth)
+    legs = {leg: [[[s.index.doc_ids[n], float(v)] for n, v in sorted(run.items(), key=lambda kv: (-kv[1], kv[0]))]
+                  for run in runs] for leg, runs in lists.items()}
+    return {"pseudo": {"queries": queries, "legs": legs}, "n_docs": s.index.n_docs}
 
 
 if __name__ == "__main__":

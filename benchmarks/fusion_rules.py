@@ -14,10 +14,15 @@ on every unit (the shuffled ones included), the best mean nDCG@10 over the real 
 shuffled ones only constrain); when none does, the best worst-case margin. The product
 default is the same criterion over all units.
 
+The rule "calibrated" is the product default (retrieval/calibration.py): one gate per leg and
+collection from the mean agreement of the leg with BM25 on 64 pseudo-queries cut from the
+corpus, stored in the dump by dump_leg_lists.py (in a shuffled setting the pseudo-queries' LLM
+lists are shuffled the same way, so the calibration sees the defect as the index would).
+
     python benchmarks/fusion_rules.py /work/bg/out/fusion/lists/*.json.gz
 
 Prints the per-rule table and writes the held-out rows and the rows of the shipped default
-(alignir.retrieval.fusion.agree, product code) into benchmarks/results/fusion_transfer.json
+(the Searcher's LEG_SET_DEFAULTS through searcher.fuse_legs, product code) into benchmarks/results/fusion_transfer.json
 (``"kind": "fusion-rule"`` rows; rows of other kinds are kept), each with the exact command.
 Leg lists are cut to the fused modes' depth (FusionConfig.depth = 100) before fusing.
 """
@@ -35,6 +40,7 @@ from typing import Callable
 import numpy as np
 
 from alignir.retrieval import fusion as F
+from alignir.retrieval.calibration import MEASURE, FusionCalibration, mean_agreement
 from alignir.retrieval.config import FusionConfig
 from alignir.retrieval.metrics import evaluate
 
@@ -57,6 +63,7 @@ class Setting:
     qrels: dict
     legs: dict[str, dict[str, dict[str, float]]]
     n_docs: int | None = None  # the collection size (the agree gate's chance correction)
+    pseudo: dict[str, list[dict[str, float]]] | None = None  # leg lists of the calibration pseudo-queries
 
 
 def shuffled(s: Setting, which: tuple[str, ...] = ("dense", "sparse")) -> Setting:
@@ -69,7 +76,10 @@ def shuffled(s: Setting, which: tuple[str, ...] = ("dense", "sparse")) -> Settin
     legs = {leg: ({q: runs.get(nxt[q], {}) for q in qids} if leg in which else runs)
             for leg, runs in s.legs.items()}
     suffix = "-shuffled" if set(which) == {"dense", "sparse"} else "-shuffled-" + "-".join(which)
-    return Setting(s.name + suffix, s.dataset, s.model, s.max_length, s.qrels, legs, s.n_docs)
+    pseudo = None
+    if s.pseudo is not None:  # the calibration sees the same defect: each pseudo-query gets the next one's lists
+        pseudo = {leg: (runs[1:] + runs[:1] if leg in which else runs) for leg, runs in s.pseudo.items()}
+    return Setting(s.name + suffix, s.dataset, s.model, s.max_length, s.qrels, legs, s.n_docs, pseudo)
 
 
 def load(path: Path, depth: int = DEPTH) -> Setting:
@@ -79,7 +89,11 @@ def load(path: Path, depth: int = DEPTH) -> Setting:
     spec = d["model"]
     ml = int(spec.get("options", {}).get("max_length", 512))
     name = Path(path).name.removesuffix(".json.gz")
-    return Setting(name, d["dataset"], spec["model"], ml, d["qrels"], legs, d.get("n_docs") or _n_docs(d["index"]))
+    pseudo = None
+    if "pseudo" in d:
+        pseudo = {leg: [{doc: float(v) for doc, v in lst} for lst in runs] for leg, runs in d["pseudo"]["legs"].items()}
+    return Setting(name, d["dataset"], spec["model"], ml, d["qrels"], legs, d.get("n_docs") or _n_docs(d["index"]),
+                   pseudo)
 
 
 def _n_docs(index: str) -> int | None:
@@ -102,10 +116,13 @@ class Query:
     present: np.ndarray      # bool per leg: list non-empty
     top: list[list[str]]     # each leg's ranking (ids best first)
     n_docs: int | None = None  # the collection size
+    calibration: FusionCalibration | None = None  # the setting's (product) calibration
+    legs: tuple[str, ...] = ()
 
 
 def prepare(setting: Setting, legs: tuple[str, ...]) -> dict[str, Query]:
     out = {}
+    cal = calibration(setting)
     for q in setting.legs["bm25"]:
         lists = [setting.legs[leg].get(q, {}) for leg in legs]
         docs = sorted({d for r in lists for d in r})
@@ -115,8 +132,17 @@ def prepare(setting: Setting, legs: tuple[str, ...]) -> dict[str, Query]:
                 norm, lo = F._normalised(run, "zscore")
                 z[i] = [norm.get(d, lo) for d in docs]
         out[q] = Query(docs, z, lists, np.array([bool(r) for r in lists]),
-                       [[d for d, _ in F.ranked(r)] for r in lists], setting.n_docs)
+                       [[d for d, _ in F.ranked(r)] for r in lists], setting.n_docs, cal, legs)
     return out
+
+
+def calibration(setting: Setting) -> FusionCalibration | None:
+    """The product's calibration of a setting (retrieval/calibration.py) from its dumped
+    pseudo-query lists (None: the dump has none)."""
+    if setting.pseudo is None:
+        return None
+    agreement = mean_agreement(setting.pseudo, setting.n_docs)
+    return FusionCalibration(agreement=agreement, queries=len(setting.pseudo["bm25"]))
 
 
 def overlap(a: list[str], b: list[str], k: int) -> float:
@@ -161,6 +187,16 @@ def w_agree_params(q: Query, base, cap=1.0, **params):
     if not q.present[a]:
         return w
     return np.array(F.agree_weights(runs, list(w), anchor=a, params=F.AgreeParams(**params), n_docs=q.n_docs))
+
+
+def w_calibrated(q: Query, base, tau=0.2, power=1.0, **_):
+    """The product's "calibrated" rule: LLM leg i at base_i · gate(ā_i) on every query, ā_i its
+    mean chance-corrected agreement with BM25 on the setting's pseudo-queries
+    (searcher.calibrated_weights with the gate AgreeParams(tau, power))."""
+    if q.calibration is None:
+        return np.array(base, float)
+    gate = F.AgreeParams(tau=tau, power=power)
+    return np.array([w * q.calibration.gate(leg, gate) for w, leg in zip(base, q.legs)], float)
 
 
 def w_consensus(q: Query, base, k=10, tau=0.5, **_):
@@ -223,6 +259,8 @@ RULES: dict[str, tuple[Callable, list[dict]]] = {
     "agree-corpus": (w_agree_params, [dict(k=10, depth=50, symmetric=True, chance="corpus", tau=t, power=p, cap=c)
                                       for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.7) for p in (1.0, 2.0)
                                       for c in (1.0, 1.25, 1.5)]),
+    "calibrated": (w_calibrated, [dict(tau=t, power=p) for t in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+                                  for p in (1.0, 2.0)]),
     "consensus": (w_consensus, [dict(k=k, tau=t) for k in (5, 10, 20)
                                 for t in (0.1, 0.2, 0.3, 0.5, 0.7, 1.0)]),
     "spread": (w_spread, [dict(m=m, tau=t) for m in (5, 10, 20) for t in (0.2, 0.4, 0.6, 0.8, 1.0)]),
@@ -253,11 +291,17 @@ def apply_rule(prepared: dict[str, Query], base, rule: str, params: dict) -> dic
 def product_run(setting: Setting, legs: tuple[str, ...], method: str | None = None) -> dict:
     """The fused run of the product code (searcher.fuse_legs) with the Searcher's default for
     this leg set (``method``: that method with its LEG_SET_WEIGHTS instead)."""
-    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, fuse_legs
+    from alignir.retrieval.searcher import (LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, calibrated_weights,
+                                            fuse_legs)
 
     method = method or LEG_SET_DEFAULTS[legs][0]
+    cal = calibration(setting)
+    if method == "calibrated" and cal is None:
+        method = "agree"  # as the Searcher on an index without a calibration
     base = LEG_SET_WEIGHTS[method][legs]
     w = [base[leg] / sum(base.values()) for leg in legs]
+    if method == "calibrated":
+        w, method = calibrated_weights(legs, w, cal), "zscore"
     cfg = FusionConfig(method=method)
     run = {}
     for q in setting.legs["bm25"]:
@@ -274,10 +318,15 @@ def ndcg(setting: Setting, run) -> float:
 def _product_params(legs: tuple[str, ...]) -> dict:
     from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS
 
+    from alignir.retrieval.searcher import LEG_SET_CALIBRATED
+
     method, w = LEG_SET_DEFAULTS[legs]
     out = {"fusion": method, "weights": w}
     if method == "agree":
         out.update(LEG_SET_AGREE[legs].to_dict())
+    if method == "calibrated":
+        out["gate"] = LEG_SET_CALIBRATED[legs].to_dict()
+        out["measure"] = {k: getattr(MEASURE, k) for k in ("k", "depth", "symmetric", "chance")}
     return out
 
 
@@ -311,19 +360,23 @@ def choose(table: dict, train: list[str], candidates: list[tuple[str, str]]) -> 
 
 def render(rows: list[dict], mode: str = "dense+sparse+bm25") -> str:
     """The README table of one leg set from the committed ``fusion-rule`` rows: BM25, the fixed
-    z-score weights (the default before issue 17), the agree default, and the rule chosen with
-    this collection held out."""
+    z-score weights (the default before issue 17), the product default (with the calibration's
+    pseudo-query agreement of each LLM leg), and the rule chosen with this collection held out."""
     prod = [r for r in rows if r.get("kind") == "fusion-rule" and r["mode"] == mode
             and r["rule"].startswith("product default")]
     held = {r["setting"]: r for r in rows if r.get("kind") == "fusion-rule" and r["mode"] == mode
             and r.get("chosen_overall")}
-    lines = ["| setting | BM25 | z-score 0.2/0.2/0.6 (before) | agree (default) | ≥ BM25 − 0.005 | gain kept "
-             "| chosen without this collection |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(prod, key=lambda r: (r["setting"].endswith("shuffled"), -r["max_length"], r["setting"])):
+    name = prod[0]["params"]["fusion"] if prod else "default"
+    lines = [f"| setting | BM25 | z-score 0.2/0.2/0.6 (before) | {name} (default) | ≥ BM25 − 0.005 | gain kept "
+             "| pseudo-query agreement dense / sparse | chosen without this collection |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(prod, key=lambda r: ("shuffled" in r["setting"], -r["max_length"], r["setting"])):
         h = held.get(r["setting"])
         kept = "–" if r["gain_kept"] is None else f"{r['gain_kept']:.2f}"
+        cal = r.get("calibration") or {}
+        agree = " / ".join(f"{cal[leg]:.3f}" if leg in cal else "–" for leg in ("dense", "sparse"))
         lines.append(f"| {r['setting']} | {r['bm25_ndcg@10']:.3f} | {r['today_zscore_ndcg@10']:.3f} | "
-                     f"{r['ndcg@10']:.3f} | {'✓' if r['meets_bm25_minus_0.005'] else '✗'} | {kept} | "
+                     f"{r['ndcg@10']:.3f} | {'✓' if r['meets_bm25_minus_0.005'] else '✗'} | {kept} | {agree} | "
                      + ("–" if h is None else f"{h['ndcg@10']:.3f} ({h['rule']})") + " |")
     return "\n".join(lines)
 
@@ -417,6 +470,7 @@ def main(argv: list[str] | None = None) -> None:
                          "ndcg@10": prod, "bm25_ndcg@10": bm25[s.name], "today_zscore_ndcg@10": today,
                          "meets_bm25_minus_0.005": prod >= bm25[s.name] - TOL,
                          "gain_kept": round((prod - bm25[s.name]) / gain, 3) if gain > 0 else None,
+                         "calibration": None if calibration(s) is None else calibration(s).agreement,
                          "command": command})
             print(f"{mode:18s} {s.name:40s} PRODUCT {prod:.4f} bm25 {bm25[s.name]:.4f} zscore {today:.4f}"
                   f" kept {rows[-1]['gain_kept']}", flush=True)

@@ -951,8 +951,9 @@ def replace_parts(path: str | Path, parts: Mapping[str, Part | None], *,
     """:func:`replace_part` for several parts in one atomic step (e.g. a document deleted from
     every part at once)."""
     path = Path(path).absolute()
-    if not isinstance(parts, Mapping) or not parts:
-        raise InvalidInputError("parts must be a non-empty dict: part name -> part (or None to remove it)")
+    if not isinstance(parts, Mapping) or (not parts and params is None):
+        raise InvalidInputError("parts must be a non-empty dict: part name -> part (or None to remove it), "
+                                "or empty with params to update")
     specs = {name: _spec(name) for name in parts}
     old = read_manifest(path)
     _check_generation(path, old, expected)
@@ -991,6 +992,13 @@ def replace_parts(path: str | Path, parts: Mapping[str, Part | None], *,
         manifest["components"] = comps
         manifest["parts"] = entries
         return w.commit(manifest)
+
+
+def update_params(path: str | Path, params: Mapping[str, Any], *, fsync: bool = True,
+                  expected: Mapping[str, Any] | None = None) -> Path:
+    """Atomically merge ``params`` into ``manifest["params"]`` (every file carried over, as
+    :func:`replace_parts` with no part); ``expected`` as there."""
+    return replace_parts(path, {}, params=params, fsync=fsync, expected=expected)
 
 
 def replace_sparse(path: str | Path, new_sparse: Part, new_params: Mapping[str, Any],

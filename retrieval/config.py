@@ -22,8 +22,12 @@ from typing import Any, Mapping
 from alignir.encoders.weightings import DOC_WEIGHTINGS, QUERY_WEIGHTINGS
 from alignir.retrieval.fusion import FUSION_METHODS
 
+#: the fusions a search can use: fusion.FUSION_METHODS (per query) and "calibrated" (z-score
+#: with weights gated by the index's stored collection-level calibration, retrieval/calibration.py)
+SEARCH_FUSIONS = (*FUSION_METHODS, "calibrated")
+
 __all__ = ["UNSET", "SparseConfig", "DenseConfig", "LexicalConfig", "FusionConfig", "PassageConfig", "IndexConfig",
-           "DOC_WEIGHTINGS", "QUERY_WEIGHTINGS", "FUSION_METHODS"]
+           "DOC_WEIGHTINGS", "QUERY_WEIGHTINGS", "FUSION_METHODS", "SEARCH_FUSIONS"]
 
 
 class _Unset:
@@ -239,7 +243,7 @@ class FusionConfig(_Config):
     rrf_k: int = 60
 
     def __post_init__(self) -> None:
-        _choice("fusion method", self.method, FUSION_METHODS)
+        _choice("fusion method", self.method, SEARCH_FUSIONS)
         _real("alpha", self.alpha, 0.0, 1.0)
         _int("fusion depth", self.depth, 1)
         _int("rrf_k", self.rrf_k, 0)

@@ -14,20 +14,21 @@ BM25 leg always indexes whole documents.
 """
 from __future__ import annotations
 
-from alignir.errors import InvalidInputError
+from alignir.errors import AlignirError, InvalidInputError
 
 import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
-from alignir.index.store import NotAnIndexError, open_index, read_manifest, replace_part, replace_parts, write_index
+from alignir.index.store import (NotAnIndexError, open_index, read_manifest, replace_part, replace_parts,
+                                 update_params, write_index)
 from alignir.retrieval.beir import Corpus, read_corpus_jsonl
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig, SparseConfig
@@ -105,6 +106,7 @@ def build_index(
     wait: bool = False,
     precision: str | None = None,
     passages: str | PassageConfig = UNSET,
+    calibrate: bool = True,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
@@ -178,7 +180,27 @@ def build_index(
         write_index(index_dir, manifest, doc_ids, H,
                     parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg, "passages": pmap},
                     pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map))
+        if calibrate:
+            stage("calibrating the fusion (pseudo-queries from the corpus)")
+            store_calibration(index_dir, texts, loaded)
         return read_manifest(index_dir)
+
+
+def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded: Any = None,
+                      device: str = "auto") -> dict[str, Any] | None:
+    """Measure the index's fusion calibration from its corpus ``texts`` (retrieval/calibration.py)
+    and store it in the manifest (``params.fusion_calibration``); ``texts`` None drops a stored
+    one (it would be stale). The caller holds the writer lock. Returns the calibration dict."""
+    from alignir.retrieval.calibration import calibrate
+    from alignir.retrieval.searcher import Searcher
+
+    manifest = read_manifest(index_dir)
+    cal = None
+    if texts is not None:
+        cal = calibrate(Searcher.open(index_dir, loaded=loaded, device=device), texts)
+    data = None if cal is None else cal.to_dict()
+    update_params(index_dir, {"fusion_calibration": data}, expected=manifest)
+    return data
 
 
 def _passages(cfg: PassageConfig, texts: list[str], enc: Any, stage: Callable[[str], None]) -> tuple[Any, Any]:
@@ -273,15 +295,52 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
         replace_part(index_dir, "sparse", sparse_index, params=params, extra_arrays=extra,
                      expected=stored.manifest)
+        store_calibration(index_dir, _corpus_texts(index_dir, stored.doc_ids), loaded)  # the sparse leg changed
         return read_manifest(index_dir)
 
 
+def calibrate_index(index_dir: str | Path, source: str | Path | None = None, *, loaded: Any = None,
+                    device: str = "auto", wait: bool = False) -> dict[str, Any] | None:
+    """(Re)measure and store the fusion calibration of an existing index (e.g. one built before
+    it existed) from its corpus: ``source`` (BEIR folder or .jsonl), default the one the
+    manifest records. Loads the model to encode the pseudo-queries; no document is re-encoded."""
+    with writer_lock(index_dir, wait=wait):
+        stored = open_index(index_dir, verify=False, parts=())
+        if source is None:
+            texts = _corpus_texts(index_dir, stored.doc_ids)
+            if texts is None:
+                raise InvalidInputError(f"{index_dir}: the corpus it was built from is gone or changed; "
+                                        "pass it (--source)")
+        else:
+            corpus = read_source(source, skip_bad=True)
+            missing = [d for d in stored.doc_ids if d not in corpus]
+            if missing:
+                raise InvalidInputError(f"{source} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
+                                        "not the corpus of this index")
+            texts = [corpus[d].contents for d in stored.doc_ids]
+        return store_calibration(index_dir, texts, loaded, device)
+
+
+def _corpus_texts(index_dir: str | Path, doc_ids: Sequence[str]) -> list[str] | None:
+    """The texts of the indexed documents from the corpus the manifest records (None when it
+    is gone or no longer holds them: the calibration is then dropped, not left stale)."""
+    src = read_manifest(index_dir).get("build", {}).get("source")
+    try:
+        corpus = read_source(src, skip_bad=True) if src else None
+        return None if corpus is None else [corpus[d].contents for d in doc_ids]
+    except (AlignirError, OSError, KeyError):
+        return None
+
+
 def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: float = 0.9,
-                b: float = 0.4, skip_bad: bool = False, wait: bool = False) -> dict[str, Any]:
+                b: float = 0.4, skip_bad: bool = False, wait: bool = False, calibrate: bool = True,
+                loaded: Any = None, device: str = "auto") -> dict[str, Any]:
     """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus, without
-    the model: ``source`` defaults to the corpus the index was built from (manifest
+    re-encoding: ``source`` defaults to the corpus the index was built from (manifest
     ``build.source``). The corpus must hold every indexed document id; texts are taken in
-    the index's doc-number order."""
+    the index's doc-number order. ``calibrate``: then measure the fusion calibration against
+    the new leg (loads the model, ``loaded`` if given, to encode the pseudo-queries); without
+    it a stored calibration is dropped (it was measured against the old leg)."""
     from alignir.retrieval.bm25 import lexical_leg
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
@@ -300,6 +359,8 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
                           stem=lexical.stem, stopwords=lexical.stopwords)
         config = replace(IndexConfig.from_manifest(manifest), lexical=lexical)
         replace_part(index_dir, "lexical", leg, params={"config": config.to_dict()}, expected=manifest)
+        store_calibration(index_dir, [corpus[d].contents for d in stored.doc_ids] if calibrate else None,
+                          loaded, device)  # a new anchor
         return read_manifest(index_dir)
 
 

@@ -48,6 +48,7 @@ import scipy.sparse as sp
 from alignir.encoders.aligned import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
+from alignir.retrieval.calibration import FusionCalibration
 from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
 from alignir.index.passages import parse_aggregation
 from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
@@ -97,8 +98,23 @@ LEG_SET_AGREE: dict[tuple[str, ...], fusion_mod.AgreeParams] = {
     ("sparse", "bm25"): fusion_mod.AgreeParams(k=20, depth=None, symmetric=False, tau=0.7, power=1.0),
     ("dense", "sparse", "bm25"): fusion_mod.AgreeParams(),
 }
-#: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights.
-LEG_SET_FUSION = "agree"
+LEG_SET_WEIGHTS["calibrated"] = LEG_SET_WEIGHTS["zscore"]
+#: The gate of each leg set under "calibrated" (retrieval/calibration.py): every LLM leg's
+#: z-score weight times gate(ā), ā its mean chance-corrected agreement with BM25 on the
+#: index's pseudo-queries, for every query; chosen leave-one-collection-out with the LLM legs
+#: also degraded (benchmarks/fusion_rules.py, rule "calibrated").
+#: dense+sparse+bm25: full weight from agreement 0.2 down linearly to 0 (pseudo-query
+#: agreement on the shipped collections 0.22-0.31 with the shipped model, 0.08-0.13 with the
+#: documents cut to 16 tokens, ~0.02 for shuffled legs). CALIBRATED_GATE: other leg sets.
+CALIBRATED_GATE = fusion_mod.AgreeParams(tau=0.2)
+LEG_SET_CALIBRATED: dict[tuple[str, ...], fusion_mod.AgreeParams] = {
+    ("dense", "bm25"): fusion_mod.AgreeParams(tau=0.2, power=2.0),
+    ("sparse", "bm25"): fusion_mod.AgreeParams(tau=0.4, power=2.0),
+    ("dense", "sparse", "bm25"): CALIBRATED_GATE,
+}
+#: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights
+#: ("calibrated"; on an index without a stored calibration it is "agree", per query).
+LEG_SET_FUSION = "calibrated"
 LEG_SET_DEFAULTS: dict[tuple[str, ...], tuple[str, dict[str, float]]] = {
     legs: (LEG_SET_FUSION, w) for legs, w in LEG_SET_WEIGHTS[LEG_SET_FUSION].items()}
 LEXICAL_HINT = ("rebuild it with `alignir build-index --lexical` (the default) or add the leg with "
@@ -263,6 +279,8 @@ class Searcher:
                                      else legs_for(stored, sparsifier, self.passage_agg))
         self._encode_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
+        #: the index's collection-level fusion calibration (None: not calibrated)
+        self.calibration = FusionCalibration.from_dict(stored.manifest.get("params", {}).get("fusion_calibration"))
 
     @property
     def has_lexical(self) -> bool:
@@ -462,15 +480,22 @@ class Searcher:
             self._lexical()  # a clear error before any work when the index lacks the leg
         if alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
             fusion = fusion or LEG_SET_FUSION
+            if fusion == "calibrated" and self.calibration is None:
+                fusion = "agree"  # an index built before the calibration: the per-query gate
             weights = LEG_SET_WEIGHTS.get(fusion, {}).get(legs)
-        if (fusion or self.fusion.method) == "agree" and len(legs) > 1 and "bm25" not in legs:
-            raise InvalidInputError(f"fusion 'agree' gates the LLM legs by their agreement with the bm25 "
+        method = fusion or self.fusion.method
+        if method in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
+            raise InvalidInputError(f"fusion {method!r} gates the LLM legs by their agreement with the bm25 "
                                     f"leg; mode {mode!r} has none (use e.g. dense+sparse+bm25, or "
                                     f"another fusion)")
-        fcfg = FusionConfig(method=fusion or self.fusion.method,
+        if method == "calibrated" and self.calibration is None:
+            method = "agree"  # an index built before the calibration: the per-query gate
+        fcfg = FusionConfig(method="zscore" if method == "calibrated" else method,
                             alpha=self.fusion.alpha if alpha is None else alpha,
                             depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
         leg_w, rrf_w = _leg_weights(mode, legs, fcfg.alpha, alpha is not None, weights, tuple(self.legs))
+        if method == "calibrated" and len(legs) > 1:
+            leg_w = calibrated_weights(legs, leg_w, self.calibration)
         explainer = self._explainer(legs) if explain else None
         tm = timings if timings is not None else Timings()
         needed = legs + ((explainer,) if explainer is not None and explainer not in legs else ())
@@ -650,6 +675,14 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
         rest = (1.0 - alpha) / (len(legs) - 1)
         return [alpha if leg == "dense" else rest for leg in legs], None
     return [1.0 / len(legs)] * len(legs), None
+
+
+def calibrated_weights(legs: Sequence[str], weights: Sequence[float], calibration: FusionCalibration) -> list[float]:
+    """The "calibrated" fusion's weights: each leg's ``weights[i]`` times the gate
+    (:data:`LEG_SET_CALIBRATED` of this leg set) of its stored agreement with BM25
+    (retrieval/calibration.py); the bm25 leg and legs not calibrated keep theirs."""
+    gate = LEG_SET_CALIBRATED.get(tuple(legs), CALIBRATED_GATE)
+    return [w * calibration.gate(leg, gate) for w, leg in zip(weights, legs)]
 
 
 def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,

@@ -119,7 +119,7 @@ def test_build_saves_the_config_and_every_writer_keeps_it(tmp_path, tiny_model):
     assert Searcher.open(idx, loaded=tiny_model, fusion=FusionConfig()).fusion == FusionConfig()
     m = resparsify(idx, loaded=tiny_model, doc_k=12, quantize=None, query_m=UNSET)
     assert IndexConfig.from_manifest(m) == dataclasses.replace(cfg, sparse=cfg.sparse.with_changes(doc_k=12))
-    m = add_lexical(idx, k1=0.8)
+    m = add_lexical(idx, k1=0.8, loaded=tiny_model)
     assert IndexConfig.from_manifest(m).lexical == LexicalConfig(k1=0.8, b=0.4)
     replace_part(idx, "lexical", None)
     assert IndexConfig.from_manifest(read_manifest(idx)).lexical is None

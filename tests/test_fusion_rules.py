@@ -72,3 +72,32 @@ def test_choose_prefers_gain_retention_over_the_mean():
     # retention is capped at 1: above it, the mean decides
     table[("u2", "c", "{}")] = (0.55, 0.40)
     assert choose(table, units, [("b", "{}"), ("c", "{}")]) == ("c", "{}")
+
+
+def _with_pseudo(s: Setting, seed: int = 2) -> Setting:
+    """The toy setting with 5 pseudo-queries; dense agrees with BM25 on them, sparse does not."""
+    rng = np.random.default_rng(seed)
+    pseudo = {leg: [] for leg in ("dense", "sparse", "bm25")}
+    for _ in range(5):
+        bm = {f"d{d:02d}": float(60 - i) for i, d in enumerate(rng.choice(600, size=50, replace=False))}
+        pseudo["bm25"].append(bm)
+        pseudo["dense"].append({d: v + 0.5 for d, v in bm.items()})
+        pseudo["sparse"].append({f"d{d:02d}": float(60 - i) for i, d in enumerate(rng.choice(600, size=50, replace=False))})
+    return Setting(s.name, s.dataset, s.model, s.max_length, s.qrels, s.legs, 600, pseudo)
+
+
+def test_calibrated_replay_equals_the_product_default():
+    from alignir.retrieval.searcher import LEG_SET_CALIBRATED, LEG_SET_DEFAULTS
+
+    s = _with_pseudo(_setting())
+    cal = prepare(s, ("dense", "sparse", "bm25"))["q1"].calibration
+    assert cal.agreement["dense"] == 1.0 and cal.agreement["sparse"] < 0.2  # 50 of 600 by chance
+    for legs in MODES:
+        assert LEG_SET_DEFAULTS[legs][0] == "calibrated"
+        g = LEG_SET_CALIBRATED[legs]
+        replay = apply_rule(prepare(s, legs), MODES[legs], "calibrated", {"tau": g.tau, "power": g.power})
+        product = product_run(s, legs)
+        for q in replay:
+            assert list(replay[q]) == list(product[q]), (legs, q)
+    sh = shuffled(s)  # the pseudo-queries' LLM lists rotate like the real queries'
+    assert sh.pseudo["dense"][0] == s.pseudo["dense"][1] and sh.pseudo["bm25"] == s.pseudo["bm25"]

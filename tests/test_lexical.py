@@ -176,7 +176,7 @@ def test_no_lexical_build_then_add_and_remove(tmp_path, corpus_file, tiny_model)
         with pytest.raises(ValueError, match="--lexical"):
             s.search(QUERIES[0], mode=mode)
     assert s.search(QUERIES[0], mode="hybrid")
-    add_lexical(idx)  # from the corpus recorded in the manifest
+    add_lexical(idx, loaded=tiny_model)  # from the corpus recorded in the manifest
     s = Searcher.open(idx, loaded=tiny_model)
     ref, _ = _bm25s_scores(DOCS[:-1], QUERIES[:1])
     hits = s.search(QUERIES[0], k=3, mode="bm25")
@@ -267,18 +267,40 @@ def test_leg_sets_with_bm25_zscore_option_keeps_the_fixed_weights(built, tiny_mo
     assert s.search(q, k=5, mode="dense+sparse") == s.search(q, k=5, mode="dense+sparse", fusion="minmax")
 
 
-def test_leg_sets_with_bm25_default_to_agree(built, tiny_model):
-    """The default gates each LLM leg per query by its top-10 agreement with the BM25 leg
-    (fusion.agree over the leg lists with LEG_SET_WEIGHTS["agree"] and LEG_SET_AGREE)."""
-    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS
+def test_leg_sets_with_bm25_default_to_calibrated_else_agree(built, tiny_model):
+    """The default: "calibrated" (z-score, each LLM leg's weight gated by the index's stored
+    agreement with BM25, searcher.calibrated_weights) on an index with a calibration; on one
+    without (built before it) "agree", each LLM leg gated per query by its agreement with the
+    BM25 leg (fusion.agree over the leg lists with LEG_SET_WEIGHTS["agree"] and LEG_SET_AGREE)."""
+    from alignir.index.store import update_params
+    from alignir.retrieval.searcher import (LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS,
+                                            calibrated_weights)
 
     s = Searcher.open(built, loaded=tiny_model)
+    assert s.calibration is not None and set(s.calibration.agreement) == {"dense", "sparse"}
+    for q in QUERIES:
+        legs = s.leg_lists([q], ("dense", "sparse", "bm25"), k=s.index.n_docs)
+        for mode in ("dense+sparse+bm25", "dense+bm25", "sparse+bm25"):
+            names = tuple(mode.split("+"))
+            base = LEG_SET_WEIGHTS["calibrated"][names]
+            assert LEG_SET_DEFAULTS[names] == ("calibrated", base)
+            runs = [legs[leg][0] for leg in names]
+            w = calibrated_weights(names, [base[leg] / sum(base.values()) for leg in names], s.calibration)
+            hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
+            keep = [i for i, r in enumerate(runs) if r]
+            manual = (dict(fusion.ranked(runs[keep[0]])) if len(keep) == 1  # one list: as it is
+                      else fusion.zscore([runs[i] for i in keep], weights=[w[i] for i in keep]))
+            assert [h.doc_number for h in hits] == list(manual)
+            assert [h.score for h in hits] == pytest.approx(list(manual.values()), abs=1e-12)
+            assert hits == s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs, fusion="calibrated")
+    update_params(built, {"fusion_calibration": None})  # an index from before the calibration
+    s = Searcher.open(built, loaded=tiny_model)
+    assert s.calibration is None
     for q in QUERIES:
         legs = s.leg_lists([q], ("dense", "sparse", "bm25"), k=s.index.n_docs)
         for mode in ("dense+sparse+bm25", "dense+bm25", "sparse+bm25"):
             names = tuple(mode.split("+"))
             base = LEG_SET_WEIGHTS["agree"][names]
-            assert LEG_SET_DEFAULTS[names] == ("agree", base)
             runs = [legs[leg][0] for leg in names]
             w = [base[leg] / sum(base.values()) for leg in names]
             hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
@@ -288,8 +310,10 @@ def test_leg_sets_with_bm25_default_to_agree(built, tiny_model):
             assert [h.doc_number for h in hits] == list(manual)
             assert [h.score for h in hits] == pytest.approx(list(manual.values()), abs=1e-12)
             assert hits == s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs, fusion="agree")
-    with pytest.raises(ValueError, match="agree.*bm25"):
-        s.search(QUERIES[0], k=5, mode="dense+sparse", fusion="agree")
+            assert hits == s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs, fusion="calibrated")
+    for method in ("agree", "calibrated"):
+        with pytest.raises(ValueError, match=f"{method}.*bm25"):
+            s.search(QUERIES[0], k=5, mode="dense+sparse", fusion=method)
 
 
 def test_hybrid_unchanged_by_the_leg(built, tiny_model):

@@ -303,17 +303,46 @@ def add_lexical_cmd(
                                           "the one the index was built from."),
     k1: float = typer.Option(0.9, help="BM25 k1."),
     b: float = typer.Option(0.4, help="BM25 b."),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
+                                   help="Measure the fusion calibration against the new leg (loads the model "
+                                        "for 64 pseudo-queries); --no-calibrate: no model, the fused modes "
+                                        "gate per query."),
+    device: str = typer.Option("auto", help="Device of the model (auto, cpu, cuda)."),
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus: no model,
-    no re-encode (seconds). Indexes built before the leg existed get the bm25 modes."""
+    """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus: no re-encode.
+    Indexes built before the leg existed get the bm25 modes."""
     setup_logging(verbose)
     with user_errors(verbose):
         from alignir.retrieval.indexer import add_lexical
 
-        entry = add_lexical(index, source, k1=k1, b=b, wait=wait)["parts"]["lexical"]
+        entry = add_lexical(index, source, k1=k1, b=b, wait=wait, calibrate=calibrate,
+                            device=device)["parts"]["lexical"]
         typer.echo(f"lexical leg added to {index}: {entry['n_terms']} terms, {entry['n_postings']} postings")
+
+
+def calibrate_cmd(
+    index: Path = INDEX_OPT,
+    source: Optional[Path] = typer.Option(None, help="Corpus (BEIR folder or .jsonl); default: "
+                                          "the one the index was built from."),
+    device: str = typer.Option("auto", help="Device of the model (auto, cpu, cuda)."),
+    wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Measure how far each LLM leg agrees with BM25 on pseudo-queries cut from the corpus and
+    store it in the index: the default "calibrated" fusion of the leg sets with bm25 then drops
+    a leg that is noise on this collection (build-index does this already; for older indexes)."""
+    setup_logging(verbose)
+    with user_errors(verbose):
+        from alignir.retrieval.indexer import calibrate_index
+
+        cal = calibrate_index(index, source, device=device, wait=wait)
+        if cal is None:
+            typer.echo(f"{index}: nothing to calibrate (the fusion needs the bm25 leg and another leg)")
+        else:
+            agree = ", ".join(f"{leg} {a:.3f}" for leg, a in cal["agreement"].items())
+            typer.echo(f"calibrated {index} on {cal['queries']} pseudo-queries: agreement with bm25 {agree}")
 
 
 def delete_cmd(
@@ -388,5 +417,6 @@ def register(app: typer.Typer) -> None:
     app.command("search")(search_cmd)
     app.command("resparsify")(resparsify_cmd)
     app.command("add-lexical")(add_lexical_cmd)
+    app.command("calibrate")(calibrate_cmd)
     app.command("delete")(delete_cmd)
     app.command("info")(info_cmd)
