@@ -128,7 +128,7 @@ def test_tiny_cycle(env, tiny_folder):
     assert "documents  4" in invoke("info", "--index", idx).output
 
 
-def test_fusion_option_agree_default_and_zscore(env, tiny_folder):
+def test_fusion_option_calibrated_default_agree_and_zscore(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
         ["plants and light", "stock market rates", "supersonic flow", "protein folding", "plants grow"])])
     idx = env / "idx"
@@ -138,10 +138,20 @@ def test_fusion_option_agree_default_and_zscore(env, tiny_folder):
         r = invoke("search", "plants light", "--index", idx, "--mode", "dense+sparse+bm25", "--json", *extra)
         assert r.exit_code == 0, r.output
         return json.loads(r.stdout)["hits"]
-    assert hits() == hits("--fusion", "agree")            # agree is the leg-set default
+    assert hits() == hits("--fusion", "calibrated")       # calibrated is the leg-set default
     assert hits("--fusion", "zscore") == hits("--fusion", "zscore", "--weights", "dense=0.2,sparse=0.2,bm25=0.6")
-    r = invoke("search", "plants", "--index", idx, "--mode", "hybrid", "--fusion", "agree")
-    assert r.exit_code == 1 and "agree" in r.output and "bm25" in r.output
+    for method in ("agree", "calibrated"):
+        r = invoke("search", "plants", "--index", idx, "--mode", "hybrid", "--fusion", method)
+        assert r.exit_code == 1 and method in r.output and "bm25" in r.output
+    stored = json.loads(invoke("info", "--index", idx, "--json").stdout)["params"]["fusion_calibration"]
+    assert stored["queries"] == 5 and set(stored["agreement"]) == {"dense", "sparse"}
+    from alignir.index.store import update_params
+
+    update_params(idx, {"fusion_calibration": None})  # an index from before the calibration: agree
+    assert hits() == hits("--fusion", "agree")
+    r = invoke("calibrate", "--index", idx)  # measures it again, the same values
+    assert r.exit_code == 0 and "5 pseudo-queries" in r.output, r.output
+    assert json.loads(invoke("info", "--index", idx, "--json").stdout)["params"]["fusion_calibration"] == stored
     r = invoke("beir", env / "nowhere", "--fusion", "borda")  # checked before anything is built
     assert r.exit_code == 1 and "fusion method must be one of" in r.output
     assert not (env / "indexes").exists()
