@@ -32,8 +32,8 @@ def three_leg_default(fusion: list[dict], quality: dict, dataset: str, model: st
     return row["ndcg@10"] if row else None
 
 
-def three_leg_agree(fusion: list[dict], dataset: str, model: str) -> float | None:
-    """dense+sparse+bm25 with the default since issue 17 ("agree"): fusion_rules.py's product
+def three_leg_calibrated(fusion: list[dict], dataset: str, model: str) -> float | None:
+    """dense+sparse+bm25 with the leg-set default (since issue 17: "calibrated"): fusion_rules.py's product
     row of the full-length index of this collection and model."""
     for r in fusion:
         if r.get("kind") == "fusion-rule" and r["rule"].startswith("product default") \
@@ -49,7 +49,7 @@ def render(quality_rows: list[dict], fusion: list[dict]) -> str:
                                   list(MODELS).index(p[1]) if p[1] in MODELS else len(MODELS), p[1]))
     lines = ["| collection | model | BM25 | dense | sparse, paper eq.15–16 | sparse, default | sparse / dense "
              "| hybrid (dense+sparse) | hybrid ≥ both inputs | dense+sparse+bm25, z-score 0.2/0.2/0.6 "
-             "| dense+sparse+bm25, agree (default) |",
+             "| dense+sparse+bm25, default fusion (calibrated) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for dataset, model in pairs:
         def get(method: str, dataset: str = dataset, model: str = model) -> float | None:
@@ -62,7 +62,7 @@ def render(quality_rows: list[dict], fusion: list[dict]) -> str:
         ratio = sparse / dense
         both = hybrid >= max(dense, sparse)
         three = three_leg_default(fusion, q, dataset, model)
-        agree = three_leg_agree(fusion, dataset, model)
+        agree = three_leg_calibrated(fusion, dataset, model)
         lines.append(
             f"| {NAMES.get(dataset, dataset)} | {MODELS.get(model, model)} | {bm25:.3f} | {dense:.3f} | "
             f"{paper:.3f} | {sparse:.3f} | {ratio:.2f} {'✓' if ratio >= 0.9 else '✗'} | {hybrid:.3f} | "

@@ -15,8 +15,9 @@ A mode is one leg, "hybrid" (dense + sparse, ``alpha`` weighs dense: unchanged f
 lexical leg existed) or a '+'-joined leg set such as "dense+sparse+bm25", fused with the
 configured method (minmax / zscore: convex combination with per-leg weights; rrf: reciprocal
 ranks, weighted only when weights are given; agree: z-score with each LLM leg's weight gated
-per query by its agreement with the BM25 leg). Leg sets with BM25 default to agree
-(LEG_SET_DEFAULTS, chosen on held-out collections); ``fusion="zscore"`` without weights gives
+per query by its agreement with the BM25 leg; calibrated: the same gate measured once per
+collection on pseudo-queries, retrieval/calibration.py). Leg sets with BM25 default to
+calibrated (LEG_SET_DEFAULTS, chosen on held-out collections; agree on an uncalibrated index); ``fusion="zscore"`` without weights gives
 the earlier fixed z-score default (BM25 at 0.6); other methods weigh legs equally. Pyserini's
 BEIR hybrid runs fuse a learned representation with BM25 the same way.
 
@@ -69,7 +70,8 @@ BACKENDS: dict[str, str | None] = {"folder": None, "milvus": "alignir.retrieval.
 #: Base weights of the leg sets with the BM25 leg per fusion method, used when a call gives no
 #: ``weights`` or ``alpha``. "zscore": the fixed weights chosen leave-one-collection-out on ADI,
 #: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; the default until issue 17: BM25 at
-#: 0.6). "agree" (the default): the same z-score fusion with every LLM leg's weight gated per
+#: 0.6). "calibrated" (the default, below) gates them once per collection; "agree" (the default
+#: of an index without a calibration): the same z-score fusion with every LLM leg's weight gated per
 #: query by its chance-corrected top-k agreement with the BM25 leg (fusion.agree), so a leg
 #: that is noise for a query (a truncated long document, a model unfit for the domain) drops
 #: out and the fused order falls back to BM25's; weights and gate chosen on dumped leg lists,
@@ -454,12 +456,13 @@ class Searcher:
         call) the other legs share 1-α equally. ``weights`` ({leg: weight}, relative: convex
         fusions divide by their sum; rrf uses them as given) set every leg's weight of a
         '+'-joined leg set instead (legs not in the mode are ignored; "hybrid" keeps α).
-        Leg sets with the BM25 leg default to :data:`LEG_SET_DEFAULTS` ("agree": z-score with
-        each LLM leg gated by its top-k agreement with BM25, fusion.agree) when none of
-        ``fusion``, ``alpha``, ``weights`` is given; with ``fusion`` "zscore" or "agree" and no
-        weights or alpha they take that method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed
-        default before issue 17); other methods and leg sets weigh legs equally. "agree" needs
-        the bm25 leg (its anchor). ``allowed_ids``: restrict results to these document
+        Leg sets with the BM25 leg default to :data:`LEG_SET_DEFAULTS` ("calibrated": z-score
+        with each LLM leg gated by its agreement with BM25 on the index's pseudo-queries,
+        :func:`calibrated_weights`; "agree", the same gate per query, fusion.agree, on an index
+        without a calibration) when none of ``fusion``, ``alpha``, ``weights`` is given; with
+        ``fusion`` "zscore", "agree" or "calibrated" and no weights or alpha they take that
+        method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed default before issue 17); other
+        methods and leg sets weigh legs equally. "agree" and "calibrated" need the bm25 leg. ``allowed_ids``: restrict results to these document
         ids (others never come back, even when k exceeds their number). ``explain``: attach
         the shared terms and their contributions to each hit (from the first leg of the mode that
         explains; for a mode without one, the first such leg sharing its encoder pass).

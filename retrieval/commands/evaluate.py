@@ -26,10 +26,11 @@ PASSAGES_HELP = ("Split long documents into overlapping passages, each encoded a
 PASSAGE_AGG_HELP = ("How a document scores by its passages (indexes with passages), before fusion: "
                     "maxp (its best passage, default) | firstp (its first) | sumN (its N best summed, e.g. sum3); "
                     "Dai & Callan, SIGIR 2019.")
-FUSION_HELP = ("minmax | rrf | zscore | agree. Leg sets with bm25 default to agree: z-score "
-               "fusion where each LLM leg's weight is gated per query by its top-k agreement "
-               "with the bm25 leg (falls back to BM25 when a leg is noise); zscore: the fixed "
-               "weights (BM25 at 0.6, the default before issue 17).")
+FUSION_HELP = ("minmax | rrf | zscore | agree | calibrated. Leg sets with bm25 default to calibrated: "
+               "z-score fusion where each LLM leg's weight is gated by its agreement with the bm25 leg "
+               "measured on pseudo-queries at build time (a leg that is noise on the collection drops "
+               "out: BM25's ranking); agree: the same gate per query (the default of indexes without a "
+               "calibration, see `alignir calibrate`); zscore: the fixed weights (BM25 at 0.6).")
 
 
 def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:
