@@ -152,6 +152,7 @@ def test_fusion_option_calibrated_default_agree_and_zscore(env, tiny_folder):
     r = invoke("calibrate", "--index", idx)  # measures it again, the same values
     assert r.exit_code == 0 and "5 pseudo-queries" in r.output, r.output
     assert json.loads(invoke("info", "--index", idx, "--json").stdout)["params"]["fusion_calibration"] == stored
+    assert "agreement with bm25 on 5 pseudo-queries: dense" in invoke("info", "--index", idx).output
     r = invoke("beir", env / "nowhere", "--fusion", "borda")  # checked before anything is built
     assert r.exit_code == 1 and "fusion method must be one of" in r.output
     assert not (env / "indexes").exists()

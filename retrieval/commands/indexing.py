@@ -170,6 +170,15 @@ def _fusion_summary(manifest) -> str:
     return f"{f.method}, alpha {f.alpha} on dense, depth {f.depth}, rrf_k {f.rrf_k}{saved}"
 
 
+def _calibration_summary(manifest) -> str:
+    """The stored fusion calibration (what the default of the leg sets with bm25 gates by)."""
+    cal = manifest.get("params", {}).get("fusion_calibration")
+    if not cal:
+        return "no (leg sets with bm25 gate per query; alignir calibrate measures it)"
+    agree = ", ".join(f"{leg} {a:.3f}" for leg, a in cal["agreement"].items())
+    return f"agreement with bm25 on {cal['queries']} pseudo-queries: {agree}"
+
+
 def _hit_json(hit) -> dict:
     d = {"id": hit.id, "score": hit.score, "rank": hit.rank,
          "sparse_score": hit.sparse_score, "dense_score": hit.dense_score,
@@ -277,6 +286,7 @@ def info_cmd(
             f"embedder   {emb.get('family')} {emb.get('options', {})}",
             f"sparse     {manifest.get('params', {}).get('sparse')}",
             f"fusion     {_fusion_summary(manifest)}",
+            f"calibrated {_calibration_summary(manifest)}",
             "lexical    " + (f"{lexical.get('n_terms')} terms, {lexical.get('n_postings')} postings, "
                               f"{_bm25_summary(lexical.get('params', {}))}" if lexical
                               else "none (no bm25 modes; alignir add-lexical adds it)"),
