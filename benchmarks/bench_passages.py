@@ -92,6 +92,25 @@ def run_pair(name: str, max_length: int, work: Path, model: str, loaded, log) ->
     return row
 
 
+def render(result: dict) -> str:
+    """The README table of a passages.json: per (collection, max length), nDCG@10 truncated →
+    with passages (MaxP) per mode, FirstP / sum-of-3 on the passage index, and the token factor."""
+    modes = ("dense", "sparse", "dense+sparse+bm25")  # bm25 scores whole documents either way
+    lines = ["| collection | max length | split documents | token factor | "
+             + " | ".join(f"{m} truncated → passages" for m in modes)
+             + " | dense / sparse FirstP | dense / sparse sum3 |",
+             "|---|---|---|---|" + "---|" * len(modes) + "---|---|"]
+    for r in result.get("rows", []):
+        off, on = r["passages_off"]["metrics"], r["passages_auto"]["metrics"]
+        cells = [f"{off[m]['ndcg@10']:.3f} → {on[m]['ndcg@10']:.3f}" for m in modes]
+        agg = {a: " / ".join(f"{on[f'{m} ({a})']['ndcg@10']:.3f}" for m in ("dense", "sparse"))
+               for a in AGGREGATES}
+        lines.append(f"| {r['dataset']} | {r['max_length']} | {r['passages_auto']['split_documents']} of "
+                     f"{r['passages_off']['rows']} | "
+                     f"{r['token_factor']:.2f} | " + " | ".join(cells) + f" | {agg['firstp']} | {agg['sum3']} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="med,cisi")
@@ -99,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--work", type=Path, default=Path("/work/bg/out/passages"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "passages.json")
+    ap.add_argument("--markdown", action="store_true", help="only print the README table of --out")
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(render(json.loads(args.out.read_text())))
+        return 0
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
