@@ -262,6 +262,9 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
     assert r.exit_code == 0, r.output
     main_job = json.loads(r.stdout)
     assert main_job["dataset"] == "adi" and main_job["queries"] > 0
+    fusion = main_job["fusion"]  # the fused modes' default and the calibration it gates by
+    assert fusion["requested"] is None and fusion["leg_set_default"] == "calibrated"
+    assert set(fusion["calibration"]["agreement"]) == {"dense", "sparse"}
     for mode in ("dense", "sparse", "hybrid", "bm25"):
         assert main_job["metrics"][mode]["ndcg@10"] == pytest.approx(res["metrics"][mode]["ndcg@10"], abs=1e-9)
     r = invoke("resparsify", "--index", idx, "--k", "64", "--lambda", "0.5")
