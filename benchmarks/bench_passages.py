@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         "what": "passages (auto: WINDOW = the encoder's text budget, STRIDE = WINDOW/2, MaxP) vs truncation "
                 "(off) with a short --max-length emulating long documents; nDCG@10 / recall@100 per mode; "
                 "token_factor = text tokens encoded with passages / with truncation",
-        "model": args.model, "embedder": "prompteol", "default_fusion": LEG_SET_FUSION,
+        "model": args.model, "embedder": resolve_shipped(args.model, "prompteol", None)[1],
+        "default_fusion": LEG_SET_FUSION,
         "command": "python benchmarks/bench_passages.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "python": platform.python_version(),
     })
