@@ -312,13 +312,19 @@ def calibrate_index(index_dir: str | Path, source: str | Path | None = None, *, 
                 raise InvalidInputError(f"{index_dir}: the corpus it was built from is gone or changed; "
                                         "pass it (--source)")
         else:
-            corpus = read_source(source, skip_bad=True)
-            missing = [d for d in stored.doc_ids if d not in corpus]
-            if missing:
-                raise InvalidInputError(f"{source} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
-                                        "not the corpus of this index")
-            texts = [corpus[d].contents for d in stored.doc_ids]
+            texts = _indexed_texts(source, stored.doc_ids)
         return store_calibration(index_dir, texts, loaded, device)
+
+
+def _indexed_texts(source: str | Path, doc_ids: Sequence[str], skip_bad: bool = True) -> list[str]:
+    """The texts of the indexed documents ``doc_ids`` (in that order) from the corpus
+    ``source``; a corpus that lacks one of them is not this index's (InvalidInputError)."""
+    corpus = read_source(source, skip_bad=skip_bad)
+    missing = [d for d in doc_ids if d not in corpus]
+    if missing:
+        raise InvalidInputError(f"{source} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
+                                "not the corpus of this index")
+    return [corpus[d].contents for d in doc_ids]
 
 
 def _corpus_texts(index_dir: str | Path, doc_ids: Sequence[str]) -> list[str] | None:
@@ -326,9 +332,8 @@ def _corpus_texts(index_dir: str | Path, doc_ids: Sequence[str]) -> list[str] | 
     is gone or no longer holds them: the calibration is then dropped, not left stale)."""
     src = read_manifest(index_dir).get("build", {}).get("source")
     try:
-        corpus = read_source(src, skip_bad=True) if src else None
-        return None if corpus is None else [corpus[d].contents for d in doc_ids]
-    except (AlignirError, OSError, KeyError):
+        return _indexed_texts(src, doc_ids) if src else None
+    except (AlignirError, OSError):
         return None
 
 
@@ -348,19 +353,13 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
         src = source or manifest.get("build", {}).get("source")
         if not src:
             raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
-        corpus = read_source(src, skip_bad=skip_bad)
         stored = open_index(index_dir, verify=False, parts=())
-        missing = [d for d in stored.doc_ids if d not in corpus]
-        if missing:
-            raise InvalidInputError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
-                             "not the corpus of this index")
+        texts = _indexed_texts(src, stored.doc_ids, skip_bad=skip_bad)
         lexical = LexicalConfig(k1=k1, b=b)
-        leg = lexical_leg([corpus[d].contents for d in stored.doc_ids], k1=lexical.k1, b=lexical.b,
-                          stem=lexical.stem, stopwords=lexical.stopwords)
+        leg = lexical_leg(texts, k1=lexical.k1, b=lexical.b, stem=lexical.stem, stopwords=lexical.stopwords)
         config = replace(IndexConfig.from_manifest(manifest), lexical=lexical)
         replace_part(index_dir, "lexical", leg, params={"config": config.to_dict()}, expected=manifest)
-        store_calibration(index_dir, [corpus[d].contents for d in stored.doc_ids] if calibrate else None,
-                          loaded, device)  # a new anchor
+        store_calibration(index_dir, texts if calibrate else None, loaded, device)  # a new anchor
         return read_manifest(index_dir)
 
 
