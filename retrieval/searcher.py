@@ -284,6 +284,11 @@ class Searcher:
         #: the index's collection-level fusion calibration (None: not calibrated)
         self.calibration = FusionCalibration.from_dict(stored.manifest.get("params", {}).get("fusion_calibration"))
 
+    def fusion_in_force(self, method: str) -> str:
+        """The fusion a search asking for ``method`` runs: "calibrated" on an index without a
+        stored calibration (built before it) is "agree", the per-query gate; others as asked."""
+        return "agree" if method == "calibrated" and self.calibration is None else method
+
     @property
     def has_lexical(self) -> bool:
         return "bm25" in self.legs
@@ -481,18 +486,15 @@ class Searcher:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         if "bm25" in legs:
             self._lexical()  # a clear error before any work when the index lacks the leg
-        if alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
-            fusion = fusion or LEG_SET_FUSION
-            if fusion == "calibrated" and self.calibration is None:
-                fusion = "agree"  # an index built before the calibration: the per-query gate
-            weights = LEG_SET_WEIGHTS.get(fusion, {}).get(legs)
-        method = fusion or self.fusion.method
-        if method in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
-            raise InvalidInputError(f"fusion {method!r} gates the LLM legs by their agreement with the bm25 "
+        leg_set_default = alpha is None and weights is None and legs in LEG_SET_DEFAULTS
+        requested = fusion or (LEG_SET_FUSION if leg_set_default else self.fusion.method)
+        if requested in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
+            raise InvalidInputError(f"fusion {requested!r} gates the LLM legs by their agreement with the bm25 "
                                     f"leg; mode {mode!r} has none (use e.g. dense+sparse+bm25, or "
                                     f"another fusion)")
-        if method == "calibrated" and self.calibration is None:
-            method = "agree"  # an index built before the calibration: the per-query gate
+        method = self.fusion_in_force(requested)
+        if leg_set_default:
+            weights = LEG_SET_WEIGHTS.get(method, {}).get(legs)
         fcfg = FusionConfig(method="zscore" if method == "calibrated" else method,
                             alpha=self.fusion.alpha if alpha is None else alpha,
                             depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)

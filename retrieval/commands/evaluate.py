@@ -105,7 +105,7 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
     cal = searcher.calibration
     result["fusion"] = {"requested": fusion, "alpha": alpha, "weights": weights,
                         # what the leg sets with bm25 use when nothing is requested
-                        "leg_set_default": LEG_SET_FUSION if cal is not None else "agree",
+                        "leg_set_default": searcher.fusion_in_force(LEG_SET_FUSION),
                         "calibration": None if cal is None else cal.to_dict()}
     return result
 
