@@ -52,8 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         lists = s.leg_lists([ds.queries[q] for q in ids], LEGS, k=args.k)
         for leg in LEGS:
             for q, run in zip(ids, lists[leg]):
-                items = sorted(run.items(), key=lambda kv: (-kv[1], kv[0]))
-                legs[leg][q] = [[s.index.doc_ids[n], float(v)] for n, v in items]
+                legs[leg][q] = _by_id(s, run)
     spec = s.index.manifest.get("embedder", {})
     out = {"dataset": ds.name, "index": str(args.index), "model": spec, "k": args.k,
            "qrels": ds.qrels, "legs": legs, **_pseudo(s, ds)}
@@ -72,9 +71,15 @@ def _pseudo(s, ds) -> dict:
     texts = [ds.corpus[d].contents for d in s.index.doc_ids]
     queries = pseudo_queries(texts)
     lists = s.leg_lists(queries, tuple(s.legs), k=MEASURE.anchor_depth)
-    legs = {leg: [[[s.index.doc_ids[n], float(v)] for n, v in sorted(run.items(), key=lambda kv: (-kv[1], kv[0]))]
-                  for run in runs] for leg, runs in lists.items()}
+    legs = {leg: [_by_id(s, run) for run in runs] for leg, runs in lists.items()}
     return {"pseudo": {"queries": queries, "legs": legs}, "n_docs": s.index.n_docs}
+
+
+def _by_id(s, run: dict[int, float]) -> list[list]:
+    """One leg list ({doc number: score}) as [[doc id, score], ...] best first (fusion.ranked)."""
+    from alignir.retrieval.fusion import ranked
+
+    return [[s.index.doc_ids[n], float(v)] for n, v in ranked(run)]
 
 
 if __name__ == "__main__":
