@@ -174,15 +174,14 @@ def agreement(run: Ranking, anchor: Ranking, k: int, depth: int | None = None) -
     """``|top_k(run) ∩ top_depth(anchor)| / k`` (top lists by :func:`ranked` order; ``depth``
     None: ``k``)."""
     for name, v in (("k", k), ("depth", k if depth is None else depth)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise InvalidInputError(f"agreement {name} must be a positive integer, got {v!r}")
+        _positive_int(name, v, "agreement")
     deep = {d for d, _ in ranked(anchor, k if depth is None else depth)}
     return len({d for d, _ in ranked(run, k)} & deep) / k
 
 
-def _positive_int(name: str, v: object) -> None:
+def _positive_int(name: str, v: object, what: str = "agree") -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise InvalidInputError(f"agree {name} must be a positive integer, got {v!r}")
+        raise InvalidInputError(f"{what} {name} must be a positive integer, got {v!r}")
 
 
 def _number(name: str, v: object) -> float:
