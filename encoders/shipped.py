@@ -14,7 +14,8 @@ from typing import Any
 
 from alignir.errors import InvalidInputError
 
-__all__ = ["ShippedEmbedder", "SHIPPED", "BUILTIN_PREFIX", "adapter_dir", "resolve_adapter", "resolve_shipped"]
+__all__ = ["ShippedEmbedder", "SHIPPED", "BUILTIN_PREFIX", "adapter_dir", "resolve_adapter", "resolve_shipped",
+           "hybrid_fusion"]
 
 BUILTIN_PREFIX = "builtin:"
 ADAPTERS = Path(__file__).resolve().parent / "adapters"
@@ -26,13 +27,20 @@ class ShippedEmbedder:
     base_model: str  # a registered model name (encoders.models.REGISTERED_MODELS)
     family: str  # the embedder family that reads through the adapter
     description: str
+    #: the "hybrid" mode's fusion (method, α on dense) an index built with this model gets by
+    #: default (IndexConfig.fusion); None: FusionConfig's own default
+    hybrid: tuple[str, float] | None = None
 
 
 SHIPPED: dict[str, ShippedEmbedder] = {
     "smollm2-135m-alignir": ShippedEmbedder(
         name="smollm2-135m-alignir", base_model="smollm2-135m", family="infonce",
         description="SmolLM2-135M-Instruct, PromptEOL read through a LoRA adapter (r 16, fp16, 9.8 MB) trained "
-                    "with InfoNCE on SciFact train pairs + BM25 hard negatives (360 steps of batch 8)"),
+                    "with InfoNCE on SciFact train pairs + BM25 hard negatives (360 steps of batch 8)",
+        # its dense leg is the stronger one: z-score, α 0.7, chosen leave-one-collection-out over
+        # ADI/CISI/Cranfield/MED/SciFact (benchmarks/hybrid_alpha.py; +0.000..+0.017 nDCG@10
+        # over minmax 0.5, benchmarks/results/fusion_transfer.json "hybrid-alpha" rows)
+        hybrid=("zscore", 0.7)),
 }
 
 #: the model of build-index / beir / encode when none is given: the shipped trained embedder. It
@@ -69,3 +77,10 @@ def resolve_shipped(model: str, embedder: str, options: dict[str, Any] | None,
         raise InvalidInputError(f"model {model!r} brings its own adapter; leave --adapter unset")
     opts["adapter"] = BUILTIN_PREFIX + shipped.name
     return shipped.base_model, shipped.family, opts
+
+
+def hybrid_fusion(model: str) -> tuple[str, float] | None:
+    """The (method, α) of the "hybrid" mode that ``model`` ships with, or None (a model that is
+    not shipped, or one without a recommendation)."""
+    shipped = SHIPPED.get(model) if isinstance(model, str) else None
+    return None if shipped is None else shipped.hybrid

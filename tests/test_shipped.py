@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alignir.encoders.shipped import SHIPPED, adapter_dir, resolve_adapter, resolve_shipped
+from alignir.encoders.shipped import SHIPPED, adapter_dir, hybrid_fusion, resolve_adapter, resolve_shipped
 from alignir.errors import InvalidInputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +53,36 @@ def test_the_shipped_adapter_changes_the_encoder(smollm2):
     assert trained.fingerprint()["adapter_sha256"] and trained.fingerprint() != plain.fingerprint()
     again = get_embedder("infonce", smollm2, max_length=64, progress=False, adapter=f"builtin:{NAME}")
     np.testing.assert_array_equal(again.encode_documents(texts), b)
+
+
+@pytest.mark.model
+def test_an_index_of_the_shipped_model_gets_its_hybrid_fusion(smollm2, tmp_path):
+    """The shipped model's registry entry brings its "hybrid" fusion (z-score, α 0.7 on dense);
+    an explicit IndexConfig keeps its own; a plain model keeps FusionConfig's default."""
+    from alignir.retrieval import fusion as F
+    from alignir.retrieval.config import FusionConfig, IndexConfig
+    from alignir.retrieval.indexer import build_index
+    from alignir.retrieval.searcher import Searcher
+    from conftest import write_corpus
+
+    assert hybrid_fusion(NAME) == ("zscore", 0.7) and hybrid_fusion("smollm2-135m") is None
+    corpus = write_corpus(tmp_path / "c.jsonl", ["aspirin lowers the risk of heart attack",
+                                                 "supersonic flow over a wedge", "heart valves and blood flow",
+                                                 "wing lift at low speed", "statins lower cholesterol"])
+    kw = dict(loaded=smollm2, cache_dir=tmp_path / "cache", progress=False, embedder_options={"max_length": 32},
+              calibrate=False)
+    m = build_index(corpus, tmp_path / "shipped", model=NAME, **kw)
+    assert m["params"]["config"]["fusion"] == FusionConfig(method="zscore", alpha=0.7).to_dict()
+    s = Searcher.open(tmp_path / "shipped", loaded=smollm2)
+    q = ["blood flow in the heart"]
+    lists = s.leg_lists(q, ("dense", "sparse"), k=s.index.n_docs)
+    want = F.ranked(F.zscore([lists["dense"][0], lists["sparse"][0]], weights=[0.7, 0.3]))
+    got = [(h.doc_number, h.score) for h in s.search(q[0], k=5, mode="hybrid")]
+    assert [d for d, _ in got] == [d for d, _ in want] and [x for _, x in got] == pytest.approx([x for _, x in want])
+    m = build_index(corpus, tmp_path / "explicit", model=NAME, config=IndexConfig(), **kw)
+    assert m["params"]["config"]["fusion"] == FusionConfig().to_dict()
+    m = build_index(corpus, tmp_path / "plain", model="smollm2-135m", **kw)
+    assert m["params"]["config"]["fusion"] == FusionConfig().to_dict()
 
 
 @pytest.mark.slow
