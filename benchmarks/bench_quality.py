@@ -93,10 +93,17 @@ class Harness:
         self.batch = QueryBatch(self.Hq, self.searcher.sparsifier.queries(self.Hq, self.surface))
 
     def _run(self, docs: np.ndarray, scores: np.ndarray) -> dict:
+        """Rows (documents, or passages of an index with passages) best first -> a run of
+        documents; a document split into passages scores by its best one (MaxP, the default)."""
+        pmap = self.searcher.index.passages
+        row_doc = None if pmap is None else np.asarray(pmap.doc)
         run = {}
         for qid, drow, srow in zip(self.qids, docs, scores):
             keep = (drow >= 0) & np.isfinite(srow)
-            run[qid] = {self.doc_ids[d]: float(s) for d, s in zip(drow[keep], srow[keep])}
+            hits: dict[str, float] = {}
+            for d, s in zip(drow[keep], srow[keep]):
+                hits.setdefault(self.doc_ids[d if row_doc is None else row_doc[d]], float(s))
+            run[qid] = hits
         return drop_self_hits(run) if self.drop_self else run
 
     def score(self, run: dict) -> dict:

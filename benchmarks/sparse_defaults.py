@@ -73,8 +73,10 @@ def main(argv: list[str] | None = None) -> None:
         name, index = pair.split("=", 1)
         t0 = time.perf_counter()
         h = Harness(index, str(Path(args.datasets) / name), "test", None)
-        model = h.searcher.index.manifest["embedder"]["model"]
-        if model != args.model:
+        spec = h.searcher.index.manifest["embedder"]
+        adapter = str(spec.get("options", {}).get("adapter") or "")
+        model = adapter.removeprefix("builtin:") if adapter.startswith("builtin:") else spec["model"]
+        if model != args.model:  # a shipped model is named by its registered name
             raise SystemExit(f"{index} was built with {model}, not {args.model}")
         scores[name] = {label(c): h.score(h.sparse_run(c))["ndcg@10"] for c in configs}
         print(f"{name}: {len(configs)} configs in {time.perf_counter() - t0:.0f}s; "
