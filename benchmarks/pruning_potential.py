@@ -39,37 +39,45 @@ except ImportError:
     from bench_pruning import load_collection  # noqa: E402
 
 
-def kth_scores(D: sp.csr_matrix, Q: sp.csr_matrix, ks: list[int]) -> dict[int, np.ndarray]:
-    """Each query's k-th best exact score (0 when fewer than k documents share a term)."""
-    S = (Q @ D.T.tocsr()).toarray()
+def kth_scores(DT: sp.csr_matrix, Q: sp.csr_matrix, ks: list[int]) -> dict[int, np.ndarray]:
+    """Each query's k-th best exact score (0 when fewer than k documents share a term);
+    ``DT``: the (terms x documents) postings."""
+    S = (Q @ DT).toarray()
     S.sort(axis=1)
     return {k: S[:, -k] for k in ks}
 
 
-def block_maxima(D: sp.csr_matrix, size: int) -> sp.csr_matrix:
-    """(sub-blocks x terms) exact maximum weight of every (sub-block, term) pair with a posting."""
+def block_maxima(D: sp.csr_matrix, size: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """(sub-blocks x terms) exact maximum weight and posting count of every (sub-block, term)
+    pair with a posting, of the documents of ``D`` (ids in order, sub-blocks of ``size``)."""
     C = D.tocoo()
     key = (C.row // size).astype(np.int64) * D.shape[1] + C.col
     order = np.argsort(key, kind="stable")
     key, vals = key[order], C.data[order]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     uk = key[starts]
-    return sp.csr_matrix((np.maximum.reduceat(vals, starts), (uk // D.shape[1], uk % D.shape[1])),
-                         shape=(-(-D.shape[0] // size), D.shape[1]))
+    where = (uk // D.shape[1], uk % D.shape[1])
+    shape = (-(-D.shape[0] // size), D.shape[1])
+    counts = np.diff(np.r_[starts, len(key)]).astype(np.float32)
+    return (sp.csr_matrix((np.maximum.reduceat(vals, starts), where), shape=shape),
+            sp.csr_matrix((counts, where), shape=shape))
 
 
-def blockmax_oracle(D, Q, theta: dict[int, np.ndarray], size: int) -> dict:
-    """Share of sub-blocks / postings whose bound reaches theta (medians and p90 over queries)."""
-    M = block_maxima(D, size)
-    bounds = (Q @ M.T.tocsr()).toarray()
-    counts = ((Q != 0).astype(np.float32) @ (M != 0).astype(np.float32).T.tocsr()).toarray()
-    # postings of the query terms per sub-block (counts above are pairs; weigh by postings)
-    P = sp.csr_matrix((np.ones(D.nnz, np.float32), D.indices, D.indptr), shape=D.shape)
-    rows_block = sp.csr_matrix((np.ones(D.shape[0], np.float32), (np.arange(D.shape[0]) // size, np.arange(D.shape[0]))),
-                               shape=(M.shape[0], D.shape[0]))
-    postings = ((Q != 0).astype(np.float32) @ (rows_block @ P).T.tocsr()).toarray()
-    out = {"sub_block": size, "pairs_per_posting": round(M.nnz / D.nnz, 4),
-           "query_pairs_per_posting": round(float(np.median(counts.sum(1) / np.maximum(postings.sum(1), 1))), 4)}
+def blockmax_oracle(D, Q, theta: dict[int, np.ndarray], size: int, chunk: int = 1 << 16) -> dict:
+    """Share of sub-blocks / postings whose bound reaches theta (medians and p90 over queries);
+    the maxima are computed ``chunk`` documents at a time (memory)."""
+    Qb = (Q != 0).astype(np.float32)
+    bounds, postings, pairs, n_pairs = [], [], [], 0
+    step = max(size, chunk // size * size)
+    for lo in range(0, D.shape[0], step):
+        M, cnt = block_maxima(D[lo:lo + step], size)
+        n_pairs += M.nnz
+        bounds.append((Q @ M.T.tocsr()).toarray())
+        postings.append((Qb @ cnt.T.tocsr()).toarray())
+        pairs.append((Qb @ (M != 0).astype(np.float32).T.tocsr()).toarray())
+    bounds, postings, pairs = (np.hstack(x) for x in (bounds, postings, pairs))
+    out = {"sub_block": size, "pairs_per_posting": round(n_pairs / D.nnz, 4),
+           "query_pairs_per_posting": round(float(np.median(pairs.sum(1) / np.maximum(postings.sum(1), 1))), 4)}
     for k, t in theta.items():
         alive = bounds >= t[:, None]
         work = (postings * alive).sum(1) / np.maximum(postings.sum(1), 1)
@@ -79,11 +87,11 @@ def blockmax_oracle(D, Q, theta: dict[int, np.ndarray], size: int) -> dict:
     return out
 
 
-def maxscore_oracle(D, Q, theta: dict[int, np.ndarray]) -> dict:
-    """Essential-list share of the postings and the candidates needing lookups (median, p90)."""
-    DT = D.T.tocsr()
+def maxscore_oracle(DT, Q, theta: dict[int, np.ndarray]) -> dict:
+    """Essential-list share of the postings and the candidates needing lookups (median, p90);
+    ``DT``: the (terms x documents) postings."""
     lens = np.diff(DT.indptr)
-    tmax = np.zeros(D.shape[1], np.float32)
+    tmax = np.zeros(DT.shape[0], np.float32)
     nz = lens > 0
     tmax[nz] = np.maximum.reduceat(DT.data, DT.indptr[:-1][nz])
     out = {}
@@ -99,7 +107,7 @@ def maxscore_oracle(D, Q, theta: dict[int, np.ndarray]) -> dict:
             ess = terms[order[n_non:]]
             share.append(lens[ess].sum() / max(lens[terms].sum(), 1))
             rest = float(cum[n_non - 1]) if n_non else 0.0
-            part = (sp.csr_matrix((qw[order[n_non:]], (np.zeros(len(ess), int), ess)), shape=(1, D.shape[1]))
+            part = (sp.csr_matrix((qw[order[n_non:]], (np.zeros(len(ess), int), ess)), shape=(1, DT.shape[0]))
                     @ DT).toarray().ravel()
             hit = np.asarray((DT[ess] != 0).sum(0)).ravel() > 0
             cands.append(int((hit & (part + rest >= t[i])).sum()))
@@ -127,11 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out)
     for name in a.collections.split(","):
         D, Q, kind = load_collection(name, Path(a.work) / "cache", Path(a.stats), a.queries)
-        D, Q = D.astype(np.float32), Q.astype(np.float32)
-        theta = kth_scores(D, Q, ks)
+        D, Q = D.astype(np.float32, copy=False), Q.astype(np.float32)
+        DT = D.T.tocsr()
+        theta = kth_scores(DT, Q, ks)
         row = {"collection": name, "workload": kind, "docs": D.shape[0], "postings": int(D.nnz),
                "queries": Q.shape[0], "query_terms_mean": round(Q.nnz / Q.shape[0], 1),
-               "maxscore": maxscore_oracle(D, Q, theta),
+               "maxscore": maxscore_oracle(DT, Q, theta),
                "blockmax": [blockmax_oracle(D, Q, theta, int(b)) for b in a.sub_blocks.split(",")],
                "command": command}
         print(json.dumps(row), flush=True)
