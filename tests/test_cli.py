@@ -265,6 +265,7 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
     fusion = main_job["fusion"]  # the fused modes' default and the calibration it gates by
     assert fusion["requested"] is None and fusion["leg_set_default"] == "calibrated"
     assert set(fusion["calibration"]["agreement"]) == {"dense", "sparse"}
+    assert (fusion["index"]["method"], fusion["index"]["alpha"]) == ("zscore", 0.7)  # the shipped model's hybrid
     for mode in ("dense", "sparse", "hybrid", "bm25"):
         assert main_job["metrics"][mode]["ndcg@10"] == pytest.approx(res["metrics"][mode]["ndcg@10"], abs=1e-9)
     r = invoke("resparsify", "--index", idx, "--k", "64", "--lambda", "0.5")

@@ -106,6 +106,8 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
     result["fusion"] = {"requested": fusion, "alpha": alpha, "weights": weights,
                         # what the leg sets with bm25 use when nothing is requested
                         "leg_set_default": searcher.fusion_in_force(LEG_SET_FUSION),
+                        # the index's own fusion: "hybrid" and the leg sets without bm25
+                        "index": searcher.fusion.to_dict(),
                         "calibration": None if cal is None else cal.to_dict()}
     return result
 
