@@ -61,9 +61,9 @@ PAPER = SparseConfig.paper()
 class Harness:
     """Everything fixed for one (index, dataset): query encodings, doc vectors, qrels."""
 
-    def __init__(self, index: str, dataset: str, split: str, instruction: str | None):
+    def __init__(self, index: str, dataset: str, split: str, instruction: str | None, loaded=None):
         self.data = load_beir(dataset, split=split)
-        self.searcher = Searcher.open(index, instruction=instruction)
+        self.searcher = Searcher.open(index, instruction=instruction, loaded=loaded)
         st = self.searcher.index
         self.doc_ids = st.doc_ids
         self.H = np.array(st.dense_vectors, dtype=np.float32)
@@ -115,9 +115,11 @@ class Harness:
         tm = self._term_maps.get(cfg.fold)
         sp_ = Sparsifier.for_model(self.loaded, cfg, pc1=self.u1, term_map=tm)
         self._term_maps[cfg.fold] = sp_.term_map
-        if cfg.doc_k <= TOPK_CACHE_K:  # one projection per λ serves every K, weighting and folding
+        # the cache keeps at most the tokens a document can have (a tiny vocabulary has fewer)
+        cache_k = min(TOPK_CACHE_K, sp_.lm_head.shape[0] - len(np.unique(sp_.special_ids)))
+        if cfg.doc_k <= cache_k:  # one projection per λ serves every K, weighting and folding
             if cfg.pc1_lambda not in self._doc_topk:
-                self._doc_topk[cfg.pc1_lambda] = sp_.document_topk(self.H, TOPK_CACHE_K)
+                self._doc_topk[cfg.pc1_lambda] = sp_.document_topk(self.H, cache_k)
             docs_csr = sp_.documents_from_topk(*self._doc_topk[cfg.pc1_lambda])
         else:
             docs_csr = sp_.documents(self.H)

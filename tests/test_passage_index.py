@@ -18,7 +18,7 @@ from alignir.index.sparse import SparseIndex
 from alignir.retrieval.legs import DenseLeg, SparseLeg
 from alignir.retrieval.passage_leg import PassageLeg
 
-from conftest import TINY_CORPUS, write_corpus
+from conftest import TINY_CORPUS, assert_same_ranking, write_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -244,6 +244,34 @@ def test_searcher_maxp_equals_brute_force_over_the_stored_rows(long_index, tiny_
                 got = sorted(lists[leg][qi].items(), key=lambda ds: (-ds[1], ds[0]))
                 assert [d for d, _ in got] == [d for d, _ in want], (leg, spec, qi)
                 np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-5, atol=1e-6)
+
+
+def test_quality_harness_scores_a_passage_index_by_documents(long_index, tiny_model, tmp_path):
+    """benchmarks/bench_quality.py's Harness (sparse_defaults.py's too) re-sparsifies the stored
+    rows; on a passage index its runs are documents scored by their best passage, equal to the
+    Searcher's MaxP legs."""
+    from benchmarks.bench_quality import Harness
+
+    from alignir.retrieval.config import IndexConfig
+    from alignir.retrieval.searcher import Searcher
+
+    root, m, _ = long_index
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text((root / "corpus.jsonl").read_text())
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n"
+                                                for i, q in enumerate(QUERIES)))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                             + "".join(f"q{i}\td0\t1\n" for i in range(len(QUERIES))))
+    h = Harness(str(root / "idx"), str(beir), "test", None, loaded=tiny_model)
+    cfg = IndexConfig.from_manifest(m)
+    s = Searcher.open(root / "idx", loaded=tiny_model)
+    lists = s.leg_lists(QUERIES, ["dense", "sparse"], k=5)
+    for leg, run in (("sparse", h.sparse_run(cfg.sparse)), ("dense", h.dense_run(**cfg.dense.build_options()))):
+        for i in range(len(QUERIES)):
+            want = sorted(((s.index.doc_ids[d], v) for d, v in lists[leg][i].items()), key=lambda ds: (-ds[1], ds[0]))
+            got = list(run[f"q{i}"].items())[:5]
+            assert_same_ranking(got, want, rtol=1e-5, where=(leg, i))  # the rotated long texts tie
 
 
 def test_search_returns_documents_and_explain_names_the_passage(long_index, tiny_model):
