@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from alignir.encoders.train.losses import (cda_divergence_loss, cda_loss, ctkd_kl, gircse_loss, icr_regulariser, info_nce,
+from alignir.encoders.train.losses import (cda_divergence_loss, cda_loss, ctkd_kl, distill_kl, gircse_loss, icr_regulariser,
+                                           info_nce,
                                            own_candidates, sequence_nll, simcse_loss, stepwise_contrastive,
                                            token_divergence)
 
@@ -62,6 +63,40 @@ def test_info_nce_eq1_own_hard_negatives_only():
         info_nce(q, docs, t([0, 2]), tau, own_candidates([1, 1]))
     with pytest.raises(ValueError, match="candidates must be"):
         info_nce(q, docs, t([0, 1]), tau, own_candidates([1, 0]))
+
+
+def softmax(xs: list[float]) -> list[float]:
+    z = sum(math.exp(v) for v in xs)
+    return [math.exp(v) / z for v in xs]
+
+
+def kl(p: list[float], q: list[float]) -> float:
+    return sum(a * math.log(a / b) for a, b in zip(p, q) if a > 0)
+
+
+def test_distill_kl_by_hand():
+    """KL(teacher || student) of the softmax over each query's candidates, mean over queries."""
+    q = t([[1.0, 0.0], [0.0, 2.0]])
+    docs = t([[2.0, 0.0], [1.0, 1.0], [0.0, 1.0]])          # student cosines: q0 (1, R2, 0), q1 (0, R2, 1)
+    tq = t([[0.0, 1.0], [1.0, 0.0]])
+    tdocs = t([[1.0, 0.0], [0.0, 3.0], [1.0, 1.0]])         # teacher cosines: q0 (0, 1, R2), q1 (1, 0, R2)
+    tau, ttau = 0.5, 0.25
+    s0, s1 = softmax([1 / tau, R2 / tau, 0]), softmax([0, R2 / tau, 1 / tau])
+    t0, t1 = softmax([0, 1 / ttau, R2 / ttau]), softmax([1 / ttau, 0, R2 / ttau])
+    want = (kl(t0, s0) + kl(t1, s1)) / 2
+    assert float(distill_kl(q, docs, tq, tdocs, tau, ttau)) == pytest.approx(want, rel=1e-5)
+    # only the candidates count: q0 sees d0, d1; q1 sees d1, d2
+    cand = t([[True, True, False], [False, True, True]])
+    s0, s1 = softmax([1 / tau, R2 / tau]), softmax([R2 / tau, 1 / tau])
+    t0, t1 = softmax([0, 1 / ttau]), softmax([0, R2 / ttau])
+    want = (kl(t0, s0) + kl(t1, s1)) / 2
+    assert float(distill_kl(q, docs, tq, tdocs, tau, ttau, cand)) == pytest.approx(want, rel=1e-5)
+    # a student that scores like the teacher has nothing to learn
+    assert float(distill_kl(tq, tdocs, tq * 3, tdocs, ttau, ttau)) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="same batch"):
+        distill_kl(q, docs, tq[:1], tdocs, tau, ttau)
+    with pytest.raises(ValueError, match="temperatures"):
+        distill_kl(q, docs, tq, tdocs, tau, 0.0)
 
 
 def test_info_nce_rejects_bad_input():

