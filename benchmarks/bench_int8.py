@@ -83,7 +83,7 @@ def run_dataset(name: str, work: Path, model: str, max_length: int, log) -> dict
         metrics[p] = evaluate_runs(data.qrels, runs[p], metrics=("ndcg@10", "recall@100"))
         qvec[p] = s.embedder.encode_queries(list(data.queries.values()))
         log(f"{name} {p}: " + json.dumps({m: round(v["ndcg@10"], 4) for m, v in metrics[p].items()}))
-    H = {p: np.asarray(open_index(idx[p], load_sparse=False, load_lexical=False).dense_vectors, np.float32)
+    H = {p: np.asarray(open_index(idx[p], parts=("dense",)).dense_vectors, np.float32)
          for p in PRECISIONS}
     tok = {p: _topk_tokens(H[p], loaded.lm_head, loaded.special_ids, 20) for p in PRECISIONS}
     rows = []

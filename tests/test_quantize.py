@@ -1,4 +1,5 @@
-"""int8 encoders (issue #16 item 4): torch dynamic quantisation of the backbone's Linear layers,
+"""int8 encoders (issue #16 item 4): int8 Linear layers in the backbone (per-channel weights,
+per-token activations: encoders.int8_linear, checked against a hand computation),
 the LM head fp32, the caller's model untouched, adapters merged before quantising, the precision
 in the fingerprint (cache and index), and an index refusing a query encoder of another precision.
 All on the tiny real (random-init) Llama; one test on the real SmolLM2 (marked ``model``)."""
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from alignir.encoders.cache import EmbeddingCache
 from alignir.encoders.embedders import get_embedder
 from alignir.encoders.models import backbone
+from alignir.encoders.int8_linear import Int8Linear, quantize_rows
 from alignir.encoders.quantize import INT8_SCHEME, check_precision, precision_of
 from alignir.errors import InvalidInputError
 from alignir.index.store import FingerprintMismatch
@@ -25,7 +27,7 @@ from alignir.retrieval.searcher import Searcher
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-QDyn = torch.ao.nn.quantized.dynamic.Linear
+QDyn = Int8Linear
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -40,6 +42,28 @@ def _assert_int8(module: torch.nn.Module) -> None:
     """int8 everywhere but the MLP down-projections (encoders.quantize.FP32_LINEARS)."""
     kinds = {n: type(m) for n, m in module.named_modules() if isinstance(m, (torch.nn.Linear, QDyn))}
     assert kinds and all((t is torch.nn.Linear) == n.endswith("down_proj") for n, t in kinds.items()), kinds
+
+
+def test_int8_linear_by_hand():
+    """y = (x_q W_q^T) * s_x s_w^T + b with per-row scales max|row|/127, exactly as written."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 5)
+    x = torch.randn(2, 3, 8)
+    x[0, 1] *= 100  # a large token: per-token scales leave the other tokens alone
+    q = Int8Linear(lin)
+    xs = x.reshape(-1, 8).abs().amax(1, keepdim=True) / 127
+    xq = torch.round(x.reshape(-1, 8) / xs).clamp(-127, 127)
+    ws = lin.weight.abs().amax(1, keepdim=True) / 127
+    wq = torch.round(lin.weight / ws).clamp(-127, 127)
+    want = ((xq @ wq.T) * xs * ws.T + lin.bias).reshape(2, 3, 5)
+    torch.testing.assert_close(q(x), want.detach(), rtol=1e-6, atol=1e-5)
+    assert q.weight_t.dtype == torch.int8 and q.weight_t.shape == (8, 5)
+    # per token: a row's result does not depend on the rest of the batch
+    torch.testing.assert_close(q(x[1:, :1]), q(x)[1:, :1], rtol=0, atol=0)
+    # close to the fp32 layer
+    torch.testing.assert_close(q(x), lin(x).detach(), rtol=0.05, atol=0.05 * float(lin(x).detach().abs().max()))
+    r, s = quantize_rows(torch.tensor([[0.0, 0.0], [1.0, -2.0]]))
+    assert r.tolist() == [[0, 0], [64, -127]] and s[1, 0] == pytest.approx(2 / 127)
 
 
 def test_check_precision():
@@ -154,7 +178,7 @@ def test_int8_index_records_precision_and_searches_with_it(int8_index, tiny_mode
     # the stored document vectors are the int8 encoder's
     from alignir.index.store import open_index
 
-    stored = open_index(int8_index, load_sparse=False, load_lexical=False)
+    stored = open_index(int8_index, parts=("dense",))
     assert np.allclose(stored.dense_vectors, q.encode_documents(TINY_CORPUS), atol=1e-6)
     hits = s.search("plants and light", k=3, mode="hybrid")
     assert len(hits) == 3 and {h.id for h in hits} <= {f"d{i}" for i in range(len(TINY_CORPUS))}
