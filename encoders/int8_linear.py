@@ -21,8 +21,8 @@ _LEVELS = 127.0
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 quantisation of each row of ``x`` [n, k]: (int8 [n, k], fp32 scales [n, 1])."""
-    scale = x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / _LEVELS
-    return torch.round(x / scale).clamp(-_LEVELS, _LEVELS).to(torch.int8), scale
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_(min=1e-12).div_(_LEVELS)
+    return torch.div(x, scale).round_().clamp_(-_LEVELS, _LEVELS).to(torch.int8), scale
 
 
 class Int8Linear(torch.nn.Module):
@@ -41,9 +41,9 @@ class Int8Linear(torch.nn.Module):
         shape = x.shape
         rows = x.reshape(-1, self.in_features).float()
         xq, xs = quantize_rows(rows)
-        y = torch._int_mm(xq, self.weight_t).float() * xs * self.weight_scale
+        y = torch._int_mm(xq, self.weight_t).float().mul_(xs).mul_(self.weight_scale)  # in place: no temporaries
         if self.bias is not None:
-            y = y + self.bias
+            y.add_(self.bias)
         return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
