@@ -138,15 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/bench_passages.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "python": platform.python_version(),
     })
-    rows = {(r["dataset"], r["max_length"]): r for r in result.get("rows", [])}
     loaded = load_model(resolve_shipped(args.model, "prompteol", None)[0], device="cpu")  # a shipped name: its base
     for name in [d.strip() for d in args.datasets.split(",") if d.strip()]:
         for length in [int(x) for x in args.lengths.split(",")]:
             row = run_pair(name, length, args.work, args.model, loaded, log)
             row["command"] = result["command"]
             # re-read: another run may have written its rows meanwhile (keep them)
-            if args.out.exists():
-                rows = {(r["dataset"], r["max_length"]): r for r in json.loads(args.out.read_text()).get("rows", [])}
+            old = json.loads(args.out.read_text()).get("rows", []) if args.out.exists() else []
+            rows = {(r["dataset"], r["max_length"]): r for r in old}
             rows[(row["dataset"], length)] = row
             result["rows"] = sorted(rows.values(), key=lambda r: (r["dataset"], r["max_length"]))
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ try:  # imported as benchmarks.hybrid_alpha (tests) or run as a script from this
     from benchmarks.fusion_rules import Setting, load, ndcg
 except ImportError:
     from fusion_rules import Setting, load, ndcg
+from alignir.retrieval import fusion as F
 from alignir.retrieval.config import FusionConfig
 from alignir.retrieval.searcher import fuse_legs
 
@@ -39,8 +40,8 @@ DEFAULT = ("minmax", 0.5)  # FusionConfig() before this study
 def hybrid_run(s: Setting, method: str, alpha: float) -> dict[str, dict[str, float]]:
     """The hybrid mode's fused top 100 of every query of ``s``, by the product's fuse_legs."""
     cfg = FusionConfig(method=method, alpha=alpha)
-    return {q: dict(sorted(fuse_legs([s.legs["dense"][q], s.legs["sparse"][q]], [alpha, 1 - alpha], cfg)
-                           .items(), key=lambda kv: -kv[1])[:cfg.depth])
+    return {q: dict(F.ranked(fuse_legs([s.legs["dense"][q], s.legs["sparse"][q]], [alpha, 1 - alpha], cfg),
+                             cfg.depth))
             for q in s.legs["bm25"]}
 
 

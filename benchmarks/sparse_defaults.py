@@ -27,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 from bench_quality import Harness  # noqa: E402
+from alignir.encoders.shipped import BUILTIN_PREFIX  # noqa: E402
 from alignir.retrieval.config import SparseConfig  # noqa: E402
 
 GRID = {
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         h = Harness(index, str(Path(args.datasets) / name), "test", None)
         spec = h.searcher.index.manifest["embedder"]
         adapter = str(spec.get("options", {}).get("adapter") or "")
-        model = adapter.removeprefix("builtin:") if adapter.startswith("builtin:") else spec["model"]
+        model = adapter.removeprefix(BUILTIN_PREFIX) if adapter.startswith(BUILTIN_PREFIX) else spec["model"]
         if model != args.model:  # a shipped model is named by its registered name
             raise SystemExit(f"{index} was built with {model}, not {args.model}")
         scores[name] = {label(c): h.score(h.sparse_run(c))["ndcg@10"] for c in configs}

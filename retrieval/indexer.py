@@ -135,9 +135,9 @@ def build_index(
     from alignir.encoders.shipped import hybrid_fusion, resolve_shipped
 
     cfg = _build_config(config, sparse, dense_kind, dense_options, lexical, passages)
-    if config is None and hybrid_fusion(model) is not None:  # the shipped model's own hybrid fusion
-        method, alpha = hybrid_fusion(model)
-        cfg = replace(cfg, fusion=replace(cfg.fusion, method=method, alpha=alpha))
+    own_hybrid = hybrid_fusion(model)
+    if config is None and own_hybrid is not None:  # the shipped model's own hybrid fusion
+        cfg = replace(cfg, fusion=replace(cfg.fusion, method=own_hybrid[0], alpha=own_hybrid[1]))
     stage = on_stage or (lambda s: log.info(s))
     precision = None if precision is None else check_precision(precision)  # fails before any work
     model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
