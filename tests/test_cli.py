@@ -236,6 +236,41 @@ def test_train_then_index_and_search_with_the_adapter(env, tiny_folder, data_fil
     assert json.loads(one_go.stdout)["metrics"] == json.loads(two_step.stdout)["metrics"]
 
 
+def test_embedder_options_reach_the_index_and_its_queries(env, tiny_folder):
+    """`--embedder-option` sets a family option (LLM2Comp's causal readout, GIRCSE's test-time K) for
+    build-index and beir: stored in the manifest, part of the encoder identity, used by search; a key the
+    family lacks or one with its own flag is one clear line and nothing is written."""
+    corpus = write_lines(env / "c.jsonl", [doc(i, t) for i, t in enumerate(
+        ["plants grow in soil", "stock markets fell", "rivers flow to the sea", "cells divide"])])
+    built = {}
+    for name, extra in {"bi": [], "causal": ["--embedder-option", "bidirectional=false"]}.items():
+        r = invoke("build-index", corpus, "--index", env / name, "--model", tiny_folder, "--embedder", "llm2comp",
+                   "--embedder-option", "k=2", *extra, "--max-length", "32")
+        assert r.exit_code == 0, r.output
+        built[name] = json.loads(invoke("info", "--index", env / name, "--json").stdout)
+    assert built["causal"]["embedder"]["options"]["bidirectional"] is False
+    assert built["causal"]["embedder"]["options"]["k"] == 2 and "bidirectional" not in built["bi"]["embedder"]["options"]
+    assert built["causal"]["encoder_hash"] != built["bi"]["encoder_hash"]
+    # the query side is built from the stored options
+    from alignir.retrieval.searcher import Searcher
+
+    searcher = Searcher.open(env / "causal")
+    try:
+        assert searcher.embedder.options["bidirectional"] is False and searcher.embedder.options["k"] == 2
+    finally:
+        searcher.close()
+    hits = json.loads(invoke("search", "rivers flow", "--index", env / "causal", "--mode", "dense", "--json").stdout)
+    assert len(hits["hits"]) == 4
+    for bad, needle in [(["--embedder-option", "nonsense=1"], "nonsense"),
+                        (["--embedder-option", "max_length=9"], "--max-length"),
+                        (["--embedder-option", "K8"], "KEY=VALUE")]:
+        r = invoke("build-index", corpus, "--index", env / "bad", "--model", tiny_folder, "--embedder", "gircse", *bad)
+        assert r.exit_code != 0 and needle in r.output and "Traceback" not in r.output, r.output
+        assert not (env / "bad").exists()
+    r = invoke("build-index", corpus, "--index", env / "bad", "--model", tiny_folder, "--embedder-option", "foo=1")
+    assert r.exit_code != 0 and "prompteol" in r.output and "foo" in r.output and "Traceback" not in r.output
+
+
 # ---------------------------------------------------------------- ADI with the real SmolLM2
 
 @pytest.mark.model

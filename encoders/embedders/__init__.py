@@ -9,6 +9,7 @@ from __future__ import annotations
 from alignir.errors import InvalidInputError
 
 import importlib
+import inspect
 from typing import Any
 
 from alignir.encoders.embedders.base import Embedder
@@ -71,4 +72,17 @@ def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
         model = load_model(model, device=options.pop("device", "auto"), dtype=options.pop("dtype", None))
     elif not isinstance(model, LoadedModel):
         raise InvalidInputError(f"model must be a LoadedModel or a model spec string, got {type(model).__name__}")
+    _check_options(name, cls, model, options)
     return apply_precision(cls(model, **options), precision)
+
+
+def _check_options(name: str, cls: type, model: Any, options: dict[str, Any]) -> None:
+    """An option the family's constructor does not take is the user's error, named with the ones it does."""
+    signature = inspect.signature(cls)
+    try:
+        signature.bind(model, **options)
+    except TypeError:
+        takes = [p.name for p in list(signature.parameters.values())[1:] if p.kind == p.KEYWORD_ONLY]
+        unknown = sorted(set(options) - set(takes))
+        raise InvalidInputError(f"embedder {name!r} has no option {', '.join(map(repr, unknown))}; "
+                                f"its options: {', '.join(takes)}") from None

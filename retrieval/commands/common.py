@@ -15,8 +15,41 @@ from alignir.errors import AlignirError, InvalidInputError
 PRECISION_HELP = ("Encoder precision: fp32 | int8 (dynamic int8 Linear layers on the CPU, LM head fp32; "
                   "recorded in the encoder fingerprint, encodings cached apart).")
 
+#: --embedder-option of the commands that build an index
+EMBEDDER_OPTION_HELP = ("KEY=VALUE option of the embedder family, repeatable (e.g. bidirectional=false for llm2comp, "
+                        "K=8 for gircse's test-time steps, k=5 for autoregembed's compress tokens); stored with the "
+                        "index, so its queries are encoded the same way. An adapter's saved options are the default.")
+
+#: options the commands set from their own flags: --embedder-option may not give them
+_OWN_FLAGS = {"max_length": "--max-length", "batch_tokens": "--batch-tokens", "adapter": "--adapter",
+              "instruction": "--instruction", "precision": "--precision", "progress": "(always set)"}
+
 #: exit code for bad input / a failed operation (typer uses 2 for usage errors)
 EXIT_FAILURE = 1
+
+
+def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
+    """``["K=8", "bidirectional=false", "prompt=plain"]`` -> {"K": 8, "bidirectional": False, "prompt": "plain"}:
+    each VALUE is read as JSON when it parses (numbers, true/false, null), else kept as a string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise typer.BadParameter(f"{flag} expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def embedder_options(items: list[str]) -> dict[str, Any]:
+    """The ``--embedder-option`` items as a dict; a key that has its own flag is refused, naming it."""
+    opts = parse_key_values(items, "--embedder-option")
+    for key in opts:
+        if key in _OWN_FLAGS:
+            raise typer.BadParameter(f"--embedder-option {key}=...: use {_OWN_FLAGS[key]} instead")
+    return opts
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -9,8 +9,9 @@ from typing import Optional
 import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
-from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, PRECISION_HELP, URI_OPT,
-                                               backend_options, echo_json, setup_logging, user_errors)
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
+                                               PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
+                                               setup_logging, user_errors)
 
 MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
@@ -175,6 +176,7 @@ def beir_cmd(
     model: str = typer.Option(DEFAULT_MODEL, help="Model spec (see build-index)."),
     embedder: str = typer.Option("prompteol", help="Embedder family."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
+    embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
     split: str = typer.Option("test", help="qrels split."),
     mode: str = typer.Option("all", help=MODES_HELP),
     run: Optional[Path] = typer.Option(None, help="Write TREC runs here."),
@@ -209,17 +211,19 @@ def beir_cmd(
             from alignir.retrieval.config import FusionConfig
 
             FusionConfig(method=fusion)
+        family_options = embedder_options(embedder_option)
         folder = resolve_dataset(dataset)
         from alignir.encoders.quantize import check_precision
 
         precision = check_precision(precision)
         tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
+        tag += "".join(f"-{key}{value}" for key, value in sorted(family_options.items()))
         tag += "" if precision == "fp32" else f"-{precision}"
         tag += "" if max_length == 512 else f"-len{max_length}"
         tag += "" if passage_cfg.split == "auto" and passage_cfg.window is None else (
             "-nopassages" if passage_cfg.split == "off" else f"-p{passage_cfg.window}-{passage_cfg.stride}")
         target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{tag}"
-        options: dict = {"max_length": max_length}
+        options: dict = {**family_options, "max_length": max_length}
         if adapter is not None:
             options["adapter"] = str(adapter)
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,

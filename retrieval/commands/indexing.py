@@ -10,8 +10,9 @@ from typing import Optional
 import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
-from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, PRECISION_HELP, URI_OPT,
-                                               backend_options, echo_json, setup_logging, user_errors)
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
+                                               PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
+                                               setup_logging, user_errors)
 from alignir.retrieval.commands.evaluate import FUSION_HELP, PASSAGE_AGG_HELP, PASSAGES_HELP
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
@@ -46,6 +47,7 @@ def build_index_cmd(
     embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
                                  "weighted-mean, echo, autoregembed, llm2comp, gircse."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
+    embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
     k: Optional[int] = typer.Option(None, "--k", help="K: aligned tokens kept per document (eq.15)."),
     m: Optional[int] = typer.Option(None, "--m", help="M: aligned tokens added to each query (eq.16)."),
     lam: Optional[float] = typer.Option(None, "--lambda", help="λ of the PC1 adjustment h + λ·u1 (eq.14); 0 = off."),
@@ -88,7 +90,7 @@ def build_index_cmd(
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
-        opts = {"max_length": max_length, "batch_tokens": batch_tokens}
+        opts = {**embedder_options(embedder_option), "max_length": max_length, "batch_tokens": batch_tokens}
         if adapter is not None:
             opts["adapter"] = str(adapter)
         if instruction is not None:

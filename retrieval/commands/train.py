@@ -27,21 +27,14 @@ from typing import Optional
 
 import typer
 
+from alignir.retrieval.commands.common import parse_key_values
+
 METHOD_HELP = ("infonce | autoregembed (stages ic, ic-text, cda, contrastive) | llm2comp (rc, nll, ctkd, ucl, scl) "
                "| gircse (icr)")
 
 
 def _parse_set(items: list[str]) -> dict:
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise typer.BadParameter(f"--set expects KEY=VALUE, got {it!r}")
-        k, v = it.split("=", 1)
-        try:
-            out[k.strip()] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k.strip()] = v  # plain string
-    return out
+    return parse_key_values(items, "--set")
 
 
 def _parse_stage_options(items: list[str]) -> dict[str, dict]:
