@@ -269,6 +269,18 @@ def test_embedder_options_reach_the_index_and_its_queries(env, tiny_folder):
         assert not (env / "bad").exists()
     r = invoke("build-index", corpus, "--index", env / "bad", "--model", tiny_folder, "--embedder-option", "foo=1")
     assert r.exit_code != 0 and "prompteol" in r.output and "foo" in r.output and "Traceback" not in r.output
+    # `alignir beir` takes them too (and a default query instruction), into the index it builds
+    beir = env / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(corpus.read_text())
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "plants"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    r = invoke("beir", beir, "--index", env / "idx-beir", "--model", tiny_folder, "--embedder", "gircse",
+               "--embedder-option", "K=2", "--instruction", "scifact", "--max-length", "32", "--mode", "dense",
+               "--no-bm25", "--json")
+    assert r.exit_code == 0, r.output
+    options = json.loads(invoke("info", "--index", env / "idx-beir", "--json").stdout)["embedder"]["options"]
+    assert options["K"] == 2 and options["instruction"] == "scifact"
 
 
 # ---------------------------------------------------------------- ADI with the real SmolLM2

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from alignir.errors import InvalidInputError
 
+import hashlib
 from pathlib import Path
 from typing import Optional
 
@@ -177,6 +178,8 @@ def beir_cmd(
     embedder: str = typer.Option("prompteol", help="Embedder family."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
     embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
+    instruction: Optional[str] = typer.Option(None, help="Default query instruction (task name, e.g. scifact, "
+                                              "or text), stored with the index as build-index does."),
     split: str = typer.Option("test", help="qrels split."),
     mode: str = typer.Option("all", help=MODES_HELP),
     run: Optional[Path] = typer.Option(None, help="Write TREC runs here."),
@@ -218,6 +221,8 @@ def beir_cmd(
         precision = check_precision(precision)
         tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
         tag += "".join(f"-{key}{value}" for key, value in sorted(family_options.items()))
+        tag += "" if instruction is None else "-instr-" + (instruction if instruction.isidentifier() else
+                                                         hashlib.sha256(instruction.encode()).hexdigest()[:8])
         tag += "" if precision == "fp32" else f"-{precision}"
         tag += "" if max_length == 512 else f"-len{max_length}"
         tag += "" if passage_cfg.split == "auto" and passage_cfg.window is None else (
@@ -226,6 +231,8 @@ def beir_cmd(
         options: dict = {**family_options, "max_length": max_length}
         if adapter is not None:
             options["adapter"] = str(adapter)
+        if instruction is not None:
+            options["instruction"] = instruction
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
                     embedder_options=options, lexical=lexical, precision=precision, passages=passage_cfg,
                     on_stage=lambda s: typer.secho(f"• {s}", err=True))
