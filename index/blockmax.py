@@ -346,8 +346,8 @@ def _query_pruned(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
     # the bounds are too loose for this query: score every posting
     _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                       dense_keys, dense_off, dense, n_local, seg_terms, excluded,
-                      has_excluded, True, k, acc, seen, etouched, edcol, hist, buf, out_d,
-                      out_bits)
+                      has_excluded, True, True, k, acc, seen, etouched, edcol, hist, buf,
+                      out_d, out_bits)
 
 
 @njit(nogil=True, cache=True)

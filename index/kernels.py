@@ -33,6 +33,8 @@ BLOCK_BITS = 16
 BLOCK = 1 << BLOCK_BITS
 #: products of positive float32 weights whose exact value is at least this never round to 0
 _TINY = 1.1754944e-38
+#: the smallest positive float32 (subnormal): ``acc >= _MIN_POSITIVE`` <=> ``acc > 0``
+_MIN_POSITIVE = 1.4e-45
 
 
 @njit(cache=True)
@@ -473,7 +475,7 @@ def _block_floor(acc_bits, blen, floor, k, excluded, has_excluded, base, hist):
     hi = np.uint32(0)
     for d in range(blen):
         b = acc_bits[d]
-        if b >= fb and not (has_excluded and excluded[base + d]):
+        if b >= fb and b < _SIGN and not (has_excluded and excluded[base + d]):
             cnt += 1
             lo = min(lo, b)
             hi = max(hi, b)
@@ -486,7 +488,7 @@ def _block_floor(acc_bits, blen, floor, k, excluded, has_excluded, base, hist):
     hist[:] = 0
     for d in range(blen):
         b = acc_bits[d]
-        if b >= fb and not (has_excluded and excluded[base + d]):
+        if b >= fb and b < _SIGN and not (has_excluded and excluded[base + d]):
             hist[(b - lo) >> np.uint32(shift)] += 1
     c = 0
     j = _HIST_BINS - 1
@@ -502,7 +504,8 @@ def _block_floor(acc_bits, blen, floor, k, excluded, has_excluded, base, hist):
 @njit(inline="always")
 def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, nonneg):
     """acc[d] += qw * w[d] over a dense column (absent entries add nothing); marks ``seen``
-    when not ``nonneg``. Branch-free so that LLVM vectorises it."""
+    when not ``nonneg`` (pass True whenever no touched-set is kept). Branch-free so that LLVM
+    vectorises it."""
     if quantized:
         zero = np.float32(0)
         for d in range(blen):
@@ -521,10 +524,15 @@ def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, nonneg):
 @njit(inline="always")
 def _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                       dense_keys, dense_off, dense, n_local, seg_terms, excluded,
-                      has_excluded, nonneg, k, acc, seen, touched, dcol, hist, buf,
+                      has_excluded, nonneg, positive, k, acc, seen, touched, dcol, hist, buf,
                       out_d, out_bits):
-    """Exact top-k of the query ``q_terms[qs:qe]`` over one segment, every posting scored
-    (see :func:`search_segment`)."""
+    """Top-k of the query ``q_terms[qs:qe]`` over one segment, every posting scored
+    (see :func:`search_segment`).
+
+    ``positive``: blocks scored through the accumulator admit only documents scoring > 0
+    (no touched-set: one compare per document). Exact when ``nonneg``; otherwise exact only if
+    the k-th result scores > 0, which :func:`_query_topk` checks.
+    """
     nb = n_blocks(n_local)
     acc_bits = acc.view(np.uint32)
     m = 0
@@ -588,8 +596,8 @@ def _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quant
                 if dj >= 0:
                     off = dense_off[dj]
                     _dense_add(acc, seen, dense[off:off + blen], blen, qw, quantized,
-                               lt, st, nonneg)
-                elif nonneg:
+                               lt, st, positive)
+                elif positive:
                     for j in range(ptr[t * nb + b], ptr[t * nb + b + 1]):
                         acc[docs[j]] += qw * _weight(weights, j, quantized, lt, st)
                 else:
@@ -597,10 +605,11 @@ def _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quant
                         d = docs[j]
                         seen[d] = 1
                         acc[d] += qw * _weight(weights, j, quantized, lt, st)
-            if nonneg:
-                # products are >= _TINY: touched <=> acc >= _TINY; one compare per
-                # document, then the accumulator is cleared by a vector fill
-                floor = max(thr_s, np.float32(_TINY))
+            if positive:
+                # nonneg: products are >= _TINY, so touched <=> acc >= _TINY; otherwise only
+                # the documents scoring > 0. One compare per document, then the accumulator
+                # is cleared by a vector fill
+                floor = max(thr_s, np.float32(_TINY if nonneg else _MIN_POSITIVE))
                 if k >= HIST_MIN_K:
                     floor = _block_floor(acc_bits, blen, floor, k, excluded,
                                          has_excluded, base, hist)
@@ -628,6 +637,33 @@ def _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quant
                     if key < thr:
                         m, thr, thr_s = _push(buf, m, k, key, thr, thr_s)
     _emit(buf, m, k, out_d, out_bits)
+
+
+@njit(inline="always")
+def _query_topk(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
+                dense_keys, dense_off, dense, n_local, seg_terms, excluded,
+                has_excluded, nonneg, k, acc, seen, touched, dcol, hist, buf, out_d, out_bits):
+    """Exact top-k of one query over one segment, every posting scored.
+
+    With mixed-sign products (aligned-token queries carry negative weights) the candidates are
+    the documents sharing a term with the query, whatever their score, which needs a
+    touched-set. The documents scoring > 0 are found without one; when the k-th of them
+    scores > 0, no other candidate (score <= 0) can enter the top-k, so that pass is the exact
+    answer. Only otherwise is the query scored again with the touched-set.
+    """
+    _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
+                      dense_keys, dense_off, dense, n_local, seg_terms, excluded,
+                      has_excluded, nonneg, True, k, acc, seen, touched, dcol, hist, buf,
+                      out_d, out_bits)
+    if nonneg:
+        return
+    kth = out_bits[k - 1]
+    if out_d[k - 1] >= 0 and kth != 0 and kth < _SIGN:
+        return
+    _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
+                      dense_keys, dense_off, dense, n_local, seg_terms, excluded,
+                      has_excluded, nonneg, False, k, acc, seen, touched, dcol, hist, buf,
+                      out_d, out_bits)
 
 
 @njit(inline="always")
@@ -664,10 +700,10 @@ def search_segment(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, quantized
     for c in prange(nchunks):
         acc, seen, touched, dcol, hist, buf = _exhaustive_scratch(q_ptr, n_local, k)
         for qi in range(c, nq, nchunks):
-            _query_exhaustive(q_ptr[qi], q_ptr[qi + 1], q_terms, q_w, ptr, docs, weights,
-                              lo, scale, quantized, dense_keys, dense_off, dense, n_local,
-                              seg_terms, excluded, has_excluded, nonneg, k, acc, seen,
-                              touched, dcol, hist, buf, out_docs[qi], out_bits[qi])
+            _query_topk(q_ptr[qi], q_ptr[qi + 1], q_terms, q_w, ptr, docs, weights,
+                        lo, scale, quantized, dense_keys, dense_off, dense, n_local,
+                        seg_terms, excluded, has_excluded, nonneg, k, acc, seen,
+                        touched, dcol, hist, buf, out_docs[qi], out_bits[qi])
 
 
 @njit(nogil=True, cache=True)
@@ -680,10 +716,10 @@ def search_segment_serial(q_ptr, q_terms, q_w, ptr, docs, weights, lo, scale, qu
     out_bits = out_scores.view(np.uint32)
     acc, seen, touched, dcol, hist, buf = _exhaustive_scratch(q_ptr, n_local, k)
     for qi in range(nq):
-        _query_exhaustive(q_ptr[qi], q_ptr[qi + 1], q_terms, q_w, ptr, docs, weights, lo,
-                          scale, quantized, dense_keys, dense_off, dense, n_local, seg_terms,
-                          excluded, has_excluded, nonneg, k, acc, seen, touched, dcol, hist,
-                          buf, out_docs[qi], out_bits[qi])
+        _query_topk(q_ptr[qi], q_ptr[qi + 1], q_terms, q_w, ptr, docs, weights, lo,
+                    scale, quantized, dense_keys, dense_off, dense, n_local, seg_terms,
+                    excluded, has_excluded, nonneg, k, acc, seen, touched, dcol, hist,
+                    buf, out_docs[qi], out_bits[qi])
 
 
 @njit(nogil=True, cache=True)

@@ -445,3 +445,40 @@ def test_large_k_histogram_floor_with_ties_and_filters(k):
     allowed = rng.choice(6000, size=4000, replace=False)
     assert_same(idx.search(Q, k, allowed=allowed),
                 brute_force(D, Q, k, allowed=allowed, live=live))
+
+
+@pytest.mark.parametrize("k", [10, 100])
+@pytest.mark.parametrize("quantize", [None, "uint8"])
+def test_mixed_sign_queries_positive_pass_and_fallback(k, quantize):
+    """Aligned-token queries carry negative weights. The kernel first admits only documents
+    scoring > 0 (no touched-set); when fewer than k of them exist it rescans with the
+    touched-set. Both outcomes must equal brute force, ties, filters and tombstones included."""
+    rng = np.random.default_rng(k)
+    D = zipf_csr(rng, 5000, 120, 15)  # positive weights 1..5, frequent terms as dense columns
+    rare = np.zeros((5000, 1), np.float32)
+    rare[rng.choice(5000, size=3, replace=False)] = 1.0  # term 120: in three documents only
+    D = sp.hstack([D, sp.csr_matrix(rare)]).tocsr()
+    idx = SparseIndex.from_csr(D, quantize=quantize)
+    dec = decoded(idx, 5000)
+    Q = zipf_csr(rng, 8, 121, 8)
+    Q.data *= rng.choice(np.array([-1.0, 1.0], np.float32), size=Q.nnz, p=[0.25, 0.75])
+    # every weight negative but a large positive one on term 120: at most 3 documents score > 0
+    negative = zipf_csr(rng, 8, 120, 8)
+    negative = sp.hstack([-negative, sp.csr_matrix(np.full((8, 1), 100.0, np.float32))]).tocsr()
+    gone = rng.choice(5000, size=400, replace=False)
+    live = np.ones(5000, dtype=bool)
+    live[gone] = False
+    allowed = rng.choice(5000, size=3500, replace=False)
+    for queries in (Q, negative):
+        want = brute_force(dec, queries, k)
+        got = idx.search(queries, k)
+        assert_same(got, want)
+        kth = got[1][:, k - 1]
+        if queries is Q:
+            assert (kth > 0).all()  # answered by the positive-only pass
+        else:
+            assert (kth <= 0).all()  # needed the touched-set rescan
+    idx.delete(gone)
+    for queries in (Q, negative):
+        assert_same(idx.search(queries, k, allowed=allowed),
+                    brute_force(dec, queries, k, allowed=allowed, live=live))
