@@ -41,7 +41,7 @@ try:  # imported as benchmarks.bench_pruning (tests) or run as a script from thi
 except ImportError:
     import bench_sparse_index as base  # noqa: E402
     import workload  # noqa: E402
-from alignir.index import blockmax  # noqa: E402
+from alignir.index import blockmax, kernels  # noqa: E402
 from alignir.index.sparse import SparseIndex  # noqa: E402
 
 KERNELS = {"pruned": "on", "exhaustive": "off"}
@@ -148,29 +148,89 @@ def concurrent(idx, Q, k, prune, n_threads=2):
     return len(rows) / dt, equal
 
 
+def merge_exact(a_d, a_s, b_d, b_s, k):
+    """Two exact top-k lists [nq, k] (global doc numbers, -1 / -inf padded) -> the top-k of both
+    by (score desc, doc asc)."""
+    if a_d is None:
+        return b_d, b_s
+    d = np.concatenate([a_d, b_d], axis=1)
+    s = np.concatenate([a_s, b_s], axis=1)
+    out_d = np.full((d.shape[0], k), -1, np.int64)
+    out_s = np.full((d.shape[0], k), -np.inf, np.float32)
+    for i in range(d.shape[0]):
+        ok = np.flatnonzero(d[i] >= 0)
+        top = ok[np.lexsort((d[i, ok], -s[i, ok].astype(np.float64)))[:k]]
+        out_d[i, :len(top)] = d[i, top]
+        out_s[i, :len(top)] = s[i, top]
+    return out_d, out_s
+
+
+#: documents per shard of a sharded collection (one generated CSR, one index segment)
+SHARD = 1_000_000
+
+
+def build_sharded(name, stats_path, n_queries, n_check, kmax, quantize, log):
+    """A collection too large for one CSR in memory (10M): generated shard by shard (1M documents,
+    its own seed, appended to the index as its own segment), the queries of the first shard, and
+    the brute-force top-k of each shard (on the weights the index decoded) merged across shards.
+    Returns (index, queries, exact docs, exact scores, kind, build seconds)."""
+    kind, n, stats_file = parse_collection(name, stats_path)
+    stats = json.loads(stats_file.read_text())
+    idx = Q = ex_d = ex_s = None
+    build_s = 0.0
+    for shard in range(n // SHARD):
+        D, Qs = workload.generate(stats, kind, SHARD, base.N_QUERIES, seed=1 + shard)
+        D = D.tocsr()
+        Q = Qs.tocsr()[:n_queries] if Q is None else Q
+        t = time.perf_counter()
+        if idx is None:
+            idx = SparseIndex.from_csr(D, quantize=quantize)
+        else:
+            idx.add(D)
+        build_s += time.perf_counter() - t
+        del D
+        seg = idx._segments[-1]
+        ip, ix, dt = kernels.postings_to_csr(*seg.kernel_arrays(), seg.n_terms, seg.nb, seg.n,
+                                             np.ones(seg.n, np.uint8))
+        dec = sp.csr_matrix((dt, ix, ip), shape=(seg.n, Q.shape[1]))
+        d, sc = exact_topk(dec, Q[:n_check], kmax)
+        del dec, ip, ix, dt
+        d[d >= 0] += shard * SHARD
+        ex_d, ex_s = merge_exact(ex_d, ex_s, d, sc, kmax)
+        log(f"{name}: shard {shard + 1}/{n // SHARD} indexed and brute-forced")
+    return idx, Q, ex_d, ex_s, kind, build_s
+
+
 def bench(name, ks, threads_list, engines, repeats, work, stats_path, n_queries, n_check,
-          log):
-    D, Q, kind = load_collection(name, work / "cache", stats_path, n_queries)
-    log(f"{name}: {D.shape[0]} docs, {D.nnz} postings, {Q.shape[0]} queries, "
-        f"{Q.nnz / Q.shape[0]:.1f} terms/query")
+          log, quantize=None):
+    if parse_collection(name, stats_path)[1] > SHARD:
+        idx, Q, exact_d, exact_s, kind, build_s = build_sharded(
+            name, stats_path, n_queries, n_check, max(ks), quantize, log)
+        D = None
+        engines = []  # bm25s's and Lucene's own indexes would not fit beside ours
+    else:
+        D, Q, kind = load_collection(name, work / "cache", stats_path, n_queries)
+        exact_d, exact_s = exact_topk(D, Q[:n_check], max(ks))
+        t = time.perf_counter()
+        idx = SparseIndex.from_csr(D, quantize=quantize)
+        build_s = time.perf_counter() - t
+    log(f"{name}: {idx.n_docs} docs, {idx.n_postings} postings, {Q.shape[0]} queries, "
+        f"{Q.nnz / Q.shape[0]:.1f} terms/query; brute force done")
     Qc = Q[:n_check]
-    exact_d, exact_s = exact_topk(D, Qc, max(ks))
-    log(f"{name}: brute force done")
     t = time.perf_counter()
-    idx = SparseIndex.from_csr(D)
-    build_s = time.perf_counter() - t
-    t = time.perf_counter()
-    bm = idx._segments[0].block_maxima(blockmax.SUB_BITS)
+    bms = [s.block_maxima(blockmax.SUB_BITS) for s in idx._segments]
     derive_s = time.perf_counter() - t
-    auto = bm.cap_ratio <= blockmax.AUTO_MAX_CAP_RATIO
+    cap_ratio = max(bm.cap_ratio for bm in bms)
+    auto = cap_ratio <= blockmax.AUTO_MAX_CAP_RATIO
     q_pos = bool(Q.nnz and Q.data.min() > 0)
-    bm25 = base.bm25s_scores(D)
+    bm25 = base.bm25s_scores(D) if D is not None else None
     qtok = [Q.indices[Q.indptr[i]:Q.indptr[i + 1]].astype(np.int32) for i in range(Q.shape[0])]
     lucene = None
     info = {"build_s": build_s, "blockmax_derive_s": derive_s,
-            "blockmax_bytes_per_posting": bm.nbytes / idx.n_postings,
-            "bytes_per_posting": idx.nbytes() / idx.n_postings, "cap_ratio": bm.cap_ratio,
-            "query_weights_positive": q_pos, "n_docs": D.shape[0], "n_postings": int(D.nnz),
+            "blockmax_bytes_per_posting": sum(bm.nbytes for bm in bms) / idx.n_postings,
+            "bytes_per_posting": idx.nbytes() / idx.n_postings, "cap_ratio": cap_ratio,
+            "query_weights_positive": q_pos, "n_docs": idx.n_docs, "n_postings": int(idx.n_postings),
+            "n_segments": idx.n_segments, "quantize": quantize,
             "n_queries": Q.shape[0], "recall_queries": Qc.shape[0],
             "query_terms_mean": Q.nnz / Q.shape[0]}
     if "pyserini" in engines:
@@ -183,8 +243,9 @@ def bench(name, ks, threads_list, engines, repeats, work, stats_path, n_queries,
     for k in ks:
         anchors = {}
         for th in threads_list:
-            qps, _, docs = base.run_bm25s(bm25, qtok, k, th, repeats)
-            anchors[th] = {"bm25s_qps": qps, "pyserini_qps": None}
+            anchors[th] = {"bm25s_qps": None, "pyserini_qps": None}
+            if bm25 is not None:
+                anchors[th]["bm25s_qps"] = base.run_bm25s(bm25, qtok, k, th, repeats)[0]
             if lucene is not None:
                 lq, _, _ = lucene.run(jq, Q.shape[0], k, th, max(1, repeats - 1))
                 anchors[th]["pyserini_qps"] = lq
@@ -205,8 +266,9 @@ def bench(name, ks, threads_list, engines, repeats, work, stats_path, n_queries,
                     np.array_equal(docs, ref[0])
                     and np.array_equal(scores.view(np.uint32), ref[1].view(np.uint32)))
                 r["alignir_recall"] = base.recall(docs[:n_check], exact_d, exact_s, D, Qc, k) \
-                    if q_pos else float(r["alignir_exact"])
-                r["ratio_vs_bm25s"] = qps / r["bm25s_qps"]
+                    if q_pos and D is not None else float(r["alignir_exact"])
+                if r["bm25s_qps"]:
+                    r["ratio_vs_bm25s"] = qps / r["bm25s_qps"]
                 if r["pyserini_qps"]:
                     r["ratio_vs_pyserini"] = qps / r["pyserini_qps"]
                 if th > 1:
@@ -234,6 +296,8 @@ def main(argv=None):
                     help="queries checked against brute force on large collections")
     ap.add_argument("--stats", default=str(ROOT / "benchmarks/results/workload_stats_med.json"))
     ap.add_argument("--work", default="/tmp/alignir_bench_pruning")
+    ap.add_argument("--quantize", default=None, choices=["uint8", "uint16"],
+                    help="quantised postings (a 10M aligned-token collection fits in memory with uint8)")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/sparse_index.json"))
     a = ap.parse_args(argv)
@@ -253,13 +317,15 @@ def main(argv=None):
         rows = bench(name, [int(x) for x in a.ks.split(",")],
                      [int(x) for x in a.threads.split(",")], engines,
                      1 if big else a.repeats, work, Path(a.stats),
-                     a.queries_1m if big else a.queries, a.check_1m if big else a.queries, log)
+                     a.queries_1m if big else a.queries, a.check_1m if big else a.queries, log,
+                     quantize=a.quantize)
         for r in rows:
             r.update(command=command, load=load)
             if a.note:
                 r["note"] = a.note
         old = json.loads(out.read_text()) if out.exists() else []
-        key = lambda r: (r["collection"], r.get("kernel"), r["k"], r["threads"])  # noqa: E731
+        key = lambda r: (r["collection"], r.get("kernel"), r["k"], r["threads"],  # noqa: E731
+                         r.get("quantize"))
         done = {key(r) for r in rows}
         out.write_text(json.dumps([r for r in old if key(r) not in done] + rows, indent=1)
                        + "\n")

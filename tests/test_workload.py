@@ -79,3 +79,27 @@ def test_collection_names():
     for bad in ("dense-1m", "aligned-3m", "zipf@med-1m", "zipf-10k"):
         with pytest.raises(SystemExit):
             bench_pruning.parse_collection(bad, stats)
+
+
+@pytest.mark.skipif(not STATS.exists(), reason="no committed workload statistics")
+@pytest.mark.parametrize("quantize", [None, "uint8"])
+def test_sharded_collection_equals_one_built_at_once(monkeypatch, quantize):
+    """The 10M benchmark builds its collection shard by shard (one segment each) and merges the
+    shards' brute-force top-k: on 4 shards of 2,500 documents that must equal the index and the
+    brute force of the same documents stacked."""
+    monkeypatch.setattr(bench_pruning, "SHARD", 2_500)
+    idx, Q, ex_d, ex_s, kind, _ = bench_pruning.build_sharded(
+        "aligned@adi-10k", STATS.parent / "unused.json", 30, 30, 20, quantize, lambda msg: None)
+    assert kind == "aligned" and idx.n_segments == 4 and idx.n_docs == 10_000
+    stats = json.loads(STATS.read_text())
+    nq = bench_pruning.base.N_QUERIES
+    shards = [workload.generate(stats, "aligned", 2_500, nq, seed=1 + s)[0] for s in range(4)]
+    assert (workload.generate(stats, "aligned", 2_500, nq, seed=1)[1][:30] != Q).nnz == 0
+    if quantize is None:
+        D = sp.vstack(shards).tocsr()
+        want_d, want_s = bench_pruning.exact_topk(D, Q, 20)
+        assert np.array_equal(ex_d, want_d)
+        assert np.array_equal(ex_s.view(np.uint32), want_s.view(np.uint32))
+    docs, scores = idx.search(Q, 20, threads=1, prune="off")
+    assert np.array_equal(docs, ex_d)
+    assert np.array_equal(scores.view(np.uint32), ex_s.view(np.uint32))
