@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from alignir.encoders.models import load_model
+from alignir.encoders.shipped import SHIPPED
 from alignir.index.store import open_index
 from alignir.retrieval.beir import load_beir, resolve_dataset
 from alignir.retrieval.evaluation import evaluate_runs, run_queries
@@ -64,7 +65,8 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def run_dataset(name: str, work: Path, model: str, max_length: int, log) -> dict:
     folder = resolve_dataset(name)
     data = load_beir(folder, split="test")
-    loaded = load_model(model, device="cpu")
+    shipped = SHIPPED.get(model)  # a shipped trained embedder loads its base model (+ its adapter in build_index)
+    loaded = load_model(shipped.base_model if shipped else model, device="cpu")
     idx = {}
     for p in PRECISIONS:
         idx[p] = work / f"{folder.name}-{model}-{p}"
