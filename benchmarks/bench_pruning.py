@@ -41,7 +41,7 @@ try:  # imported as benchmarks.bench_pruning (tests) or run as a script from thi
 except ImportError:
     import bench_sparse_index as base  # noqa: E402
     import workload  # noqa: E402
-from alignir.index import blockmax, kernels  # noqa: E402
+from alignir.index import blockmax  # noqa: E402
 from alignir.index.sparse import SparseIndex  # noqa: E402
 
 KERNELS = {"pruned": "on", "exhaustive": "off"}
@@ -189,12 +189,9 @@ def build_sharded(name, stats_path, n_queries, n_check, kmax, quantize, log):
             idx.add(D)
         build_s += time.perf_counter() - t
         del D
-        seg = idx._segments[-1]
-        ip, ix, dt = kernels.postings_to_csr(*seg.kernel_arrays(), seg.n_terms, seg.nb, seg.n,
-                                             np.ones(seg.n, np.uint8))
-        dec = sp.csr_matrix((dt, ix, ip), shape=(seg.n, Q.shape[1]))
+        dec = idx._segments[-1].decoded(Q.shape[1])
         d, sc = exact_topk(dec, Q[:n_check], kmax)
-        del dec, ip, ix, dt
+        del dec
         d[d >= 0] += shard * SHARD
         ex_d, ex_s = merge_exact(ex_d, ex_s, d, sc, kmax)
         log(f"{name}: shard {shard + 1}/{n // SHARD} indexed and brute-forced")

@@ -502,10 +502,9 @@ def _block_floor(acc_bits, blen, floor, k, excluded, has_excluded, base, hist):
 
 
 @njit(inline="always")
-def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, nonneg):
+def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, untracked):
     """acc[d] += qw * w[d] over a dense column (absent entries add nothing); marks ``seen``
-    when not ``nonneg`` (pass True whenever no touched-set is kept). Branch-free so that LLVM
-    vectorises it."""
+    unless ``untracked`` (no touched-set is kept). Branch-free so that LLVM vectorises it."""
     if quantized:
         zero = np.float32(0)
         for d in range(blen):
@@ -515,7 +514,7 @@ def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, nonneg):
     else:
         for d in range(blen):
             acc[d] += qw * np.float32(col[d])
-    if not nonneg:
+    if not untracked:
         for d in range(blen):
             if col[d] != 0:
                 seen[d] = 1

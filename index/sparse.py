@@ -104,6 +104,13 @@ class _Segment:
                     self.bmax = bm
         return bm
 
+    def decoded(self, n_terms: int, keep: np.ndarray | None = None) -> sp.csr_matrix:
+        """The documents as CSR rows [kept docs, n_terms] of the weights the kernel scores
+        (quantised codes decoded); ``keep`` (uint8 [n]) selects rows, default all."""
+        keep = np.ones(self.n, np.uint8) if keep is None else keep
+        ip, ix, dt = kernels.postings_to_csr(*self.kernel_arrays(), self.n_terms, self.nb, self.n, keep)
+        return sp.csr_matrix((dt, ix, ip), shape=(int(keep.sum()), n_terms))
+
     def kernel_arrays(self) -> tuple:
         """(ptr, docs, weights, lo, scale, quantized, dense_keys, dense_off, dense)."""
         return (self.ptr, self.docs, self.weights, self.lo, self.scale, self.quantized,
@@ -397,9 +404,7 @@ class SparseIndex:
         parts, maps = [], []
         for s in self._segments:
             keep = (s.deleted == 0).astype(np.uint8)
-            ip, ix, dt = kernels.postings_to_csr(*s.kernel_arrays(), s.n_terms, s.nb, s.n,
-                                                 keep)
-            parts.append(sp.csr_matrix((dt, ix, ip), shape=(int(keep.sum()), self._n_terms)))
+            parts.append(s.decoded(self._n_terms, keep))
             maps.append(s.doc_map[keep == 1])
         if parts:
             m = sp.vstack(parts, format="csr")
