@@ -23,6 +23,10 @@ a 1 GiB fp32 tensor, best of 3, same threads, same run) is a second floor,
 ``bandwidth_floor_ms``, with ``ratio_to_bandwidth_floor``. ``ndcg_delta_vs_fp32`` is copied from benchmarks/results/int8_quality.json when that
 file has the dataset (hybrid mode), else null.
 
+``--configs ...,int8-separate`` adds int8 without the shared-input groups (one quantisation and,
+for a short query, one GEMM per q/k/v and per gate/up: encoders.int8_linear.SharedInputInt8);
+``speedup_vs_int8_separate`` is then every configuration's paired speed-up over it.
+
 Timings mean something only on a quiet machine: run it alone (nothing else in the queue).
 
     .venv/bin/python benchmarks/bench_query_encode.py --models smollm2-135m,gemma3-270m \\
@@ -45,12 +49,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from alignir.encoders.embedders import get_embedder  # noqa: E402
 from alignir.encoders.models import backbone, load_model  # noqa: E402
+from alignir.encoders.quantize import to_int8  # noqa: E402
 from alignir.encoders.templates import INSTRUCTIONS  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
 from bench_encoder_throughput import matmul_gflops  # noqa: E402  (the same GEMM anchor in both benchmarks)
 
-#: name -> (precision, prefix_cache)
-CONFIGS = {"fp32": ("fp32", False), "fp32+prefix": ("fp32", True), "int8": ("int8", True)}
+#: name -> (precision, prefix_cache); "int8-separate": int8 without the shared-input groups
+#: (encoders.int8_linear.SharedInputInt8), their A/B (not in the default run)
+CONFIGS = {"fp32": ("fp32", False), "fp32+prefix": ("fp32", True), "int8": ("int8", True),
+           "int8-separate": ("int8", True)}
+DEFAULT_CONFIGS = "fp32,fp32+prefix,int8"
 
 
 def non_embedding_params(model: torch.nn.Module) -> int:
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
     ap.add_argument("--dataset", required=True)
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"of {','.join(CONFIGS)}")
     ap.add_argument("--max-queries", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quality", default=str(ROOT / "benchmarks/results/int8_quality.json"))
@@ -134,8 +142,11 @@ def main(argv: list[str] | None = None) -> None:
         bw = [read_bandwidth_gbs()]
         instruction = data.name if data.name in INSTRUCTIONS else None
         embedders = {name: get_embedder("prompteol", loaded, progress=False, instruction=instruction,
-                                        precision=CONFIGS[name][0], prefix_cache=CONFIGS[name][1])
+                                        precision="fp32" if name == "int8-separate" else CONFIGS[name][0],
+                                        prefix_cache=CONFIGS[name][1])
                      for name in args.configs.split(",")}
+        if "int8-separate" in embedders:
+            to_int8(embedders["int8-separate"], shared_inputs=False)
         timings = time_interleaved(embedders, queries)
         mm.append(matmul_gflops())
         bw.append(read_bandwidth_gbs())
@@ -152,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
                          "n_prefix_cached_last": emb.last_stats.get("n_prefix_cached", 0),
                          "speedup_vs_fp32": (round(float(np.median(timings["fp32"] / t)), 3)
                                              if "fp32" in timings else None),  # paired, per query
+                         "speedup_vs_int8_separate": (round(float(np.median(timings["int8-separate"] / t)), 3)
+                                                      if "int8-separate" in timings else None),
                          "non_embedding_params": n_params, "weight_bytes": weight_bytes(emb),
                          "tokens": tokens.tolist(), "times_ms": np.round(t, 3).tolist()})
         gflops, gbs = max(mm), max(bw)

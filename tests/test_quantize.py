@@ -319,3 +319,36 @@ def test_resparsify_an_int8_index(int8_index, tiny_model, tmp_path):
     man = resparsify(idx, loaded=tiny_model, doc_k=8)
     assert man["params"]["sparse"]["doc_k"] == 8 and man["encoder"]["model"]["precision"] == "int8"
     assert len(Searcher.open(idx, loaded=tiny_model).search("plants", k=2, mode="sparse")) <= 2
+
+
+def test_shared_input_groups_equal_separate_int8_layers(tiny_model):
+    """q/k/v and gate/up stacked into one int8 GEMM (int8_linear.SharedInputInt8) give the
+    separate int8 layers' outputs bit for bit, in any calling order, and recompute for a new input."""
+    from alignir.encoders.int8_linear import Int8Slice, SharedInputInt8
+    from alignir.encoders.quantize import _structure_copy, quantize_module
+
+    bb = backbone(tiny_model.model)
+    fused, separate = quantize_module(_structure_copy(bb)), quantize_module(_structure_copy(bb), shared_inputs=False)
+    attn, mlp = fused.layers[0].self_attn, fused.layers[0].mlp
+    assert all(isinstance(getattr(attn, n), Int8Slice) for n in ("q_proj", "k_proj", "v_proj"))
+    assert all(isinstance(getattr(mlp, n), Int8Slice) for n in ("gate_proj", "up_proj"))
+    assert attn.q_proj.group is attn.v_proj.group and isinstance(attn.q_proj.group, SharedInputInt8)
+    assert type(attn.o_proj) is Int8Linear and type(mlp.down_proj) is torch.nn.Linear
+    assert QDyn not in _linear_types(bb)
+    ids = torch.randint(5, 100, (2, 7))
+    groups = {id(m): m for m in fused.modules() if isinstance(m, SharedInputInt8)}.values()
+    with torch.inference_mode():
+        b = separate(input_ids=ids).last_hidden_state
+        assert torch.equal(fused(input_ids=ids).last_hidden_state, b)  # 14 rows: one stacked GEMM
+        for g in groups:
+            g.STACKED_MAX_ROWS = 0  # one GEMM per member over its rows of the stacked weights
+        assert torch.equal(fused(input_ids=ids).last_hidden_state, b)
+    sep = separate.layers[0].self_attn
+    x, x2 = torch.randn(3, attn.q_proj.in_features), torch.randn(3, attn.q_proj.in_features)
+    for order in (("v_proj", "q_proj", "k_proj"), ("k_proj", "k_proj", "q_proj", "v_proj")):
+        for n in order:
+            assert torch.equal(getattr(attn, n)(x), getattr(sep, n)(x)), n
+    assert torch.equal(attn.q_proj(x), sep.q_proj(x)) and torch.equal(attn.k_proj(x2), sep.k_proj(x2))
+    assert torch.equal(attn.q_proj(x), sep.q_proj(x))
+    x.mul_(2)  # the same tensor, modified in place since q_proj read it: recomputed
+    assert torch.equal(attn.k_proj(x), sep.k_proj(x)) and torch.equal(attn.v_proj(x), sep.v_proj(x))
