@@ -29,7 +29,7 @@ import uuid
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -158,6 +158,24 @@ class _RoleIndex:
         return out
 
 
+@contextlib.contextmanager
+def _one_truncation_warning(embedder: Embedder, role: str, n: int, stats: dict[str, int]) -> Iterator[None]:
+    """While a corpus is encoded in parts, the embedder's own per-call truncation warning is off;
+    afterwards one warning gives the total (``stats["n_truncated"]``, summed by the caller)."""
+    switch = hasattr(embedder, "warn_truncation")
+    before = getattr(embedder, "warn_truncation", None)
+    if switch:
+        embedder.warn_truncation = False  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        if switch:
+            embedder.warn_truncation = before  # type: ignore[attr-defined]
+    if stats.get("n_truncated"):
+        log.warning("%d of %d %s texts truncated to max_length=%s tokens", stats["n_truncated"], n, role,
+                    getattr(embedder, "max_length", "?"))
+
+
 class EmbeddingCache:
     """Content-addressed store of dense embeddings. See the module docstring."""
 
@@ -263,21 +281,31 @@ class EmbeddingCache:
             pending = sorted(todo.items(), key=lambda kv: -len(kv[1]))
             bar = tqdm(total=len(pending), desc=f"encode+cache {role}s", unit="text", disable=not progress)
             seq = len([p for p in idx.parts if p.startswith(f"part-{tag}-")])
-            for start in range(0, len(pending), shard_size):
-                chunk = pending[start : start + shard_size]
-                ctexts = [t for _, t in chunk]
-                vec = embedder.encode_queries(ctexts) if role == "query" else embedder.encode_documents(ctexts)
-                vec = np.asarray(vec, dtype=np.float32)
-                if vec.shape != (len(chunk), embedder.dim):
-                    raise InvalidInputError(f"embedder returned shape {vec.shape}, expected {(len(chunk), embedder.dim)}")
-                self._write_part(folder, tag, seq, [k for k, _ in chunk], vec)
-                seq += 1
-                stats["n_parts_written"] += 1
-                bar.update(len(chunk))
+            stats["n_truncated"] = 0
+            with _one_truncation_warning(embedder, role, len(pending), stats):
+                seq = self._encode_parts(embedder, role, pending, shard_size, folder, tag, seq, stats, bar)
             bar.close()
             idx.refresh()
         self.last_stats = stats
         return idx.gather(keys, embedder.dim) if keys else np.zeros((0, embedder.dim), dtype=np.float32)
+
+    def _encode_parts(self, embedder: Embedder, role: str, pending: list[tuple[bytes, str]], shard_size: int,
+                      folder: Path, tag: str, seq: int, stats: dict[str, int], bar: Any) -> int:
+        """Encode ``pending`` (key, text) in parts of ``shard_size``, each written as it is done;
+        returns the next part number."""
+        for start in range(0, len(pending), shard_size):
+            chunk = pending[start : start + shard_size]
+            ctexts = [t for _, t in chunk]
+            vec = embedder.encode_queries(ctexts) if role == "query" else embedder.encode_documents(ctexts)
+            vec = np.asarray(vec, dtype=np.float32)
+            if vec.shape != (len(chunk), embedder.dim):
+                raise InvalidInputError(f"embedder returned shape {vec.shape}, expected {(len(chunk), embedder.dim)}")
+            self._write_part(folder, tag, seq, [k for k, _ in chunk], vec)
+            seq += 1
+            stats["n_parts_written"] += 1
+            stats["n_truncated"] += int(getattr(embedder, "last_stats", {}).get("n_truncated", 0))
+            bar.update(len(chunk))
+        return seq
 
     def merge(self, sources: Sequence[str | os.PathLike]) -> int:
         """Copy every part from other cache roots (e.g. one per machine) into this root.

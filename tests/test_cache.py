@@ -175,3 +175,27 @@ def test_a_killed_checkpoints_temp_file_is_removed(tmp_path, emb):
     os.utime(old, (past, past))
     EmbeddingCache(tmp_path).encode_cached(Counting(emb), TEXTS[:3], "document", progress=False)
     assert not old.exists() and fresh.exists()  # a write in progress elsewhere is left alone
+
+
+def test_truncation_is_one_warning_per_corpus_with_the_total(tmp_path, tiny_model, caplog):
+    """Encoding a corpus in many parts logs one truncation warning with the total, not one per
+    part; the embedder's own per-call warning is back on afterwards."""
+    import logging
+
+    emb = get_embedder("prompteol", tiny_model, progress=False, max_length=40)
+    texts = [t + " and then some more words to be cut off at forty tokens, which is more than the template leaves room for in this test" for t in TEXTS[:9]]
+    emb.encode_documents(texts)
+    total = emb.last_stats["n_truncated"]
+    assert total >= 5
+    cache = EmbeddingCache(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        caplog.clear()
+        cache.encode_cached(emb, texts, "document", shard_size=2, progress=False)
+    warned = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+    assert warned == [f"{total} of {len(texts)} document texts truncated to max_length=40 tokens"]
+    assert cache.last_stats["n_truncated"] == total and cache.last_stats["n_parts_written"] == 5
+    assert emb.warn_truncation is True
+    with caplog.at_level(logging.WARNING):
+        caplog.clear()
+        emb.encode_documents(texts[:2])
+    assert sum("truncated" in r.getMessage() for r in caplog.records) == 1

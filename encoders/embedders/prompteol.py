@@ -145,6 +145,9 @@ class PromptEmbedder(Embedder):
         self.padding_side = padding_side
         self.empty = empty
         self.progress = progress
+        #: log each call's truncations (an EmbeddingCache turns this off while it encodes a
+        #: corpus in parts, and logs one total instead)
+        self.warn_truncation = True
         self.last_stats: dict[str, Any] = {}
         self._backbone = backbone(loaded.model)
         tok = loaded.tokenizer
@@ -350,7 +353,7 @@ class PromptEmbedder(Embedder):
         if stats["n_empty"] and self.empty == "error":
             where = np.flatnonzero(empty)[:10].tolist()
             raise InvalidInputError(f"{stats['n_empty']} empty or whitespace-only texts (positions {where}...)")
-        if n_trunc:
+        if n_trunc and self.warn_truncation:
             log.warning("%d of %d %s texts truncated to max_length=%d tokens", n_trunc, n, role, self.max_length)
         live = np.flatnonzero(~empty)
         lengths = np.array([len(x) for x in ids])
