@@ -437,3 +437,22 @@ def test_info_verifies_the_files_unless_told_not_to(env, tiny_folder):
     r = runner.invoke(app, ["info", "--index", str(idx)])
     assert r.exit_code == 1 and "dense.npy" in r.output and "missing" in r.output, r.output
     assert runner.invoke(app, ["info", "--index", str(idx), "--no-verify"]).exit_code == 0
+
+
+def test_cli_logging_hides_library_debug_lines():
+    """bm25s sets its logger to DEBUG when imported ("Building index from IDs objects" on every
+    index build); the CLI's log level holds for it too, imported before or after the setup."""
+    import logging
+
+    from alignir.retrieval.commands.common import setup_logging
+
+    setup_logging(verbose=False)
+    import bm25s  # noqa: F401  (its import sets its logger to DEBUG)
+
+    logger = logging.getLogger("bm25s")
+    keep = lambda level: all(f.filter(logging.LogRecord("bm25s", level, "", 0, "m", None, None))  # noqa: E731
+                             for f in logger.filters)
+    assert not keep(logging.DEBUG) and not keep(logging.INFO) and keep(logging.WARNING)
+    setup_logging(verbose=True)
+    assert keep(logging.INFO) and not keep(logging.DEBUG)
+    assert len(logger.filters) == 1  # set up twice: one filter

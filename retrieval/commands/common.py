@@ -52,9 +52,29 @@ def embedder_options(items: list[str]) -> dict[str, Any]:
     return opts
 
 
+#: libraries whose loggers set themselves to DEBUG at import (bm25s: "Building index from IDs ...")
+_SELF_DEBUG_LOGGERS = ("bm25s",)
+
+
+class _BelowLevel(logging.Filter):
+    """Drops records below ``level``."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level
+
+
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for name in _SELF_DEBUG_LOGGERS:  # a filter outlives the setLevel(DEBUG) of the library's import
+        logger = logging.getLogger(name)
+        for f in [f for f in logger.filters if isinstance(f, _BelowLevel)]:
+            logger.removeFilter(f)
+        logger.addFilter(_BelowLevel(level))
     if not verbose:  # transformers' per-load progress bars are noise in a CLI
         from transformers.utils import logging as hf_logging
 
