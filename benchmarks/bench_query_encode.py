@@ -54,10 +54,10 @@ from alignir.encoders.templates import INSTRUCTIONS  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
 from bench_encoder_throughput import matmul_gflops  # noqa: E402  (the same GEMM anchor in both benchmarks)
 
-#: name -> (precision, prefix_cache); "int8-separate": int8 without the shared-input groups
-#: (encoders.int8_linear.SharedInputInt8), their A/B (not in the default run)
-CONFIGS = {"fp32": ("fp32", False), "fp32+prefix": ("fp32", True), "int8": ("int8", True),
-           "int8-separate": ("int8", True)}
+#: name -> (precision, prefix_cache, shared_inputs); "int8-separate": int8 without the shared-input
+#: groups (encoders.int8_linear.SharedInputInt8), their A/B (not in the default run)
+CONFIGS = {"fp32": ("fp32", False, True), "fp32+prefix": ("fp32", True, True), "int8": ("int8", True, True),
+           "int8-separate": ("int8", True, False)}
 DEFAULT_CONFIGS = "fp32,fp32+prefix,int8"
 
 
@@ -141,17 +141,16 @@ def main(argv: list[str] | None = None) -> None:
         mm = [matmul_gflops()]
         bw = [read_bandwidth_gbs()]
         instruction = data.name if data.name in INSTRUCTIONS else None
-        embedders = {name: get_embedder("prompteol", loaded, progress=False, instruction=instruction,
-                                        precision="fp32" if name == "int8-separate" else CONFIGS[name][0],
-                                        prefix_cache=CONFIGS[name][1])
-                     for name in args.configs.split(",")}
-        if "int8-separate" in embedders:
-            to_int8(embedders["int8-separate"], shared_inputs=False)
+        embedders = {}
+        for name in args.configs.split(","):
+            precision, cached, shared = CONFIGS[name]
+            emb = get_embedder("prompteol", loaded, progress=False, instruction=instruction, prefix_cache=cached)
+            embedders[name] = to_int8(emb, shared_inputs=shared) if precision == "int8" else emb
         timings = time_interleaved(embedders, queries)
         mm.append(matmul_gflops())
         bw.append(read_bandwidth_gbs())
         for name, emb in embedders.items():
-            precision, cached = CONFIGS[name]
+            precision, cached, _ = CONFIGS[name]
             t = timings[name]
             tokens = np.array([prompt_tokens(emb, q) for q in queries])
             rows.append({"collection": data.name, "mode": "encode", "model": spec, "precision": precision,

@@ -98,9 +98,10 @@ def quantize_module(module: torch.nn.Module, keep_fp32: tuple[str, ...] = FP32_L
     :class:`SharedInputInt8` (equal results, one quantisation and one GEMM per group) unless
     ``shared_inputs`` is false."""
     for layer in list(module.modules()) if shared_inputs else []:
-        for _, lins, _ in smoothing_groups(layer):
-            where = {id(child): (parent, name) for parent in layer.modules()
-                     for name, child in parent.named_children()}
+        groups = smoothing_groups(layer)
+        where = {id(child): (parent, name) for parent in layer.modules()
+                 for name, child in parent.named_children()} if groups else {}
+        for _, lins, _ in groups:
             named = [where[id(lin)] for lin in lins if id(lin) in where]
             if len(named) != len(lins) or any(name in keep_fp32 for _, name in named):
                 continue
