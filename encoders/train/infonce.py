@@ -9,6 +9,11 @@ Optional distillation (issue #19 item 2): ``teacher`` names a frozen dense embed
 (encoders.train.teacher, e.g. "all-minilm-l6-v2") and ``distill`` > 0 adds ``distill`` ×
 KL(teacher || student) over the same in-batch candidates (losses.distill_kl, the teacher's
 cosines at ``teacher_tau``) to the InfoNCE loss.
+
+Optional aligned-token term (alignir's own, not a seed paper's): ``sparse`` > 0 adds ``sparse`` ×
+InfoNCE over the index's sparse-leg scores of the same batch at ``sparse_tau``
+(encoders.train.aligned_loss: eq.14-16 of “A Text is Worth Several Tokens” with the token selection
+held fixed), so training also shapes the aligned tokens the sparse leg searches.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import torch
 
 from alignir.encoders.embedders.infonce import InfoNCEEmbedder
 from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
+from alignir.encoders.train.aligned_loss import aligned_scores, sparse_info_nce
 from alignir.encoders.train.base import Method, pair_texts
 from alignir.encoders.train.losses import distill_kl, info_nce
 from alignir.errors import InvalidInputError
@@ -34,7 +40,7 @@ class InfoNCEMethod(Method):
     name = "infonce"
     STAGES = {"contrastive": "pairs"}
     DEFAULTS = {"contrastive": {"tau": 0.05, "instruction": None, "teacher": None, "distill": 0.0,
-                                "teacher_tau": 0.05}}
+                                "teacher_tau": 0.05, "sparse": 0.0, "sparse_tau": 10.0}}
 
     def setup(self, extra):
         self.reader = PromptEOLEmbedder(self.loaded, instruction=self.hp["instruction"],
@@ -44,6 +50,9 @@ class InfoNCEMethod(Method):
         if weight < 0 or (weight > 0) != (self.hp["teacher"] is not None):
             raise InvalidInputError("distillation needs both a teacher and a weight distill > 0 "
                                     f"(got teacher={self.hp['teacher']!r}, distill={weight})")
+        if float(self.hp["sparse"]) < 0 or float(self.hp["sparse_tau"]) <= 0:
+            raise InvalidInputError(f"the aligned-token term needs sparse >= 0 and sparse_tau > 0 "
+                                    f"(got sparse={self.hp['sparse']}, sparse_tau={self.hp['sparse_tau']})")
         if weight > 0:
             from alignir.encoders.train.teacher import DenseTeacher
 
@@ -56,10 +65,18 @@ class InfoNCEMethod(Method):
         queries, docs, pos = pair_texts(batch)
         q = self.reader.embed_with(self.model, queries, "query")
         d = self.reader.embed_with(self.model, docs, "document")
-        loss = info_nce(q, d, torch.tensor(pos), self.hp["tau"])
-        if self.teacher is None:
-            return loss, {"loss": float(loss.detach())}
-        kl = distill_kl(q, d, self.teacher.embed(queries), self.teacher.embed(docs), self.hp["tau"],
-                        self.hp["teacher_tau"])
-        total = loss + float(self.hp["distill"]) * kl
-        return total, {"loss": float(total.detach()), "infonce": float(loss.detach()), "distill": float(kl.detach())}
+        pos_t = torch.tensor(pos)
+        loss = info_nce(q, d, pos_t, self.hp["tau"])
+        total, parts = loss, {"infonce": float(loss.detach())}
+        if self.teacher is not None:
+            kl = distill_kl(q, d, self.teacher.embed(queries), self.teacher.embed(docs), self.hp["tau"],
+                            self.hp["teacher_tau"])
+            total, parts["distill"] = total + float(self.hp["distill"]) * kl, float(kl.detach())
+        if float(self.hp["sparse"]) > 0:
+            scores = aligned_scores(q, d, self.loaded.lm_head, self.reader.surface_token_ids(queries),
+                                    self.loaded.special_ids)
+            sparse = sparse_info_nce(scores, pos_t, float(self.hp["sparse_tau"]))
+            total, parts["sparse"] = total + float(self.hp["sparse"]) * sparse, float(sparse.detach())
+        if len(parts) == 1:
+            return total, {"loss": float(total.detach())}
+        return total, {"loss": float(total.detach()), **parts}

@@ -1,0 +1,114 @@
+"""A training signal for the aligned-token leg: the index's sparse score, made differentiable.
+
+The sparse leg scores a query against a document with the aligned tokens of “A Text is Worth
+Several Tokens” §5: the document keeps its top-K tokens of E_g·h_adj (eq.15), the query its
+surface tokens ∪ its top-M aligned tokens (eq.16), h_adj = h + λ·u1 (eq.14). Contrastive
+training of the dense vector (AutoRegEmbed eq.1) improves those tokens only as a side effect
+(the paper, §3.3: after contrastive learning more key tokens align); this module scores a batch
+exactly as the index does with alignir's default weighting — log1p(relu(logit)) document
+weights, raw-logit query weights, λ = −pc1_remove · mean_i(h_i·u1) — with the token *selection*
+(top-K, top-M, surface tokens, u1, λ) held fixed, so the gradient flows through the weights of
+the selected tokens. InfoNCE over these scores (:func:`sparse_info_nce`) is alignir's own
+auxiliary loss, not a seed paper's.
+
+u1 and λ come from the batch's documents (detached) as the index fits them on the corpus
+(retrieval.sparsify.fit_corpus_pc1 / resolve_lambda), uncentred SVD oriented so the documents
+project positively (encoders.aligned.fit_pc1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from alignir.errors import InvalidInputError
+
+__all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "sparse_info_nce"]
+
+
+@dataclass(frozen=True)
+class AlignedScoreConfig:
+    """K, M and the PC1 removal of the index's SparseConfig defaults (retrieval.config; a test
+    keeps them equal)."""
+
+    doc_k: int = 256
+    query_m: int = 50
+    pc1_remove: float | None = 0.75
+
+    def __post_init__(self) -> None:
+        if int(self.doc_k) < 1 or int(self.query_m) < 0:
+            raise InvalidInputError(f"doc_k must be >= 1 and query_m >= 0, got {self.doc_k}, {self.query_m}")
+        if self.pc1_remove is not None and not np.isfinite(self.pc1_remove):
+            raise InvalidInputError(f"pc1_remove must be finite or None, got {self.pc1_remove}")
+
+
+def batch_pc1(hd: torch.Tensor) -> torch.Tensor:
+    """u1 [d] of the documents ``hd`` [M, d]: top right singular vector of the uncentred matrix
+    (“A Text is Worth Several Tokens” eq.9), unit norm, oriented so the mean projection is ≥ 0."""
+    X = hd.detach().double()
+    _, _, Vh = torch.linalg.svd(X, full_matrices=False)
+    u = Vh[0]
+    if float((X @ u).mean()) < 0:
+        u = -u
+    return u.to(hd.dtype if hd.is_floating_point() else torch.float32)
+
+
+def _mask_rows(logits: torch.Tensor, special_ids: np.ndarray | None) -> torch.Tensor:
+    if special_ids is None or len(special_ids) == 0:
+        return logits
+    out = logits.clone()
+    out[:, torch.as_tensor(np.asarray(special_ids, dtype=np.int64))] = float("-inf")
+    return out
+
+
+def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, surface: Sequence[np.ndarray],
+                   special_ids: np.ndarray | None = None,
+                   config: AlignedScoreConfig = AlignedScoreConfig()) -> torch.Tensor:
+    """Sparse-leg scores [B, M] of queries ``hq`` [B, d] against documents ``hd`` [M, d].
+
+    score(q, d) = Σ_{t ∈ T_q ∪ T̂_q^M} (e_tᵀ h_adj,q) · log1p(relu(e_tᵀ h_adj,d)) · [t ∈ top-K(d)],
+    eq.15-16 with alignir's default weighting; ``surface`` holds each query's surface token ids
+    (the embedder's ``surface_token_ids``); ``special_ids`` are never selected (as the index).
+    """
+    if hq.dim() != 2 or hd.dim() != 2 or hq.shape[1] != hd.shape[1]:
+        raise InvalidInputError(f"hq [B, d] and hd [M, d] needed, got {tuple(hq.shape)} and {tuple(hd.shape)}")
+    if len(surface) != hq.shape[0]:
+        raise InvalidInputError(f"got {len(surface)} surface id arrays for {hq.shape[0]} queries")
+    W = lm_head.detach().to(torch.float32)
+    V = W.shape[0]
+    hq, hd = hq.float(), hd.float()
+    if config.pc1_remove is not None and config.pc1_remove != 0:
+        u1 = batch_pc1(hd).float()
+        lam = -float(config.pc1_remove) * float((hd.detach() @ u1).mean())
+        hq, hd = hq + lam * u1, hd + lam * u1
+    Ld = hd @ W.T                                   # [M, V]
+    Lq = hq @ W.T                                   # [B, V]
+    with torch.no_grad():
+        k = min(int(config.doc_k), V)
+        top_d = _mask_rows(Ld, special_ids).topk(k, dim=1).indices
+        keep_d = torch.zeros_like(Ld, dtype=torch.bool).scatter_(1, top_d, True)
+        keep_q = torch.zeros_like(Lq, dtype=torch.bool)
+        if config.query_m > 0:
+            keep_q.scatter_(1, _mask_rows(Lq, special_ids).topk(min(int(config.query_m), V), dim=1).indices, True)
+        for i, ids in enumerate(surface):
+            ids = np.asarray(ids, dtype=np.int64)
+            if ids.size and (ids.min() < 0 or ids.max() >= V):
+                raise InvalidInputError(f"surface ids of query {i} fall outside the vocabulary [0, {V})")
+            keep_q[i, torch.as_tensor(ids)] = True
+        if special_ids is not None and len(special_ids):
+            keep_q[:, torch.as_tensor(np.asarray(special_ids, dtype=np.int64))] = False
+    doc_w = torch.where(keep_d, torch.log1p(torch.relu(Ld)), torch.zeros_like(Ld))
+    query_w = torch.where(keep_q, Lq, torch.zeros_like(Lq))
+    return query_w @ doc_w.T
+
+
+def sparse_info_nce(scores: torch.Tensor, pos: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
+    """Mean over queries of −log softmax(scores / τ)[positive]: AutoRegEmbed eq.1's InfoNCE over
+    the aligned-token scores of :func:`aligned_scores` (dot products, not cosines, because the
+    index ranks by the dot product) with every in-batch document a candidate."""
+    if tau <= 0:
+        raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
+    return F.cross_entropy(scores / tau, pos.to(scores.device).long())
