@@ -9,7 +9,8 @@ exactly as the index does with alignir's default weighting — log1p(relu(logit)
 weights, raw-logit query weights, λ = −pc1_remove · mean_i(h_i·u1) — with the token *selection*
 (top-K, top-M, surface tokens, u1, λ) held fixed, so the gradient flows through the weights of
 the selected tokens. InfoNCE over these scores (:func:`sparse_info_nce`) is alignir's own
-auxiliary loss, not a seed paper's.
+auxiliary loss, not a seed paper's. Measured on SmolLM2 at the shipped recipe's scale it lowered
+both legs (README "Training recipes"), so it is off by default and not in the shipped recipe.
 
 u1 and λ come from the batch's documents (detached) as the index fits them on the corpus
 (retrieval.sparsify.fit_corpus_pc1 / resolve_lambda), uncentred SVD oriented so the documents
