@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from alignir.encoders.aligned import _check_ids, _mask_tensor
 from alignir.errors import InvalidInputError
 
 __all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "sparse_info_nce"]
@@ -57,14 +58,6 @@ def batch_pc1(hd: torch.Tensor) -> torch.Tensor:
     return u.to(hd.dtype if hd.is_floating_point() else torch.float32)
 
 
-def _mask_rows(logits: torch.Tensor, special_ids: np.ndarray | None) -> torch.Tensor:
-    if special_ids is None or len(special_ids) == 0:
-        return logits
-    out = logits.clone()
-    out[:, torch.as_tensor(np.asarray(special_ids, dtype=np.int64))] = float("-inf")
-    return out
-
-
 def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, surface: Sequence[np.ndarray],
                    special_ids: np.ndarray | None = None,
                    config: AlignedScoreConfig = AlignedScoreConfig()) -> torch.Tensor:
@@ -88,19 +81,20 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
     Ld = hd @ W.T                                   # [M, V]
     Lq = hq @ W.T                                   # [B, V]
     with torch.no_grad():
-        k = min(int(config.doc_k), V)
-        top_d = _mask_rows(Ld, special_ids).topk(k, dim=1).indices
+        masked = _mask_tensor(special_ids, V)  # [V] bool or None: never selected, as in the index
+
+        def selectable(L: torch.Tensor) -> torch.Tensor:
+            return L if masked is None else L.masked_fill(masked, float("-inf"))
+
+        top_d = selectable(Ld).topk(min(int(config.doc_k), V), dim=1).indices
         keep_d = torch.zeros_like(Ld, dtype=torch.bool).scatter_(1, top_d, True)
         keep_q = torch.zeros_like(Lq, dtype=torch.bool)
         if config.query_m > 0:
-            keep_q.scatter_(1, _mask_rows(Lq, special_ids).topk(min(int(config.query_m), V), dim=1).indices, True)
+            keep_q.scatter_(1, selectable(Lq).topk(min(int(config.query_m), V), dim=1).indices, True)
         for i, ids in enumerate(surface):
-            ids = np.asarray(ids, dtype=np.int64)
-            if ids.size and (ids.min() < 0 or ids.max() >= V):
-                raise InvalidInputError(f"surface ids of query {i} fall outside the vocabulary [0, {V})")
-            keep_q[i, torch.as_tensor(ids)] = True
-        if special_ids is not None and len(special_ids):
-            keep_q[:, torch.as_tensor(np.asarray(special_ids, dtype=np.int64))] = False
+            keep_q[i, torch.from_numpy(_check_ids(ids, V, f"surface ids of query {i}"))] = True
+        if masked is not None:
+            keep_q &= ~masked
     doc_w = torch.where(keep_d, torch.log1p(torch.relu(Ld)), torch.zeros_like(Ld))
     query_w = torch.where(keep_q, Lq, torch.zeros_like(Lq))
     return query_w @ doc_w.T
