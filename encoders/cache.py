@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from alignir.encoders.embedders.base import Embedder
+from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder
 from alignir.encoders.models import cache_dir
 from alignir.errors import InvalidInputError
 from alignir.index.io import atomic_write, atomic_write_json
@@ -172,7 +172,7 @@ def _one_truncation_warning(embedder: Embedder, role: str, n: int, stats: dict[s
         if switch:
             embedder.warn_truncation = before  # type: ignore[attr-defined]
     if stats.get("n_truncated"):
-        log.warning("%d of %d %s texts truncated to max_length=%s tokens", stats["n_truncated"], n, role,
+        log.warning(TRUNCATION_WARNING, stats["n_truncated"], n, role,
                     getattr(embedder, "max_length", "?"))
 
 

@@ -12,6 +12,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+#: the truncation warning, with (truncated, total, role, max_length): logged per call by an
+#: embedder, or once per corpus by encoders.cache when it encodes the corpus in parts
+TRUNCATION_WARNING = "%d of %d %s texts truncated to max_length=%s tokens"
+
 
 class Embedder(ABC):
     """Common interface: ``encode_queries`` / ``encode_documents`` -> float32 [n, d].

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.embedders.base import Embedder
+from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder
 from alignir.encoders.models import LoadedModel, backbone
 from alignir.encoders.pooling import POOLINGS, pool
 from alignir.encoders.prefix_cache import PrefixCache
@@ -354,7 +354,7 @@ class PromptEmbedder(Embedder):
             where = np.flatnonzero(empty)[:10].tolist()
             raise InvalidInputError(f"{stats['n_empty']} empty or whitespace-only texts (positions {where}...)")
         if n_trunc and self.warn_truncation:
-            log.warning("%d of %d %s texts truncated to max_length=%d tokens", n_trunc, n, role, self.max_length)
+            log.warning(TRUNCATION_WARNING, n_trunc, n, role, self.max_length)
         live = np.flatnonzero(~empty)
         lengths = np.array([len(x) for x in ids])
         order = live[np.argsort(-lengths[live], kind="stable")]
