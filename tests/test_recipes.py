@@ -143,18 +143,22 @@ def test_cli_stages(tiny_model, data_files, tmp_path, monkeypatch):
     assert res.exit_code != 0 and "not both" in res.output
 
 
-def test_gircse_adapter_records_its_prompt_and_old_adapters_read_plain(tiny_model, data_files, tmp_path):
+def test_gircse_adapter_records_its_prompt_and_k_and_old_adapters_read_plain(tiny_model, data_files, tmp_path):
     from alignir.encoders.embedders.gircse import GircseEmbedder
 
     r = train(_cfg(tmp_path, "gircse", "icr", data_files["pairs"], steps=1, hp={"K": 2, "instruction": "scifact"}),
               loaded=tiny_model)
     meta = _meta(r["out"])
-    assert meta["embedder_options"] == {"prompt": "instruct"} and meta["hp"]["reduction"] == "sum"
-    e = GircseEmbedder(tiny_model, adapter=r["out"], K=2)
-    assert e.options["prompt"] == "instruct" and e.instruction == "scifact"  # read the way it was trained
-    meta["embedder_options"] = {}  # an adapter trained before the option existed
+    assert meta["embedder_options"] == {"prompt": "instruct", "K": 2} and meta["hp"]["reduction"] == "sum"
+    e = GircseEmbedder(tiny_model, adapter=r["out"])
+    # read the way it was trained: its prompt, its query instruction, its training K
+    assert e.options["prompt"] == "instruct" and e.instruction == "scifact" and e.options["K"] == 2
+    assert GircseEmbedder(tiny_model, adapter=r["out"], K=3).options["K"] == 3  # an explicit K wins
+    assert GircseEmbedder(tiny_model).options["K"] == 20  # no adapter: the paper's test-time K
+    meta["embedder_options"] = {}  # an adapter trained before the options existed
     Path(r["out"], "alignir_train.json").write_text(json.dumps(meta))
-    assert GircseEmbedder(tiny_model, adapter=r["out"], K=2).options["prompt"] == "plain"
+    old = GircseEmbedder(tiny_model, adapter=r["out"])
+    assert old.options["prompt"] == "plain" and old.options["K"] == 20
     with pytest.raises(ValueError, match="prompt"):
         train(_cfg(tmp_path, "gircse", "icr", data_files["pairs"], steps=1, hp={"prompt": "chat"}, resume=False),
               loaded=tiny_model)

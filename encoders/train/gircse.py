@@ -43,7 +43,10 @@ class GircseMethod(Method):
             raise InvalidInputError(f"reduction must be 'sum' (eq.7) or 'mean', got {self.hp['reduction']!r}")
 
     def embedder_options(self):
-        return {"prompt": self.hp["prompt"]}
+        # K too: read at its training K by default. Measured (README, issue 19): trained at K=5, the
+        # SciFact-sample dense leg is 0.488 / 0.494 / 0.349 / 0.274 at K = 1 / 5 / 10 / 20, so the
+        # paper's extrapolation beyond the training K (GIRCSE §5.1, Fig. 2) does not hold at our scale.
+        return {"prompt": self.hp["prompt"], "K": int(self.hp["K"])}
 
     def _G(self, texts, instruction):
         rows = [gircse_input_ids(self.tokenizer, t, instruction, self.max_length, self.hp["prompt"]) for t in texts]
