@@ -43,9 +43,8 @@ class GircseMethod(Method):
             raise InvalidInputError(f"reduction must be 'sum' (eq.7) or 'mean', got {self.hp['reduction']!r}")
 
     def embedder_options(self):
-        # K too: read at its training K by default. Measured (README, issue 19): trained at K=5, the
-        # SciFact-sample dense leg is 0.488 / 0.494 / 0.349 / 0.274 at K = 1 / 5 / 10 / 20, so the
-        # paper's extrapolation beyond the training K (GIRCSE §5.1, Fig. 2) does not hold at our scale.
+        # K too, so the adapter reads at its training K by default: at our scale quality falls beyond
+        # the training K, unlike GIRCSE §5.1 / Fig. 2 (the K sweep in the README, issue 19)
         return {"prompt": self.hp["prompt"], "K": int(self.hp["K"])}
 
     def _G(self, texts, instruction):
