@@ -16,6 +16,7 @@ float32 with one column per *term* (a token, or a folded group of token variants
 """
 from __future__ import annotations
 
+from alignir.checks import int_ids
 from alignir.errors import InvalidInputError
 from alignir.index.io import save_npy
 
@@ -88,7 +89,7 @@ def _as_h(H: np.ndarray | torch.Tensor, d: int, name: str = "H") -> np.ndarray:
     return H
 
 
-def _mask_tensor(mask_ids: Iterable[int] | np.ndarray | None, V: int) -> torch.Tensor | None:
+def token_mask(mask_ids: Iterable[int] | np.ndarray | None, V: int) -> torch.Tensor | None:
     """Boolean [V] mask of ids never to be returned, or None."""
     if mask_ids is None:
         return None
@@ -130,7 +131,7 @@ def project_topk(
     k = int(k)
     if chunk < 1:
         raise InvalidInputError(f"chunk must be >= 1, got {chunk}")
-    mask = _mask_tensor(mask_ids, V)
+    mask = token_mask(mask_ids, V)
     n_allowed = V - (int(mask.sum()) if mask is not None else 0)
     if k < 1 or k > n_allowed:
         raise InvalidInputError(f"k must be in [1, {n_allowed}] (vocabulary minus masked ids), got {k}")
@@ -190,24 +191,13 @@ def token_logits(
         raise InvalidInputError(f"got {len(ids)} id arrays for {X.shape[0]} rows of H")
     out = []
     for i, t in enumerate(ids):
-        t = _check_ids(t, V, f"ids[{i}]")
+        t = int_ids(t, V, f"ids[{i}]", "token ids")
         if t.size == 0:
             out.append(np.zeros(0, dtype=np.float32))
             continue
         e = W[torch.from_numpy(t.astype(np.int64)).to(W.device)].float()
         out.append((e @ torch.from_numpy(X[i]).to(W.device)).cpu().numpy().astype(np.float32))
     return out
-
-
-def _check_ids(t: Any, V: int, name: str) -> np.ndarray:
-    t = np.asarray(t).ravel()
-    if t.size == 0:
-        return t.astype(np.int64)
-    if not np.issubdtype(t.dtype, np.integer):
-        raise InvalidInputError(f"{name} must be integer token ids, got {t.dtype}")
-    if t.min() < 0 or t.max() >= V:
-        raise InvalidInputError(f"{name} has token ids outside [0, {V}): min {t.min()}, max {t.max()}")
-    return t.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- term map
@@ -470,13 +460,13 @@ def query_vectors(
     if M < 0:
         raise InvalidInputError(f"M must be >= 0, got {M}")
     n_cols = _n_cols(term_map, V)
-    maskt = _mask_tensor(mask_ids, V)
+    maskt = token_mask(mask_ids, V)
     mask = maskt.numpy() if maskt is not None else None
     if M > 0:
         top_ids, top_logits = project_topk(X, W, M, mask_ids=mask_ids, chunk=chunk)
     sets: list[np.ndarray] = []
     for i in range(n):
-        s = _check_ids(surface_ids[i], V, f"surface_ids[{i}]")
+        s = int_ids(surface_ids[i], V, f"surface_ids[{i}]", "token ids")
         if mask is not None and s.size:
             s = s[~mask[s]]
         if M > 0:

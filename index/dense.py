@@ -24,6 +24,7 @@ A part of the index folder (``index.parts.Part``). Files written by ``save`` (no
 """
 from __future__ import annotations
 
+from alignir.checks import int_ids
 from alignir.errors import InvalidInputError
 
 import json
@@ -295,7 +296,7 @@ class DenseIndex:
 
     def remove(self, doc_numbers: np.ndarray | list[int]) -> None:
         """Tombstone documents: they keep their numbers but are never returned."""
-        ids = _check_ids(doc_numbers, self.n_docs, "doc_numbers")
+        ids = int_ids(doc_numbers, self.n_docs, "doc_numbers", "doc numbers")
         self._deleted[ids] = True
 
     # ---- properties --------------------------------------------------------------
@@ -364,7 +365,7 @@ class DenseIndex:
         mask = None
         if allowed is not None:
             mask = np.zeros(self.n_docs, dtype=bool)
-            mask[_check_ids(allowed, self.n_docs, "allowed")] = True
+            mask[int_ids(allowed, self.n_docs, "allowed", "doc numbers")] = True
         if self._deleted.any():
             mask = ~self._deleted if mask is None else mask & ~self._deleted
         n_cand = self.n_docs if mask is None else int(mask.sum())
@@ -432,7 +433,7 @@ class DenseIndex:
     def reconstruct(self, doc_numbers: np.ndarray | list[int]) -> np.ndarray:
         """The indexed vectors (T(h), normalised if set) of ``doc_numbers`` [n, dim] float32:
         exactly what :meth:`search` scores for flat / HNSW, the decoded codes for IVF-PQ."""
-        return np.asarray(self._reconstruct(_check_ids(doc_numbers, self.n_docs, "doc_numbers")),
+        return np.asarray(self._reconstruct(int_ids(doc_numbers, self.n_docs, "doc_numbers", "doc numbers")),
                           dtype=np.float32)
 
     def _reconstruct(self, ids: np.ndarray) -> np.ndarray:
@@ -600,19 +601,6 @@ def _check_matrix(x: Any, name: str, dim: int | None = None) -> np.ndarray:
     a = np.ascontiguousarray(a, dtype=np.float32)
     if not np.isfinite(a).all():
         raise InvalidInputError(f"{name} contains NaN or infinite values")
-    return a
-
-
-def _check_ids(ids: Any, n: int, name: str) -> np.ndarray:
-    a = np.asarray(ids)
-    if a.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if not np.issubdtype(a.dtype, np.integer):
-        raise InvalidInputError(f"{name} must be integer doc numbers, got dtype {a.dtype}")
-    a = a.astype(np.int64).ravel()
-    bad = a[(a < 0) | (a >= n)]
-    if bad.size:
-        raise InvalidInputError(f"{name} has doc numbers outside [0, {n}): {bad[:5].tolist()}")
     return a
 
 

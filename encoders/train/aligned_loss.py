@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from alignir.encoders.aligned import _check_ids, _mask_tensor
+from alignir.checks import int_ids
+from alignir.encoders.aligned import token_mask
 from alignir.errors import InvalidInputError
 
 __all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "sparse_info_nce"]
@@ -81,7 +82,7 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
     Ld = hd @ W.T                                   # [M, V]
     Lq = hq @ W.T                                   # [B, V]
     with torch.no_grad():
-        masked = _mask_tensor(special_ids, V)  # [V] bool or None: never selected, as in the index
+        masked = token_mask(special_ids, V)  # [V] bool or None: never selected, as in the index
 
         def selectable(L: torch.Tensor) -> torch.Tensor:
             return L if masked is None else L.masked_fill(masked, float("-inf"))
@@ -92,7 +93,7 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
         if config.query_m > 0:
             keep_q.scatter_(1, selectable(Lq).topk(min(int(config.query_m), V), dim=1).indices, True)
         for i, ids in enumerate(surface):
-            keep_q[i, torch.from_numpy(_check_ids(ids, V, f"surface ids of query {i}"))] = True
+            keep_q[i, torch.from_numpy(int_ids(ids, V, f"surface ids of query {i}", "token ids"))] = True
         if masked is not None:
             keep_q &= ~masked
     doc_w = torch.where(keep_d, torch.log1p(torch.relu(Ld)), torch.zeros_like(Ld))
