@@ -90,18 +90,14 @@ def _as_h(H: np.ndarray | torch.Tensor, d: int, name: str = "H") -> np.ndarray:
 
 
 def token_mask(mask_ids: Iterable[int] | np.ndarray | None, V: int) -> torch.Tensor | None:
-    """Boolean [V] mask of ids never to be returned, or None."""
+    """Boolean [V] mask of ids never to be returned, or None (no ids given)."""
     if mask_ids is None:
         return None
-    ids = np.asarray(list(mask_ids) if not isinstance(mask_ids, np.ndarray) else mask_ids).ravel()
+    ids = int_ids(mask_ids if isinstance(mask_ids, np.ndarray) else list(mask_ids), V, "mask_ids", "token ids")
     if ids.size == 0:
         return None
-    if not np.issubdtype(ids.dtype, np.integer):
-        raise InvalidInputError(f"mask_ids must be integers, got {ids.dtype}")
-    if ids.min() < 0 or ids.max() >= V:
-        raise InvalidInputError(f"mask_ids out of range [0, {V}): min {ids.min()}, max {ids.max()}")
     m = torch.zeros(V, dtype=torch.bool)
-    m[torch.from_numpy(ids.astype(np.int64))] = True
+    m[torch.from_numpy(ids)] = True
     return m
 
 

@@ -17,3 +17,12 @@ def test_int_ids_names_the_offending_values_and_the_unit():
         int_ids([0, 3, -1], 3, "doc_numbers", "doc numbers")
     with pytest.raises(InvalidInputError, match="must be integer token ids, got dtype float64"):
         int_ids([0.0, 1.0], 3, "ids", "token ids")
+
+
+def test_token_mask_uses_the_same_check():
+    from alignir.encoders.aligned import token_mask
+
+    assert token_mask(None, 4) is None and token_mask([], 4) is None
+    assert token_mask({3, 1}, 4).tolist() == [False, True, False, True]
+    with pytest.raises(InvalidInputError, match=r"mask_ids has token ids outside \[0, 4\): \[4\]"):
+        token_mask(np.array([0, 4]), 4)
