@@ -1,6 +1,6 @@
 """Aligned-token projection: dense h -> vocabulary logits E_g·h -> sparse term vectors.
 
-Seed 004 (Nie et al., "A Text is Worth Several Tokens"):
+“A Text is Worth Several Tokens: Text Embedding from LLMs Secretly Aligns Well with The Key Tokens”:
 
 * §3.2 / Process 1: the aligned tokens of a text are the vocabulary sorted by e_tᵀh;
 * eq.14: first-principal-component adjustment h_adj = h + λ·u1;

@@ -326,7 +326,7 @@ class Contributions:
 
 def pc_contributions(h: np.ndarray, lm_head: torch.Tensor | np.ndarray, u1: np.ndarray, k: int = 10,
                      mask_ids: Iterable[int] | np.ndarray | None = None) -> Contributions:
-    """Seed 004 eq.11-12 for one embedding: rank tokens by C = E_g·h and split each logit
+    """“A Text is Worth Several Tokens” eq.11-12 for one embedding: rank tokens by C = E_g·h and split each logit
     into the first principal component's part E_g·(u1ᵀh)u1 and the rest's E_g·h^rest."""
     h = np.asarray(h, dtype=np.float32).ravel()
     u = np.asarray(u1, dtype=np.float64).ravel()
@@ -488,7 +488,7 @@ def analyze_embeddings(texts: Sequence[str], embeddings: dict[str, np.ndarray], 
                        base: str | None = None, target: str | None = None, k: int = 10,
                        match: str = "stem", max_length: int | None = None,
                        lam_factors: Sequence[float] = LAMBDA_FACTORS, example: int = 0) -> AlignmentReport:
-    """Seed 004 §3-4 on one text set, for several embedders of the same LLM.
+    """“A Text is Worth Several Tokens” §3-4 on one text set, for several embedders of the same LLM.
 
     ``embeddings``: name -> H [n, d] (rows = ``texts``).  For each embedder: Hit@k, LAR, GAR
     (exact and stem/lemma).  With two or more embedders, ``base`` (default: "last" if present,

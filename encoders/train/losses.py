@@ -168,7 +168,7 @@ def sequence_nll(token_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def ctkd_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Seed 002 eq.5 in expectation: mean over continuation tokens of
+    """“Learning to Compress” (LLM2Comp) eq.5 in expectation: mean over continuation tokens of
     KL(g_φ(·|n_1..n_{j-1}) ‖ g_φ(·|m̃_1..m̃_k, n_{a+1}..n_{j-1})) (teacher = full context)."""
     lt = torch.log_softmax(teacher_logits.float(), -1)
     ls = torch.log_softmax(student_logits.float(), -1)
@@ -204,7 +204,7 @@ def stepwise_contrastive(Gq: torch.Tensor, Gd: torch.Tensor, pos: torch.Tensor, 
 
 
 def icr_regulariser(Lk: torch.Tensor) -> torch.Tensor:
-    """Seed 003 eq.8: (1/(K-1)) Σ_{k=1}^{K-1} max(log L_{k+1} - log L_k, 0); 0 when K = 1."""
+    """GIRCSE (“Let LLMs Speak Embedding Languages”) eq.8: (1/(K-1)) Σ_{k=1}^{K-1} max(log L_{k+1} - log L_k, 0); 0 when K = 1."""
     if Lk.numel() < 2:
         return Lk.sum() * 0.0
     logs = torch.log(Lk)

@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON only"),
         device: str = typer.Option("auto", "--device"),
     ) -> None:
-        """Seed 004 alignment analysis: Hit@K, LAR, GAR, v_j spectrum, PC1 sweep, plots."""
+        """Alignment analysis (“A Text is Worth Several Tokens” §3-4): Hit@K, LAR, GAR, v_j spectrum, PC1 sweep, plots."""
         import numpy as np
         from rich.console import Console
 
