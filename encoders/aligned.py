@@ -122,12 +122,15 @@ def project_topk(
     descending, ties broken by the smaller token id.
     """
     W = _as_weight(lm_head)
-    V, d = W.shape
-    X = _as_h(H, d)
-    k = int(k)
+    return _project_topk(_as_h(H, W.shape[1]), W, int(k), token_mask(mask_ids, W.shape[0]), chunk)
+
+
+def _project_topk(X: np.ndarray, W: torch.Tensor, k: int, mask: torch.Tensor | None,
+                  chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`project_topk` on checked inputs, with the [V] mask already built."""
+    V = W.shape[0]
     if chunk < 1:
         raise InvalidInputError(f"chunk must be >= 1, got {chunk}")
-    mask = token_mask(mask_ids, V)
     n_allowed = V - (int(mask.sum()) if mask is not None else 0)
     if k < 1 or k > n_allowed:
         raise InvalidInputError(f"k must be in [1, {n_allowed}] (vocabulary minus masked ids), got {k}")
@@ -238,10 +241,8 @@ class TermMap:
 
     def map_ids(self, ids: np.ndarray) -> np.ndarray:
         """Term ids of token ids (any shape)."""
-        ids = np.asarray(ids)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise InvalidInputError(f"token ids outside [0, {self.vocab_size})")
-        return self.token_to_term[ids]
+        shape = np.shape(ids)
+        return self.token_to_term[int_ids(ids, self.vocab_size, "ids", "token ids")].reshape(shape)
 
     # -- construction -------------------------------------------------------------------
 
@@ -459,7 +460,7 @@ def query_vectors(
     maskt = token_mask(mask_ids, V)
     mask = maskt.numpy() if maskt is not None else None
     if M > 0:
-        top_ids, top_logits = project_topk(X, W, M, mask_ids=mask_ids, chunk=chunk)
+        top_ids, _ = _project_topk(X, W, M, maskt, chunk)
     sets: list[np.ndarray] = []
     for i in range(n):
         s = int_ids(surface_ids[i], V, f"surface_ids[{i}]", "token ids")

@@ -24,7 +24,7 @@ A part of the index folder (``index.parts.Part``). Files written by ``save`` (no
 """
 from __future__ import annotations
 
-from alignir.checks import int_ids
+from alignir.checks import doc_numbers_for_add, int_ids
 from alignir.errors import InvalidInputError
 
 import json
@@ -254,19 +254,7 @@ class DenseIndex:
                              "load it with mmap=False to add documents")
         x = _check_matrix(vectors, "vectors", self.dim_in)
         n_old = self.n_docs
-        if doc_numbers is None:
-            nums = np.arange(n_old, n_old + x.shape[0], dtype=np.int64)
-        else:
-            nums = np.asarray(doc_numbers)
-            if nums.size and not np.issubdtype(nums.dtype, np.integer):
-                raise InvalidInputError(f"doc_numbers must be integers, got dtype {nums.dtype}")
-            nums = nums.astype(np.int64).ravel()
-            if nums.shape[0] != x.shape[0]:
-                raise InvalidInputError(f"got {nums.shape[0]} doc_numbers for {x.shape[0]} vectors")
-            if nums.size and nums.min() < 0:
-                raise InvalidInputError(f"doc number {int(nums.min())} is negative")
-            if np.unique(nums).size != nums.size:
-                raise InvalidInputError("duplicate doc numbers in add")
+        nums = doc_numbers_for_add(doc_numbers, x.shape[0], n_old)
         if x.shape[0] == 0:
             return nums
         xt = self._prepare(x)

@@ -12,6 +12,7 @@ rewrites everything live into one segment. Doc numbers never change.
 """
 from __future__ import annotations
 
+from alignir.checks import doc_numbers_for_add
 from alignir.errors import InvalidInputError
 
 import json
@@ -351,21 +352,8 @@ class SparseIndex:
         quantised with the index's mode (own per-term scales for this segment)."""
         m = _as_csr(csr, "documents")
         n = m.shape[0]
-        if doc_numbers is None:
-            nums = np.arange(self._n_docs, self._n_docs + n, dtype=np.int64)
-        else:
-            nums = np.asarray(list(doc_numbers) if not isinstance(doc_numbers, np.ndarray)
-                              else doc_numbers)
-            if nums.size and not np.issubdtype(nums.dtype, np.integer):
-                raise InvalidInputError(f"doc_numbers must be integers, got dtype {nums.dtype}")
-            nums = nums.astype(np.int64).ravel()
-            if nums.shape[0] != n:
-                raise InvalidInputError(f"got {nums.shape[0]} doc_numbers for {n} documents")
-            if n and nums.min() < 0:
-                raise InvalidInputError(f"doc number {int(nums.min())} is negative")
-            uniq, counts = np.unique(nums, return_counts=True)
-            if (counts > 1).any():
-                raise InvalidInputError(f"duplicate doc numbers in add: {uniq[counts > 1][:5].tolist()}")
+        nums = doc_numbers_for_add(doc_numbers, n, self._n_docs)
+        if doc_numbers is not None:
             live = self._is_live(nums)
             if live.any():
                 raise InvalidInputError(f"doc numbers already live in the index: "

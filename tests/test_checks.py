@@ -1,8 +1,8 @@
-"""alignir.checks: the id check shared by index/ and encoders/."""
+"""alignir.checks: the id checks shared by index/ and encoders/."""
 import numpy as np
 import pytest
 
-from alignir.checks import int_ids
+from alignir.checks import doc_numbers_for_add, int_ids
 from alignir.errors import InvalidInputError
 
 
@@ -26,3 +26,42 @@ def test_token_mask_uses_the_same_check():
     assert token_mask({3, 1}, 4).tolist() == [False, True, False, True]
     with pytest.raises(InvalidInputError, match=r"mask_ids has token ids outside \[0, 4\): \[4\]"):
         token_mask(np.array([0, 4]), 4)
+
+
+def test_doc_numbers_for_add_numbers_new_rows_or_checks_given_ones():
+    assert doc_numbers_for_add(None, 3, 5).tolist() == [5, 6, 7]
+    assert doc_numbers_for_add((4, 1), 2, 0).dtype == np.int64
+    for bad, msg in [([1.5, 2.0], "must be integers"), ([1], "got 1 doc_numbers for 2 rows"),
+                     ([0, -2], "doc number -2 is negative"),
+                     ([3, 3], r"duplicate doc numbers in add: \[3\]")]:
+        with pytest.raises(InvalidInputError, match=msg):
+            doc_numbers_for_add(bad, 2, 0)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_both_indexes_reject_duplicate_doc_numbers_with_one_message(kind):
+    import scipy.sparse as sp
+
+    if kind == "dense":
+        from alignir.index.dense import DenseIndex
+
+        index = DenseIndex.build(np.ones((1, 4), np.float32))
+        rows = np.eye(2, 4, dtype=np.float32)
+    else:
+        from alignir.index.sparse import SparseIndex
+
+        index = SparseIndex.from_csr(sp.csr_matrix(np.ones((1, 4), np.float32)))
+        rows = sp.csr_matrix(np.eye(2, 4, dtype=np.float32))
+    with pytest.raises(InvalidInputError, match=r"duplicate doc numbers in add: \[7\]"):
+        index.add(rows, doc_numbers=[7, 7])
+    assert index.add(rows, doc_numbers=[7, 2]).tolist() == [7, 2]
+
+
+def test_term_map_keeps_the_shape_and_uses_the_same_check():
+    from alignir.encoders.aligned import TermMap
+
+    tm = TermMap.identity(5)
+    assert tm.map_ids(np.array([[4, 0], [1, 2]])).tolist() == [[4, 0], [1, 2]]
+    assert tm.map_ids(np.zeros((0, 3), np.int64)).shape == (0, 3)
+    with pytest.raises(InvalidInputError, match=r"ids has token ids outside \[0, 5\): \[5\]"):
+        tm.map_ids(np.array([[1], [5]]))

@@ -7,7 +7,7 @@ import numpy as np
 
 from alignir.errors import InvalidInputError
 
-__all__ = ["int_ids"]
+__all__ = ["int_ids", "doc_numbers_for_add"]
 
 
 def int_ids(ids: Any, n: int, name: str, unit: str = "ids") -> np.ndarray:
@@ -26,3 +26,25 @@ def int_ids(ids: Any, n: int, name: str, unit: str = "ids") -> np.ndarray:
     if bad.size:
         raise InvalidInputError(f"{name} has {unit} outside [0, {n}): {bad[:5].tolist()}")
     return a
+
+
+def doc_numbers_for_add(doc_numbers: Any, n_rows: int, next_number: int) -> np.ndarray:
+    """The int64 doc numbers of ``n_rows`` rows being added to an index.
+
+    ``None`` numbers them ``next_number, next_number + 1, ...``. Given numbers must be integers,
+    one per row, non-negative and distinct; whether they are already live is the index's check.
+    """
+    if doc_numbers is None:
+        return np.arange(next_number, next_number + n_rows, dtype=np.int64)
+    nums = np.asarray(doc_numbers if isinstance(doc_numbers, np.ndarray) else list(doc_numbers))
+    if nums.size and not np.issubdtype(nums.dtype, np.integer):
+        raise InvalidInputError(f"doc_numbers must be integers, got dtype {nums.dtype}")
+    nums = nums.astype(np.int64).ravel()
+    if nums.shape[0] != n_rows:
+        raise InvalidInputError(f"got {nums.shape[0]} doc_numbers for {n_rows} rows")
+    if nums.size and nums.min() < 0:
+        raise InvalidInputError(f"doc number {int(nums.min())} is negative")
+    uniq, counts = np.unique(nums, return_counts=True)
+    if (counts > 1).any():
+        raise InvalidInputError(f"duplicate doc numbers in add: {uniq[counts > 1][:5].tolist()}")
+    return nums
