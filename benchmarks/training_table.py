@@ -85,14 +85,19 @@ PRODUCT_COLUMNS = (("dense", "ndcg@10_dense"), ("sparse", "ndcg@10_sparse"), ("d
 
 
 def product_table(runs: dict[str, dict]) -> str:
-    """The runs scored through ``alignir beir``: one row per collection and run, every mode."""
+    """The runs scored through ``alignir beir``: one row per collection and run, every mode, with
+    the training's examples seen and CPU-seconds where recorded (``record_beir_run.py --adapter``;
+    "–": not recorded, an untrained run shows 0)."""
     rows = {k: v for k, v in runs.items() if is_product_run(v)}
-    lines = ["| collection / run | steps | shipped | " + " | ".join(c for c, _ in PRODUCT_COLUMNS) + " |",
-             "|---|---|---|" + "---|" * len(PRODUCT_COLUMNS)]
+    lines = ["| collection / run | steps | examples | train CPU-s | shipped | "
+             + " | ".join(c for c, _ in PRODUCT_COLUMNS) + " |",
+             "|---|---|---|---|---|" + "---|" * len(PRODUCT_COLUMNS)]
     for key in sorted(rows):
         r = rows[key]
         vals = " | ".join(f"{r[f]:.3f}" if f in r else "–" for _, f in PRODUCT_COLUMNS)
-        lines.append(f"| {key} | {r['steps']} | {'yes' if r.get('shipped') else ''} | {vals} |")
+        cost = " | ".join(f"{r[f]:,}" if r.get(f) is not None else ("0" if r["steps"] == 0 else "–")
+                          for f in ("examples_seen", "train_cpu_seconds"))
+        lines.append(f"| {key} | {r['steps']} | {cost} | {'yes' if r.get('shipped') else ''} | {vals} |")
     return "\n".join(lines)
 
 

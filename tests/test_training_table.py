@@ -55,5 +55,7 @@ def test_product_runs_get_their_own_table():
                             "ndcg@10_dense": 0.48, "ndcg@10_sparse": 0.485, "ndcg@10_hybrid": 0.4849,
                             "ndcg@10_dense+sparse+bm25": 0.556, "ndcg@10_bm25": 0.475}}
     table = product_table(runs).splitlines()
-    assert len(table) == 3 and table[2] == "| adi/shipped | 360 | yes | 0.480 | 0.485 | 0.485 | 0.556 | 0.475 |"
+    assert len(table) == 3 and table[2] == "| adi/shipped | 360 | – | – | yes | 0.480 | 0.485 | 0.485 | 0.556 | 0.475 |"
+    runs["adi/shipped"].update(examples_seen=2880, train_cpu_seconds=6386)
+    assert product_table(runs).splitlines()[2].startswith("| adi/shipped | 360 | 2,880 | 6,386 | yes | 0.480 |")
     assert "shipped" not in collection_runs(runs, "adi")

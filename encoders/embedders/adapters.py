@@ -18,7 +18,8 @@ import torch
 from alignir.errors import InvalidInputError
 from alignir.index.io import sha256_file
 
-__all__ = ["EXTRA_FILE", "META_FILE", "adapter_dir", "read_meta", "read_extra", "load_adapter", "adapter_hash"]
+__all__ = ["EXTRA_FILE", "META_FILE", "adapter_dir", "read_meta", "read_extra", "load_adapter", "adapter_hash",
+           "training_cost"]
 
 EXTRA_FILE = "alignir_extra.safetensors"
 META_FILE = "alignir_train.json"
@@ -29,6 +30,47 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     """The training config saved with an adapter ({} when there is none)."""
     p = Path(path) / META_FILE
     return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def training_cost(path: str | Path) -> dict[str, Any]:
+    """What training made the adapter at ``path`` (a folder or ``builtin:NAME``): its stages,
+    oldest first, following each stage's ``init_adapter`` back to the first, with steps, examples
+    seen (steps × batch × grad_accum), CPU-seconds (process time, every thread) and data mix each,
+    and their totals. A total is None when a stage predates the field (it did not record it).
+
+    An ``init_adapter`` recorded as a relative path that no longer resolves is looked up as a
+    sibling folder of the stage (the ``--stages`` layout OUT/STAGE).
+    """
+    stages: list[dict[str, Any]] = []
+    seen: set[Path] = set()
+    p: Path | None = adapter_dir(path)
+    while p is not None:
+        if p.resolve() in seen:
+            raise InvalidInputError(f"adapter {str(path)!r}: its init_adapter chain loops at {p}")
+        seen.add(p.resolve())
+        meta = read_meta(p)
+        if not meta:
+            raise InvalidInputError(f"adapter {str(p)!r} has no {META_FILE}: its training is unknown")
+        cfg = meta.get("config", {})
+        batch = cfg.get("batch_size")
+        examples = meta.get("examples_seen")
+        if examples is None and batch is not None:
+            examples = meta.get("steps", 0) * batch * cfg.get("grad_accum", 1)
+        stages.append({"adapter": str(p), "method": meta.get("method"), "stage": meta.get("stage"),
+                       "steps": meta.get("steps"), "examples_seen": examples,
+                       "cpu_seconds": meta.get("train_cpu_seconds"), "data": (meta.get("data") or {}).get("mix")})
+        init = cfg.get("init_adapter")
+        if init and not str(init).startswith("builtin:") and not (Path(init) / "adapter_config.json").is_file():
+            init = p.parent / Path(init).name
+        p = adapter_dir(init) if init else None
+    stages.reverse()
+
+    def total(key: str) -> Any:
+        vals = [s[key] for s in stages]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    return {"stages": stages, "steps": total("steps"), "examples_seen": total("examples_seen"),
+            "cpu_seconds": total("cpu_seconds")}
 
 
 def read_extra(path: str | Path, device, dtype) -> dict[str, torch.Tensor]:
