@@ -85,3 +85,43 @@ def test_cost_of_recorded_runs_is_added_in_place(tmp_path):
         add_cost(["x/s"], str(a), out=out)
     with pytest.raises(SystemExit, match="no recorded runs"):
         add_cost(["x/nope"], str(a), out=out)
+
+
+def test_packaging_casts_the_lora_weights_to_fp16_and_keeps_the_record(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from alignir.encoders.embedders.adapters import adapter_hash, read_meta, training_cost
+    from alignir.encoders.train.adapter import package_adapter
+
+    src = _stage(tmp_path / "run", "contrastive", 10, 5.0)
+    w = {"a.lora_A.weight": torch.randn(4, 8), "a.lora_B.weight": torch.randn(8, 4)}
+    save_file(w, str(src / "adapter_model.safetensors"))
+    out = package_adapter(src, tmp_path / "shipped")
+    got = load_file(str(out / "adapter_model.safetensors"))
+    assert {v.dtype for v in got.values()} == {torch.float16}
+    for k in w:
+        torch.testing.assert_close(got[k].float(), w[k], rtol=1e-3, atol=1e-3)
+    meta = read_meta(out)
+    assert meta["weights_dtype"].startswith("float16 (cast from the float32") and meta["stage"] == "contrastive"
+    assert meta["packaged_from_sha256"] == adapter_hash(src)
+    assert training_cost(out)["cpu_seconds"] == 5.0 and load_file(str(out / "alignir_extra.safetensors")) == {}
+    with pytest.raises(InvalidInputError, match="not empty"):
+        package_adapter(src, out)
+
+
+def test_the_packaging_script_writes_where_it_is_told(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import save_file
+
+    src = _stage(tmp_path / "run", "contrastive", 10, 5.0)
+    save_file({"w": torch.ones(2, 2)}, str(src / "adapter_model.safetensors"))
+    path = Path(__file__).resolve().parents[1] / "scripts" / "package_adapter.py"
+    spec = importlib.util.spec_from_file_location("package_adapter", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main([str(src), "x", "--dest", str(tmp_path / "x")])
+    assert (tmp_path / "x" / "adapter_model.safetensors").is_file() and "packaged" in capsys.readouterr().out

@@ -27,6 +27,7 @@ __all__ = [
     "adapter_hash",
     "read_meta",
     "frozen",
+    "package_adapter",
 ]
 
 #: attention q/k/v/o + MLP projections (LLM2Comp App. 2.1 names q, v, o, up, down, gate)
@@ -90,3 +91,42 @@ def frozen(model):
         for p, rg in flags:
             if p.requires_grad != rg:
                 p.requires_grad_(rg)
+
+
+#: files of an adapter folder that a packaged copy keeps (peft's README.md is not one)
+PACKAGED_FILES = ("adapter_config.json", "adapter_model.safetensors", EXTRA_FILE, META_FILE)
+
+
+def package_adapter(src: str | Path, dest: str | Path, dtype: torch.dtype = torch.float16) -> Path:
+    """Copy a trained adapter into ``dest`` for shipping, its LoRA weights cast to ``dtype``
+    (fp16 halves the fp32 training weights; the soft-token extras keep fp32). The copy's
+    alignir_train.json says what was cast and the sha256 of the training run's own folder, so
+    a shipped adapter names the run it came from. ``dest`` must not exist or be empty."""
+    from safetensors.torch import load_file, save_file
+
+    from alignir.encoders.embedders.adapters import adapter_dir
+
+    p = adapter_dir(src)
+    out = Path(dest)
+    if out.exists() and any(out.iterdir()):
+        raise InvalidInputError(f"{out} is not empty: package into a new folder")
+    if not (p / "adapter_model.safetensors").is_file():
+        raise InvalidInputError(f"adapter {str(src)!r} has no adapter_model.safetensors to package")
+    meta = read_meta(p)
+    if not meta:
+        raise InvalidInputError(f"adapter {str(src)!r} has no {META_FILE}: a shipped adapter must say how it was trained")
+    out.mkdir(parents=True, exist_ok=True)
+    weights = load_file(str(p / "adapter_model.safetensors"))
+    cast = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in weights.items()}
+    save_file(cast, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (out / "adapter_config.json").write_bytes((p / "adapter_config.json").read_bytes())
+    if (p / EXTRA_FILE).is_file():
+        (out / EXTRA_FILE).write_bytes((p / EXTRA_FILE).read_bytes())
+    else:
+        save_file({}, str(out / EXTRA_FILE), metadata={"format": "pt"})
+    src_dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in weights.values()})
+    meta["weights_dtype"] = f"{str(dtype).removeprefix('torch.')} (cast from the {'/'.join(src_dtypes)} " \
+                            "training weights for shipping)"
+    meta["packaged_from_sha256"] = adapter_hash(p)
+    (out / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    return out
