@@ -41,6 +41,15 @@ SHIPPED: dict[str, ShippedEmbedder] = {
         # ADI/CISI/Cranfield/MED/SciFact (benchmarks/hybrid_alpha.py; +0.000..+0.017 nDCG@10
         # over minmax 0.5, benchmarks/results/fusion_transfer.json "hybrid-alpha" rows)
         hybrid=("zscore", 0.7)),
+    # v2: a new name rather than new weights under the old one, so that indexes built with the
+    # first adapter (its sha256 is in their encoder fingerprint) keep opening
+    "smollm2-135m-alignir-v2": ShippedEmbedder(
+        name="smollm2-135m-alignir-v2", base_model="smollm2-135m", family="infonce",
+        description="SmolLM2-135M-Instruct, PromptEOL read through a LoRA adapter (r 16, fp16, 9.4 MiB) trained "
+                    "with InfoNCE on SciFact train pairs + BM25 hard negatives plus KL distillation from "
+                    "all-MiniLM-L6-v2's in-batch scores (360 steps of batch 8)",
+        # the fusion of v1 (not re-chosen for v2)
+        hybrid=("zscore", 0.7)),
 }
 
 #: the model of build-index / beir / encode when none is given: the shipped trained embedder. It

@@ -44,7 +44,10 @@ def test_wheel_holds_one_alignir_namespace(tmp_path):
     wanted = {m.replace(".", "/") for m in _source_modules()}
     got = {n.removesuffix(".py").removesuffix("/__init__") for n in names if n.endswith(".py")}
     assert got == wanted, f"missing {sorted(wanted - got)}, unexpected {sorted(got - wanted)}"
-    assert "alignir/encoders/adapters/smollm2-135m-alignir/adapter_model.safetensors" in names
+    from alignir.encoders.shipped import SHIPPED
+
+    for shipped in SHIPPED:
+        assert f"alignir/encoders/adapters/{shipped}/adapter_model.safetensors" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "alignir = alignir.retrieval.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

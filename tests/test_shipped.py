@@ -86,9 +86,10 @@ def test_an_index_of_the_shipped_model_gets_its_hybrid_fusion(smollm2, tmp_path)
 
 
 @pytest.mark.slow
-def test_the_shipped_model_reproduces_its_recorded_adi_ndcg(tmp_path, monkeypatch):
-    """`alignir beir adi --model smollm2-135m-alignir` gives the nDCG@10 recorded in
-    benchmarks/results/training.json (run adi/smollm2-135m-alignir)."""
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_the_shipped_model_reproduces_its_recorded_adi_ndcg(name, tmp_path, monkeypatch):
+    """`alignir beir adi --model NAME` gives the nDCG@10 recorded in
+    benchmarks/results/training.json (run adi/NAME), for every shipped model."""
     from typer.testing import CliRunner
 
     from alignir.retrieval.cli import app
@@ -97,9 +98,9 @@ def test_the_shipped_model_reproduces_its_recorded_adi_ndcg(tmp_path, monkeypatc
     if not adi.is_dir():
         pytest.skip(f"{adi} not found")
     runs = json.loads((ROOT / "benchmarks/results/training.json").read_text())["runs"]
-    recorded = runs["adi/smollm2-135m-alignir"]
+    recorded = runs[f"adi/{name}"]
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    r = CliRunner().invoke(app, ["beir", str(adi), "--model", NAME, "--index", str(tmp_path / "adi"), "--json"],
+    r = CliRunner().invoke(app, ["beir", str(adi), "--model", name, "--index", str(tmp_path / "adi"), "--json"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)["metrics"]
