@@ -292,7 +292,9 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
     idx = env / "adi"
     r = invoke("build-index", ADI, "--index", idx)  # the default model: the shipped trained embedder
     assert r.exit_code == 0, r.output
-    assert "builtin:smollm2-135m-alignir" in invoke("info", "--index", idx, "--json").stdout
+    from alignir.encoders.shipped import DEFAULT_MODEL
+
+    assert f"builtin:{DEFAULT_MODEL}" in invoke("info", "--index", idx, "--json").stdout
     r = invoke("search", "information retrieval systems for documents", "--index", idx,
                "--explain", "--json")
     hits = json.loads(r.stdout)["hits"]
