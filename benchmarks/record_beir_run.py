@@ -21,6 +21,13 @@ FIELDS = {"ndcg@10_dense": "dense", "ndcg@10_sparse": "sparse", "ndcg@10_hybrid"
           "ndcg@10_dense+sparse+bm25": "dense+sparse+bm25", "ndcg@10_bm25": "bm25"}
 
 
+def _write(data: dict, out: Path) -> None:
+    """Replace ``out`` with ``data`` atomically (a half-written results file is never left)."""
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(out)
+
+
 def cost_fields(adapter: str, steps: int | None) -> dict:
     """The row fields of an adapter's training cost (alignir's ``training_cost``); ``steps``, when
     given, must be the adapter's total (a mismatch means the wrong folder)."""
@@ -49,9 +56,7 @@ def record(result: dict, run: str, method: str, steps: int, command: str, shippe
     if shipped:
         row["shipped"] = True
     data.setdefault("runs", {})[f"{result['dataset']}/{run}"] = row
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(out)
+    _write(data, out)
     return row
 
 
@@ -65,9 +70,7 @@ def add_cost(keys: list[str], adapter: str, out: Path = OUT) -> dict[str, dict]:
         cost = cost_fields(adapter, data["runs"][k]["steps"])
         cost.pop("steps")
         data["runs"][k].update(cost)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(out)
+    _write(data, out)
     return {k: data["runs"][k] for k in keys}
 
 

@@ -41,6 +41,8 @@ def training_cost(path: str | Path) -> dict[str, Any]:
     An ``init_adapter`` recorded as a relative path that no longer resolves is looked up as a
     sibling folder of the stage (the ``--stages`` layout OUT/STAGE).
     """
+    from alignir.encoders.shipped import BUILTIN_PREFIX
+
     stages: list[dict[str, Any]] = []
     seen: set[Path] = set()
     p: Path | None = adapter_dir(path)
@@ -60,7 +62,7 @@ def training_cost(path: str | Path) -> dict[str, Any]:
                        "steps": meta.get("steps"), "examples_seen": examples,
                        "cpu_seconds": meta.get("train_cpu_seconds"), "data": (meta.get("data") or {}).get("mix")})
         init = cfg.get("init_adapter")
-        if init and not str(init).startswith("builtin:") and not (Path(init) / "adapter_config.json").is_file():
+        if init and not str(init).startswith(BUILTIN_PREFIX) and not (Path(init) / "adapter_config.json").is_file():
             init = p.parent / Path(init).name
         p = adapter_dir(init) if init else None
     stages.reverse()

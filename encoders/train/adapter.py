@@ -93,10 +93,6 @@ def frozen(model):
                 p.requires_grad_(rg)
 
 
-#: files of an adapter folder that a packaged copy keeps (peft's README.md is not one)
-PACKAGED_FILES = ("adapter_config.json", "adapter_model.safetensors", EXTRA_FILE, META_FILE)
-
-
 def package_adapter(src: str | Path, dest: str | Path, dtype: torch.dtype = torch.float16) -> Path:
     """Copy a trained adapter into ``dest`` for shipping, its LoRA weights cast to ``dtype``
     (fp16 halves the fp32 training weights; the soft-token extras keep fp32). The copy's
