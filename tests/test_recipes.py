@@ -101,6 +101,17 @@ def test_init_adapter_starts_a_stage_from_a_previous_adapter(tiny_model, data_fi
     _check_chain([ic] + results, ["ic", "cda", "contrastive"])
 
 
+def test_init_adapter_given_as_a_home_path_records_its_hash(tiny_model, data_files, tmp_path, monkeypatch):
+    """An ``--init-adapter`` that must be resolved first (``~/...``, like ``builtin:NAME``) still
+    records the hash of the adapter it started from."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ic = train(_cfg(tmp_path, "autoregembed", "ic", data_files["pairs"], hp={"k": 2}), loaded=tiny_model)
+    cda = train(_cfg(tmp_path, "autoregembed", "cda", data_files["pairs"], hp={"k": 2},
+                     init_adapter="~/" + Path(ic["out"]).name), loaded=tiny_model)
+    assert _meta(cda["out"])["init_adapter_final_sha256"] == _meta(ic["out"])["final_weights_sha256"]
+    assert _meta(cda["out"])["start_weights_sha256"] == _meta(ic["out"])["final_weights_sha256"]
+
+
 def test_stage_configs_settings_per_stage(data_files, tmp_path):
     cfg = _cfg(tmp_path, "autoregembed", None, data_files["pairs"], out=str(tmp_path / "x"),
                hp={"k": 3, "tau": 0.1, "cda.beta": 0.2}, data_mix="title")
