@@ -27,8 +27,11 @@ _HASHED = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bi
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
-    """The training config saved with an adapter ({} when there is none)."""
-    p = Path(path) / META_FILE
+    """The training config saved with an adapter (a folder, ``~/...`` or ``builtin:NAME``; {} when
+    there is none)."""
+    from alignir.encoders.shipped import resolve_adapter
+
+    p = resolve_adapter(path) / META_FILE
     return json.loads(p.read_text()) if p.is_file() else {}
 
 

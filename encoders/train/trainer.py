@@ -25,7 +25,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.embedders.adapters import adapter_dir
 from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
 from alignir.encoders.train.data import batch_indices, describe_texts, load_texts
 from alignir.encoders.train.mix import load_mix
@@ -304,8 +303,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
         "base_model": dict(loaded.identity), "embedder": method.embedder_family(),
         "embedder_options": method.embedder_options(), "n_examples": len(data), "data": data_desc,
-        "init_adapter_final_sha256": (read_meta(adapter_dir(cfg.init_adapter)).get("final_weights_sha256")
-                                      if cfg.init_adapter else None),
+        "init_adapter_final_sha256": read_meta(cfg.init_adapter).get("final_weights_sha256") if cfg.init_adapter else None,
     }
     if start == 0:
         meta["start_weights_sha256"] = trainable_sha256(peft_model, method.extra_tensors())
