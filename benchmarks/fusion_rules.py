@@ -288,9 +288,12 @@ def apply_rule(prepared: dict[str, Query], base, rule: str, params: dict) -> dic
     return run
 
 
-def product_run(setting: Setting, legs: tuple[str, ...], method: str | None = None) -> dict:
+def product_run(setting: Setting, legs: tuple[str, ...], method: str | None = None,
+                base: dict[str, float] | None = None, gate_power: float | None = None) -> dict:
     """The fused run of the product code (searcher.fuse_legs) with the Searcher's default for
-    this leg set (``method``: that method with its LEG_SET_WEIGHTS instead)."""
+    this leg set (``method``: that method with its LEG_SET_WEIGHTS instead; ``base`` /
+    ``gate_power``: these base weights {leg: w} and calibration gate power instead, as an
+    index's own leg-set defaults, FusionConfig.leg_sets)."""
     from alignir.retrieval.searcher import (LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, calibrated_weights,
                                             fuse_legs)
 
@@ -298,10 +301,10 @@ def product_run(setting: Setting, legs: tuple[str, ...], method: str | None = No
     cal = calibration(setting)
     if method == "calibrated" and cal is None:
         method = "agree"  # as the Searcher on an index without a calibration
-    base = LEG_SET_WEIGHTS[method][legs]
+    base = base or LEG_SET_WEIGHTS[method][legs]
     w = [base[leg] / sum(base.values()) for leg in legs]
     if method == "calibrated":
-        w, method = calibrated_weights(legs, w, cal), "zscore"
+        w, method = calibrated_weights(legs, w, cal, gate_power), "zscore"
     cfg = FusionConfig(method=method)
     run = {}
     for q in setting.legs["bm25"]:

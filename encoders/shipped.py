@@ -8,14 +8,14 @@ and its encoder fingerprint holds the adapter's sha256, so a searcher refuses an
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from alignir.errors import InvalidInputError
 
 __all__ = ["ShippedEmbedder", "SHIPPED", "BUILTIN_PREFIX", "adapter_dir", "resolve_adapter", "resolve_shipped",
-           "hybrid_fusion"]
+           "hybrid_fusion", "leg_set_fusion"]
 
 BUILTIN_PREFIX = "builtin:"
 ADAPTERS = Path(__file__).resolve().parent / "adapters"
@@ -30,6 +30,10 @@ class ShippedEmbedder:
     #: the "hybrid" mode's fusion (method, α on dense) an index built with this model gets by
     #: default (IndexConfig.fusion); None: FusionConfig's own default
     hybrid: tuple[str, float] | None = None
+    #: the "calibrated" defaults of the leg sets with BM25 an index built with this model gets
+    #: (FusionConfig.leg_sets: {"dense+sparse+bm25": {"weights": {...}, "gate_power": p}});
+    #: empty: the searcher's own (searcher.LEG_SET_WEIGHTS, chosen for untrained legs)
+    leg_sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 SHIPPED: dict[str, ShippedEmbedder] = {
@@ -103,3 +107,11 @@ def hybrid_fusion(model: str) -> tuple[str, float] | None:
     not shipped, or one without a recommendation)."""
     shipped = SHIPPED.get(model) if isinstance(model, str) else None
     return None if shipped is None else shipped.hybrid
+
+
+def leg_set_fusion(model: str) -> dict[str, dict[str, Any]]:
+    """The calibrated leg-set defaults (FusionConfig.leg_sets) ``model`` ships with; empty for a
+    model that is not shipped or brings none."""
+    shipped = SHIPPED.get(model) if isinstance(model, str) else None
+    return {} if shipped is None else {k: {"weights": dict(v["weights"]), "gate_power": v["gate_power"]}
+                                       for k, v in shipped.leg_sets.items()}

@@ -235,18 +235,68 @@ class FusionConfig(_Config):
 
     alpha weighs the dense side in convex fusions: score = alpha·dense + (1-alpha)·sparse.
     depth is how many hits each side contributes before fusion.
+    leg_sets: the index's own "calibrated" defaults of leg sets with BM25, overriding the
+    searcher's (searcher.LEG_SET_WEIGHTS / LEG_SET_CALIBRATED) for the leg sets named:
+    ``{"dense+sparse+bm25": {"weights": {"dense": 0.3, "sparse": 0.3, "bm25": 0.4},
+    "gate_power": 2.0}}`` (a shipped trained model brings its own, encoders.shipped; chosen by
+    benchmarks/leg_set_weights.py). Keys are '+'-joined legs in dense, sparse, bm25 order.
     """
 
     method: str = "minmax"
     alpha: float = 0.5
     depth: int = 100
     rrf_k: int = 60
+    leg_sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _choice("fusion method", self.method, SEARCH_FUSIONS)
         _real("alpha", self.alpha, 0.0, 1.0)
         _int("fusion depth", self.depth, 1)
         _int("rrf_k", self.rrf_k, 0)
+        object.__setattr__(self, "leg_sets", _leg_sets(self.leg_sets))
+
+    def leg_set(self, legs: tuple[str, ...]) -> tuple[dict[str, float], float] | None:
+        """(base weights, gate power) this config gives the leg set ``legs``, or None."""
+        own = self.leg_sets.get("+".join(legs))
+        return None if own is None else (dict(own["weights"]), float(own["gate_power"]))
+
+    def __hash__(self) -> int:  # leg_sets is a dict
+        return hash((self.method, self.alpha, self.depth, self.rrf_k,
+                     tuple((k, tuple(v["weights"].items()), v["gate_power"]) for k, v in sorted(self.leg_sets.items()))))
+
+
+#: the legs a fusion leg set may name, in the order a leg-set key lists them
+_FUSION_LEGS = ("dense", "sparse", "bm25")
+
+
+def _leg_sets(value: Any) -> dict[str, dict[str, Any]]:
+    """FusionConfig.leg_sets validated and normalised (weights summing to 1, floats)."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"fusion leg_sets must be a mapping, got {type(value).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for key, entry in value.items():
+        legs = str(key).split("+")
+        if (len(legs) < 2 or "bm25" not in legs or len(set(legs)) != len(legs)
+                or legs != [leg for leg in _FUSION_LEGS if leg in legs]):
+            raise InvalidInputError(f"fusion leg set {key!r} must be two or three of {_FUSION_LEGS} joined "
+                                    f"by '+' in that order, bm25 among them")
+        if not isinstance(entry, Mapping) or set(entry) != {"weights", "gate_power"}:
+            raise InvalidInputError(f"fusion leg set {key!r} needs exactly 'weights' and 'gate_power', got {entry!r}")
+        weights = entry["weights"]
+        if not isinstance(weights, Mapping) or set(weights) != set(legs):
+            raise InvalidInputError(f"fusion leg set {key!r}: weights must name exactly its legs {legs}, "
+                                    f"got {weights!r}")
+        for leg in legs:
+            _real(f"fusion leg set {key!r} weight of {leg}", weights[leg], 0.0)
+        total = sum(float(weights[leg]) for leg in legs)
+        if total <= 0:
+            raise InvalidInputError(f"fusion leg set {key!r}: weights must not all be 0")
+        _real(f"fusion leg set {key!r} gate_power", entry["gate_power"], 0.0)
+        if entry["gate_power"] <= 0:
+            raise InvalidInputError(f"fusion leg set {key!r}: gate_power must be > 0, got {entry['gate_power']!r}")
+        out[key] = {"weights": {leg: round(float(weights[leg]) / total, 6) for leg in legs},
+                    "gate_power": float(entry["gate_power"])}
+    return out
 
 
 @dataclass(frozen=True)

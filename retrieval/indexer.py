@@ -111,8 +111,8 @@ def build_index(
     """Index ``source`` into ``index_dir`` and return the manifest.
 
     ``config``: the whole :class:`IndexConfig` (sparse, dense, lexical, fusion; default
-    ``IndexConfig()``, whose fusion a shipped model replaces by its own "hybrid" fusion,
-    encoders.shipped.hybrid_fusion), saved in the manifest (``params["config"]``). ``sparse`` /
+    ``IndexConfig()``, whose fusion a shipped model replaces by its own "hybrid" fusion and
+    leg-set defaults, encoders.shipped.hybrid_fusion / leg_set_fusion), saved in the manifest (``params["config"]``). ``sparse`` /
     ``dense_kind`` + ``dense_options`` (``DenseIndex.build`` keywords) / ``lexical`` (a
     :class:`LexicalConfig`, True for the default one, False for none) replace that part of it
     when given. By default the BM25 leg is stored (k1 0.9, b 0.4, Lucene IDF; the "bm25" modes).
@@ -132,12 +132,14 @@ def build_index(
     from alignir.encoders.embedders import get_embedder
     from alignir.encoders.models import load_model
     from alignir.encoders.quantize import check_precision
-    from alignir.encoders.shipped import hybrid_fusion, resolve_shipped
+    from alignir.encoders.shipped import hybrid_fusion, leg_set_fusion, resolve_shipped
 
     cfg = _build_config(config, sparse, dense_kind, dense_options, lexical, passages)
-    own_hybrid = hybrid_fusion(model)
+    own_hybrid, own_leg_sets = hybrid_fusion(model), leg_set_fusion(model)
     if config is None and own_hybrid is not None:  # the shipped model's own hybrid fusion
         cfg = replace(cfg, fusion=replace(cfg.fusion, method=own_hybrid[0], alpha=own_hybrid[1]))
+    if config is None and own_leg_sets:  # ... and its own calibrated leg-set defaults
+        cfg = replace(cfg, fusion=replace(cfg.fusion, leg_sets=own_leg_sets))
     stage = on_stage or (lambda s: log.info(s))
     precision = None if precision is None else check_precision(precision)  # fails before any work
     model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)

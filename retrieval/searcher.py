@@ -39,7 +39,7 @@ from alignir.errors import InvalidInputError
 import importlib
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -466,7 +466,9 @@ class Searcher:
         :func:`calibrated_weights`; "agree", the same gate per query, fusion.agree, on an index
         without a calibration) when none of ``fusion``, ``alpha``, ``weights`` is given; with
         ``fusion`` "zscore", "agree" or "calibrated" and no weights or alpha they take that
-        method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed default before issue 17); other
+        method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed default before issue 17); an index
+        with its own calibrated defaults for the leg set (``FusionConfig.leg_sets``, which a
+        shipped trained model brings) uses its weights and gate power under "calibrated"; other
         methods and leg sets weigh legs equally. "agree" and "calibrated" need the bm25 leg. ``allowed_ids``: restrict results to these document
         ids (others never come back, even when k exceeds their number). ``explain``: attach
         the shared terms and their contributions to each hit (from the first leg of the mode that
@@ -493,14 +495,16 @@ class Searcher:
                                     f"leg; mode {mode!r} has none (use e.g. dense+sparse+bm25, or "
                                     f"another fusion)")
         method = self.fusion_in_force(requested)
-        if leg_set_default:
-            weights = LEG_SET_WEIGHTS.get(method, {}).get(legs)
+        # the index's own calibrated defaults of this leg set (a shipped model's, FusionConfig.leg_sets)
+        own = self.fusion.leg_set(legs) if method == "calibrated" and alpha is None and weights is None else None
+        if leg_set_default or own is not None:
+            weights = own[0] if own is not None else LEG_SET_WEIGHTS.get(method, {}).get(legs)
         fcfg = FusionConfig(method="zscore" if method == "calibrated" else method,
                             alpha=self.fusion.alpha if alpha is None else alpha,
                             depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
         leg_w, rrf_w = _leg_weights(mode, legs, fcfg.alpha, alpha is not None, weights, tuple(self.legs))
         if method == "calibrated" and len(legs) > 1:
-            leg_w = calibrated_weights(legs, leg_w, self.calibration)
+            leg_w = calibrated_weights(legs, leg_w, self.calibration, None if own is None else own[1])
         explainer = self._explainer(legs) if explain else None
         tm = timings if timings is not None else Timings()
         needed = legs + ((explainer,) if explainer is not None and explainer not in legs else ())
@@ -682,11 +686,15 @@ def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool
     return [1.0 / len(legs)] * len(legs), None
 
 
-def calibrated_weights(legs: Sequence[str], weights: Sequence[float], calibration: FusionCalibration) -> list[float]:
+def calibrated_weights(legs: Sequence[str], weights: Sequence[float], calibration: FusionCalibration,
+                       gate_power: float | None = None) -> list[float]:
     """The "calibrated" fusion's weights: each leg's ``weights[i]`` times the gate
-    (:data:`LEG_SET_CALIBRATED` of this leg set) of its stored agreement with BM25
+    (:data:`LEG_SET_CALIBRATED` of this leg set; ``gate_power``: that gate with this power,
+    an index's own, FusionConfig.leg_sets) of its stored agreement with BM25
     (retrieval/calibration.py); the bm25 leg and legs not calibrated keep theirs."""
     gate = LEG_SET_CALIBRATED.get(tuple(legs), CALIBRATED_GATE)
+    if gate_power is not None:
+        gate = replace(gate, power=gate_power)
     return [w * calibration.gate(leg, gate) for w, leg in zip(weights, legs)]
 
 

@@ -170,7 +170,9 @@ def _fusion_summary(manifest) -> str:
 
     f = IndexConfig.from_manifest(manifest).fusion
     saved = "" if "config" in manifest.get("params", {}) else " (not saved: the default)"
-    return f"{f.method}, alpha {f.alpha} on dense, depth {f.depth}, rrf_k {f.rrf_k}{saved}"
+    own = "".join(f"; {key} calibrated " + "/".join(f"{leg} {w:g}" for leg, w in v["weights"].items())
+                  + f" gate power {v['gate_power']:g}" for key, v in f.leg_sets.items())
+    return f"{f.method}, alpha {f.alpha} on dense, depth {f.depth}, rrf_k {f.rrf_k}{own}{saved}"
 
 
 def _calibration_summary(manifest) -> str:

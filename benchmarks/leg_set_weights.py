@@ -1,0 +1,155 @@
+"""Per-model base weights of the leg sets with BM25 (dense+bm25, sparse+bm25,
+dense+sparse+bm25), chosen leave-one-collection-out on dumped leg lists
+(benchmarks/dump_leg_lists.py) — issue #19's goals "dense+sparse+bm25 >= all-MiniLM-L6-v2".
+
+The product's default for a leg set with BM25 is the "calibrated" z-score fusion
+(retrieval/calibration.py): each LLM leg's base weight times a gate of its agreement with BM25
+on the index's pseudo-queries. The base weights (searcher.LEG_SET_WEIGHTS: dense 0.2, sparse
+0.2, bm25 0.6 for the three legs) were chosen for *untrained* LLM legs, which sit far below BM25;
+a trained embedder's legs can beat BM25 (the shipped v3 on MED: dense 0.760 vs BM25 0.667), so
+the share BM25 gets is chosen per model, like the hybrid mode's α (benchmarks/hybrid_alpha.py).
+The gate is kept: every candidate is the product's calibrated fusion (searcher.fuse_legs with
+searcher.calibrated_weights) with other base weights.
+
+For every held-out collection the weights with the best mean nDCG@10 over the *other* collections
+are applied to it, among the candidates that stay within 0.005 of BM25 on every other collection
+with the LLM legs shuffled (each query gets the next query's lists, benchmarks/fusion_rules.py:
+useless legs must not sink the fusion below BM25); the row "all" is the choice over every
+collection: what the model's registry entry ships (encoders/shipped.py,
+``ShippedEmbedder.leg_weights``).
+
+    python benchmarks/leg_set_weights.py /work/bg/dumps/*-v3.json.gz
+
+Rows (``"kind": "leg-set-weights"``) go to benchmarks/results/fusion_transfer.json; rows of other
+kinds are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+try:  # imported as benchmarks.leg_set_weights (tests) or run as a script from this folder
+    from benchmarks.fusion_rules import TOL, Setting, load, ndcg, product_run, shuffled
+except ImportError:
+    from fusion_rules import TOL, Setting, load, ndcg, product_run, shuffled
+
+ROOT = Path(__file__).resolve().parents[1]
+LEG_SETS = (("dense", "bm25"), ("sparse", "bm25"), ("dense", "sparse", "bm25"))
+BM25_SHARES = (0.2, 0.3, 0.4, 0.5, 0.6)
+DENSE_FRACTIONS = (0.25, 0.5, 0.75)  # of the LLM share, in the three-leg set
+GATE_POWERS = (1.0, 2.0, 3.0)  # of the calibration gate min(1, ā/τ)^power (τ: the leg set's own)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    weights: dict[str, float]
+    gate_power: float
+
+    def label(self) -> str:
+        return "/".join(f"{k} {v:g}" for k, v in self.weights.items()) + f" power {self.gate_power:g}"
+
+    def leg_set(self) -> dict:
+        """As FusionConfig.leg_sets holds it."""
+        return {"weights": dict(self.weights), "gate_power": self.gate_power}
+
+
+def candidates(legs: tuple[str, ...]) -> list[Candidate]:
+    """The grid of a leg set: BM25's share × (three legs) dense's part of the rest × gate power
+    (weights sum to 1); the product default first."""
+    from alignir.retrieval.searcher import LEG_SET_CALIBRATED, LEG_SET_WEIGHTS
+
+    w0 = LEG_SET_WEIGHTS["calibrated"][legs]
+    default = Candidate({leg: w0[leg] / sum(w0.values()) for leg in legs}, LEG_SET_CALIBRATED[legs].power)
+    out = [default]
+    for b in BM25_SHARES:
+        if len(legs) == 2:
+            grid = [{legs[0]: round(1 - b, 4), "bm25": b}]
+        else:
+            grid = [{"dense": round((1 - b) * f, 4), "sparse": round((1 - b) * (1 - f), 4), "bm25": b}
+                    for f in DENSE_FRACTIONS]
+        out += [c for c in (Candidate(w, p) for w in grid for p in GATE_POWERS) if not _same(c, default)]
+    return out
+
+
+def _same(a: Candidate, b: Candidate) -> bool:
+    return (a.gate_power == b.gate_power and a.weights.keys() == b.weights.keys()
+            and all(abs(a.weights[k] - b.weights[k]) < 1e-9 for k in a.weights))
+
+
+def choose(real: dict[str, list[float]], safe: dict[str, list[float]], bm25: dict[str, float],
+           train: list[str]) -> int:
+    """The index of the candidate with the best mean nDCG@10 over ``train`` among those within
+    TOL of BM25 on every training collection's shuffled setting (``safe[d][i]``); when none is,
+    the best worst shuffled margin. Ties: the earlier candidate (the product default first)."""
+    n = len(real[train[0]])
+
+    def margin(i: int) -> float:
+        return min(safe[d][i] - bm25[d] for d in train)
+
+    ok = [i for i in range(n) if margin(i) >= -TOL]
+    if ok:
+        return max(ok, key=lambda i: (round(float(np.mean([real[d][i] for d in train])), 10), -i))
+    return max(range(n), key=lambda i: (margin(i), -i))
+
+
+def score_leg_set(settings: dict[str, Setting], legs: tuple[str, ...]
+                  ) -> tuple[list[Candidate], dict[str, list[float]], dict[str, list[float]]]:
+    """(candidates, nDCG@10 per collection and candidate, the same with the LLM legs shuffled),
+    each run by the product's calibrated fusion (fusion_rules.product_run)."""
+    cands = candidates(legs)
+
+    def scores(s: Setting) -> list[float]:
+        return [ndcg(s, product_run(s, legs, base=c.weights, gate_power=c.gate_power)) for c in cands]
+    return cands, {d: scores(s) for d, s in settings.items()}, {d: scores(shuffled(s)) for d, s in settings.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("lists", nargs="+", help="dump_leg_lists.py outputs of ONE model, one per collection")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/fusion_transfer.json"))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    command = "python benchmarks/leg_set_weights.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    settings = {s.dataset: s for s in (load(Path(p)) for p in args.lists)}
+    models = {s.model for s in settings.values()}
+    if len(models) != 1 or len(settings) != len(args.lists) or len(settings) < 2:
+        raise SystemExit(f"give one dump per collection of one model, two collections at least "
+                         f"(got {len(args.lists)} dumps of models {sorted(models)})")
+    if any(s.pseudo is None for s in settings.values()):
+        raise SystemExit("every dump needs its calibration pseudo-query lists (dump_leg_lists.py writes them)")
+    model = next(iter(models))
+    bm25 = {d: ndcg(s, s.legs["bm25"]) for d, s in settings.items()}
+    alone = {d: {leg: ndcg(s, s.legs[leg]) for leg in ("dense", "sparse")} for d, s in settings.items()}
+    rows = []
+    for legs in LEG_SETS:
+        mode = "+".join(legs)
+        cands, real, safe = score_leg_set(settings, legs)
+        for held in [*settings, "all"]:
+            train = [d for d in settings if d != held] if held != "all" else list(settings)
+            i = choose(real, safe, bm25, train)
+            for d in ([held] if held != "all" else list(settings)):
+                rows.append({"kind": "leg-set-weights", "model": model, "mode": mode, "held_out": held,
+                             "dataset": d, "leg_set": cands[i].leg_set(), "ndcg@10": round(real[d][i], 4),
+                             "ndcg@10_default": round(real[d][0], 4), "default": cands[0].leg_set(),
+                             "ndcg@10_shuffled": round(safe[d][i], 4), "bm25_ndcg@10": bm25[d],
+                             "ndcg@10_dense": alone[d]["dense"], "ndcg@10_sparse": alone[d]["sparse"],
+                             "command": command})
+                print(f"{mode:18s} held out {held:8s} {d:8s} {cands[i].label():46s} {real[d][i]:.4f} "
+                      f"(default {real[d][0]:.4f}, shuffled {safe[d][i]:.4f}, bm25 {bm25[d]:.4f})", flush=True)
+    if not args.no_write:
+        out = Path(args.out)
+        old = json.loads(out.read_text()) if out.exists() else []
+        keep = [r for r in old if not (r.get("kind") == "leg-set-weights" and r.get("model") == model)]
+        out.write_text(json.dumps(keep + rows, indent=1) + "\n")
+        print(f"wrote {len(rows)} rows to {out}")
+
+
+if __name__ == "__main__":
+    main()
