@@ -41,8 +41,9 @@ def build_index_cmd(
     source: Path = typer.Argument(..., help="A BEIR folder (with corpus.jsonl) or a corpus .jsonl "
                                   "file with `_id`, `title`, `text` per line."),
     index: Path = INDEX_OPT,
-    model: str = typer.Option(DEFAULT_MODEL, help="Model: registered name (smollm2-135m-alignir-v2, the default = "
-                              "SmolLM2 with the shipped trained adapter; smollm2-135m-alignir, the first one; "
+    model: str = typer.Option(DEFAULT_MODEL, help="Model: registered name (smollm2-135m-alignir-v3, the default = "
+                              "SmolLM2 with the shipped trained adapter; smollm2-135m-alignir and -v2, the earlier "
+                              "ones; "
                               "smollm2-135m, gemma3-270m untrained), "
                               "local HF folder, .gguf file, or hub id."),
     embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
