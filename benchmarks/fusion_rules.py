@@ -92,8 +92,19 @@ def load(path: Path, depth: int = DEPTH) -> Setting:
     pseudo = None
     if "pseudo" in d:
         pseudo = {leg: [{doc: float(v) for doc, v in lst} for lst in runs] for leg, runs in d["pseudo"]["legs"].items()}
-    return Setting(name, d["dataset"], spec["model"], ml, d["qrels"], legs, d.get("n_docs") or _n_docs(d["index"]),
+    return Setting(name, d["dataset"], model_label(spec), ml, d["qrels"], legs, d.get("n_docs") or _n_docs(d["index"]),
                    pseudo)
+
+
+def model_label(spec: dict) -> str:
+    """The model of an index's embedder spec as rows name it: a shipped adapter by its registered
+    name (smollm2-135m-alignir-v3), another adapter as MODEL+FOLDER, else the model."""
+    from alignir.encoders.shipped import BUILTIN_PREFIX
+
+    adapter = str((spec.get("options") or {}).get("adapter") or "")
+    if adapter.startswith(BUILTIN_PREFIX):
+        return adapter[len(BUILTIN_PREFIX):]
+    return f"{spec['model']}+{Path(adapter).name}" if adapter else spec["model"]
 
 
 def _n_docs(index: str) -> int | None:

@@ -11,12 +11,14 @@ the share BM25 gets is chosen per model, like the hybrid mode's α (benchmarks/h
 The gate is kept: every candidate is the product's calibrated fusion (searcher.fuse_legs with
 searcher.calibrated_weights) with other base weights.
 
-For every held-out collection the weights with the best mean nDCG@10 over the *other* collections
-are applied to it, among the candidates that stay within 0.005 of BM25 on every other collection
-with the LLM legs shuffled (each query gets the next query's lists, benchmarks/fusion_rules.py:
-useless legs must not sink the fusion below BM25); the row "all" is the choice over every
-collection: what the model's registry entry ships (encoders/shipped.py,
-``ShippedEmbedder.leg_weights``).
+For every held-out collection the candidate chosen on the *other* collections is applied to it.
+Candidates must stay within 0.005 of BM25 on every training collection with the LLM legs
+shuffled (each query gets the next query's lists, benchmarks/fusion_rules.py: useless legs must
+not sink the fusion below BM25). Two rules pick among them (:func:`choose`): "mean", the best
+mean nDCG@10, and "no-regress", the best worst change against the product default, then the
+best mean — a shipped default must not lose on a collection it was chosen on. The row "all" is
+the choice over every collection: what a model's registry entry ships under "no-regress"
+(encoders/shipped.py, ``ShippedEmbedder.leg_sets``).
 
     python benchmarks/leg_set_weights.py /work/bg/dumps/*-v3.json.gz
 
@@ -82,20 +84,37 @@ def _same(a: Candidate, b: Candidate) -> bool:
             and all(abs(a.weights[k] - b.weights[k]) < 1e-9 for k in a.weights))
 
 
+RULES = ("no-regress", "mean")
+
+
 def choose(real: dict[str, list[float]], safe: dict[str, list[float]], bm25: dict[str, float],
-           train: list[str]) -> int:
-    """The index of the candidate with the best mean nDCG@10 over ``train`` among those within
-    TOL of BM25 on every training collection's shuffled setting (``safe[d][i]``); when none is,
-    the best worst shuffled margin. Ties: the earlier candidate (the product default first)."""
+           train: list[str], rule: str = "no-regress") -> int:
+    """The index of the chosen candidate over the ``train`` collections. Only candidates within
+    TOL of BM25 on every training collection's shuffled setting (``safe[d][i]``) qualify (when
+    none does: the best worst shuffled margin). Among them, rule "mean": the best mean nDCG@10;
+    rule "no-regress" (what ships): the best worst change against the product default
+    (candidate 0) over the training collections, so a default that loses on a collection it was
+    chosen on is never preferred to the product's own, then the best mean. Ties: the earlier
+    candidate (the product default first)."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     n = len(real[train[0]])
 
     def margin(i: int) -> float:
         return min(safe[d][i] - bm25[d] for d in train)
 
+    def mean(i: int) -> float:
+        return round(float(np.mean([real[d][i] for d in train])), 10)
+
+    def worst_change(i: int) -> float:
+        return round(min(real[d][i] - real[d][0] for d in train), 10)
+
     ok = [i for i in range(n) if margin(i) >= -TOL]
-    if ok:
-        return max(ok, key=lambda i: (round(float(np.mean([real[d][i] for d in train])), 10), -i))
-    return max(range(n), key=lambda i: (margin(i), -i))
+    if not ok:
+        return max(range(n), key=lambda i: (margin(i), -i))
+    if rule == "mean":
+        return max(ok, key=lambda i: (mean(i), -i))
+    return max(ok, key=lambda i: (worst_change(i), mean(i), -i))
 
 
 def score_leg_set(settings: dict[str, Setting], legs: tuple[str, ...]
@@ -131,17 +150,17 @@ def main(argv: list[str] | None = None) -> None:
     for legs in LEG_SETS:
         mode = "+".join(legs)
         cands, real, safe = score_leg_set(settings, legs)
-        for held in [*settings, "all"]:
+        for rule, held in ((r, h) for r in RULES for h in [*settings, "all"]):
             train = [d for d in settings if d != held] if held != "all" else list(settings)
-            i = choose(real, safe, bm25, train)
+            i = choose(real, safe, bm25, train, rule)
             for d in ([held] if held != "all" else list(settings)):
-                rows.append({"kind": "leg-set-weights", "model": model, "mode": mode, "held_out": held,
+                rows.append({"kind": "leg-set-weights", "model": model, "mode": mode, "rule": rule, "held_out": held,
                              "dataset": d, "leg_set": cands[i].leg_set(), "ndcg@10": round(real[d][i], 4),
                              "ndcg@10_default": round(real[d][0], 4), "default": cands[0].leg_set(),
                              "ndcg@10_shuffled": round(safe[d][i], 4), "bm25_ndcg@10": bm25[d],
                              "ndcg@10_dense": alone[d]["dense"], "ndcg@10_sparse": alone[d]["sparse"],
                              "command": command})
-                print(f"{mode:18s} held out {held:8s} {d:8s} {cands[i].label():46s} {real[d][i]:.4f} "
+                print(f"{mode:18s} {rule:10s} held out {held:8s} {d:8s} {cands[i].label():46s} {real[d][i]:.4f} "
                       f"(default {real[d][0]:.4f}, shuffled {safe[d][i]:.4f}, bm25 {bm25[d]:.4f})", flush=True)
     if not args.no_write:
         out = Path(args.out)

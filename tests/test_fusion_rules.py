@@ -101,3 +101,12 @@ def test_calibrated_replay_equals_the_product_default():
             assert list(replay[q]) == list(product[q]), (legs, q)
     sh = shuffled(s)  # the pseudo-queries' LLM lists rotate like the real queries'
     assert sh.pseudo["dense"][0] == s.pseudo["dense"][1] and sh.pseudo["bm25"] == s.pseudo["bm25"]
+
+
+def test_rows_name_a_shipped_model_by_its_registered_name():
+    from benchmarks.fusion_rules import model_label
+
+    assert model_label({"model": "smollm2-135m", "options": {"adapter": "builtin:smollm2-135m-alignir-v3"}}) \
+        == "smollm2-135m-alignir-v3"
+    assert model_label({"model": "smollm2-135m", "options": {"adapter": "/runs/v4/"}}) == "smollm2-135m+v4"
+    assert model_label({"model": "gemma3-270m", "options": {"max_length": 512}}) == "gemma3-270m"

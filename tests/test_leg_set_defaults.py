@@ -102,13 +102,25 @@ def test_candidates_start_with_the_product_default_and_sum_to_one():
         FusionConfig(leg_sets={"+".join(legs): cands[-1].leg_set()})  # each one is a valid config
 
 
-def test_choose_keeps_shuffled_legs_within_tol_of_bm25_then_takes_the_best_mean():
+def test_the_mean_rule_keeps_shuffled_legs_within_tol_of_bm25_then_takes_the_best_mean():
     bm25 = {"a": 0.40, "b": 0.50}
     real = {"a": [0.45, 0.60, 0.40], "b": [0.55, 0.70, 0.52]}
     safe = {"a": [0.40, 0.30, 0.399], "b": [0.50, 0.50, 0.50]}  # 1 sinks on a's shuffled lists
-    assert choose(real, safe, bm25, ["a", "b"]) == 0  # 0: mean 0.50, 2: 0.46; 1 is unsafe
+    assert choose(real, safe, bm25, ["a", "b"], "mean") == 0  # 0: mean 0.50, 2: 0.46; 1 is unsafe
     real["a"][2] = 0.65
-    assert choose(real, safe, bm25, ["a", "b"]) == 2  # safe (-0.001 on a) and now the best mean
-    assert choose(real, safe, bm25, ["b"]) == 1  # trained on b alone, 1 is safe and best
+    assert choose(real, safe, bm25, ["a", "b"], "mean") == 2  # safe (-0.001 on a) and now the best mean
+    assert choose(real, safe, bm25, ["b"], "mean") == 1  # trained on b alone, 1 is safe and best
     safe["a"] = [0.3, 0.2, 0.1]  # nobody safe on a: the best worst margin
-    assert choose(real, safe, bm25, ["a"]) == 0
+    assert choose(real, safe, bm25, ["a"], "mean") == 0
+
+
+def test_the_no_regress_rule_never_prefers_a_candidate_that_loses_on_a_training_collection():
+    bm25 = {"a": 0.40, "b": 0.50}
+    safe = {"a": [0.40] * 3, "b": [0.50] * 3}
+    real = {"a": [0.45, 0.60, 0.46], "b": [0.55, 0.54, 0.56]}  # 1: best mean but -0.01 on b
+    assert choose(real, safe, bm25, ["a", "b"], "mean") == 1
+    assert choose(real, safe, bm25, ["a", "b"], "no-regress") == 2  # +0.01 on both
+    real["a"][2] = 0.44  # 2 loses on a too: nobody beats the default everywhere
+    assert choose(real, safe, bm25, ["a", "b"], "no-regress") == 0
+    with pytest.raises(ValueError, match="rule"):
+        choose(real, safe, bm25, ["a"], "best")
