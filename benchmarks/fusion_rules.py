@@ -96,6 +96,26 @@ def load(path: Path, depth: int = DEPTH) -> Setting:
                    pseudo)
 
 
+def load_one_model(paths: list[str]) -> tuple[dict[str, Setting], str]:
+    """({collection: setting}, model) of dumps that must be one model's, one per collection, two
+    collections at least (per-model choices: hybrid_alpha.py, leg_set_weights.py)."""
+    settings = {s.dataset: s for s in (load(Path(p)) for p in paths)}
+    models = {s.model for s in settings.values()}
+    if len(models) != 1 or len(settings) != len(paths) or len(settings) < 2:
+        raise SystemExit(f"give one dump per collection of one model, two collections at least "
+                         f"(got {len(paths)} dumps of models {sorted(models)})")
+    return settings, next(iter(models))
+
+
+def replace_rows(out: Path, kind: str, model: str, rows: list[dict]) -> None:
+    """Write ``rows`` into the results list at ``out`` in place of its rows of this kind and model
+    (rows of other kinds and models are kept)."""
+    old = json.loads(out.read_text()) if out.exists() else []
+    keep = [r for r in old if not (r.get("kind") == kind and r.get("model") == model)]
+    out.write_text(json.dumps(keep + rows, indent=1) + "\n")
+    print(f"wrote {len(rows)} rows to {out}")
+
+
 def model_label(spec: dict) -> str:
     """The model of an index's embedder spec as rows name it: a shipped adapter by its registered
     name (smollm2-135m-alignir-v3), another adapter as MODEL+FOLDER, else the model."""

@@ -16,7 +16,6 @@ Rows (``"kind": "hybrid-alpha"``) go to benchmarks/results/fusion_transfer.json;
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -24,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 try:  # imported as benchmarks.hybrid_alpha (tests) or run as a script from this folder
-    from benchmarks.fusion_rules import Setting, load, ndcg
+    from benchmarks.fusion_rules import Setting, load_one_model, ndcg, replace_rows
 except ImportError:
-    from fusion_rules import Setting, load, ndcg
+    from fusion_rules import Setting, load_one_model, ndcg, replace_rows
 from alignir.retrieval import fusion as F
 from alignir.retrieval.config import FusionConfig
 from alignir.retrieval.searcher import fuse_legs
@@ -59,12 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     command = "python benchmarks/hybrid_alpha.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    settings = {s.dataset: s for s in (load(Path(p)) for p in args.lists)}
-    models = {s.model for s in settings.values()}
-    if len(models) != 1 or len(settings) != len(args.lists) or len(settings) < 2:
-        raise SystemExit(f"give one dump per collection of one model, two collections at least "
-                         f"(got {len(args.lists)} dumps of models {sorted(models)})")
-    model = next(iter(models))
+    settings, model = load_one_model(args.lists)
     grid = [(m, a) for m in METHODS for a in ALPHAS]
     scores = {d: {g: ndcg(s, hybrid_run(s, *g)) for g in grid} for d, s in settings.items()}
     legs = {d: {leg: ndcg(s, s.legs[leg]) for leg in ("dense", "sparse")} for d, s in settings.items()}
@@ -83,11 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"held out {held:8s} {d:18s} {g[0]} α {g[1]}: hybrid {scores[d][g]:.4f} "
                   f"(default {scores[d][DEFAULT]:.4f}) dense {legs[d]['dense']:.4f} sparse {legs[d]['sparse']:.4f}")
     if not args.no_write:
-        out = Path(args.out)
-        old = json.loads(out.read_text()) if out.exists() else []
-        keep = [r for r in old if not (r.get("kind") == "hybrid-alpha" and r.get("model") == model)]
-        out.write_text(json.dumps(keep + rows, indent=1) + "\n")
-        print(f"wrote {len(rows)} rows to {out}")
+        replace_rows(Path(args.out), "hybrid-alpha", model, rows)
 
 
 if __name__ == "__main__":

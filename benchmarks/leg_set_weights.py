@@ -28,7 +28,6 @@ kinds are kept.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -37,9 +36,9 @@ from pathlib import Path
 import numpy as np
 
 try:  # imported as benchmarks.leg_set_weights (tests) or run as a script from this folder
-    from benchmarks.fusion_rules import TOL, Setting, load, ndcg, product_run, shuffled
+    from benchmarks.fusion_rules import TOL, Setting, load_one_model, ndcg, product_run, replace_rows, shuffled
 except ImportError:
-    from fusion_rules import TOL, Setting, load, ndcg, product_run, shuffled
+    from fusion_rules import TOL, Setting, load_one_model, ndcg, product_run, replace_rows, shuffled
 
 ROOT = Path(__file__).resolve().parents[1]
 LEG_SETS = (("dense", "bm25"), ("sparse", "bm25"), ("dense", "sparse", "bm25"))
@@ -136,14 +135,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     command = "python benchmarks/leg_set_weights.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    settings = {s.dataset: s for s in (load(Path(p)) for p in args.lists)}
-    models = {s.model for s in settings.values()}
-    if len(models) != 1 or len(settings) != len(args.lists) or len(settings) < 2:
-        raise SystemExit(f"give one dump per collection of one model, two collections at least "
-                         f"(got {len(args.lists)} dumps of models {sorted(models)})")
+    settings, model = load_one_model(args.lists)
     if any(s.pseudo is None for s in settings.values()):
         raise SystemExit("every dump needs its calibration pseudo-query lists (dump_leg_lists.py writes them)")
-    model = next(iter(models))
     bm25 = {d: ndcg(s, s.legs["bm25"]) for d, s in settings.items()}
     alone = {d: {leg: ndcg(s, s.legs[leg]) for leg in ("dense", "sparse")} for d, s in settings.items()}
     rows = []
@@ -163,11 +157,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{mode:18s} {rule:10s} held out {held:8s} {d:8s} {cands[i].label():46s} {real[d][i]:.4f} "
                       f"(default {real[d][0]:.4f}, shuffled {safe[d][i]:.4f}, bm25 {bm25[d]:.4f})", flush=True)
     if not args.no_write:
-        out = Path(args.out)
-        old = json.loads(out.read_text()) if out.exists() else []
-        keep = [r for r in old if not (r.get("kind") == "leg-set-weights" and r.get("model") == model)]
-        out.write_text(json.dumps(keep + rows, indent=1) + "\n")
-        print(f"wrote {len(rows)} rows to {out}")
+        replace_rows(Path(args.out), "leg-set-weights", model, rows)
 
 
 if __name__ == "__main__":

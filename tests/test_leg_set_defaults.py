@@ -17,17 +17,8 @@ from alignir.retrieval.searcher import LEG_SET_CALIBRATED, Searcher
 from benchmarks.leg_set_weights import candidates, choose
 
 from conftest import write_corpus
+from test_calibration import TEXTS
 
-TEXTS = [
-    "Aircraft wings. The lift of a swept wing at high speed depends on the boundary layer.",
-    "Heat transfer. Heat flows through the boundary layer of a hot plate in a supersonic stream.",
-    "Library catalogues. Indexing languages help readers find books in a large library catalogue.",
-    "Medicine. Cells of the kidney respond to the hormone by changing the flow of water.",
-    "Shock waves. A normal shock wave forms ahead of a blunt body moving faster than sound.",
-    "Information retrieval. Relevance feedback improves the ranking of documents for a query.",
-    "Blood pressure. High blood pressure damages the kidney over years of treatment.",
-    "Buckling. Thin cylindrical shells buckle under axial compression at low loads.",
-]
 THREE = {"dense+sparse+bm25": {"weights": {"dense": 3, "sparse": 3, "bm25": 4}, "gate_power": 2}}
 
 
