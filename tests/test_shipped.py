@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alignir.encoders.shipped import SHIPPED, adapter_dir, hybrid_fusion, resolve_adapter, resolve_shipped
+from alignir.encoders.shipped import (SHIPPED, adapter_dir, hybrid_fusion, leg_set_fusion, resolve_adapter,
+                                      resolve_shipped)
 from alignir.errors import InvalidInputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,8 @@ def test_the_shipped_adapter_changes_the_encoder(smollm2):
 
 @pytest.mark.model
 def test_an_index_of_the_shipped_model_gets_its_hybrid_fusion(smollm2, tmp_path):
-    """The shipped model's registry entry brings its "hybrid" fusion (z-score, α 0.7 on dense);
+    """The shipped model's registry entry brings its "hybrid" fusion (z-score, α 0.7 on dense)
+    and, for v3, its three-leg defaults;
     an explicit IndexConfig keeps its own; a plain model keeps FusionConfig's default."""
     from alignir.retrieval import fusion as F
     from alignir.retrieval.config import FusionConfig, IndexConfig
@@ -81,6 +83,14 @@ def test_an_index_of_the_shipped_model_gets_its_hybrid_fusion(smollm2, tmp_path)
     assert [d for d, _ in got] == [d for d, _ in want] and [x for _, x in got] == pytest.approx([x for _, x in want])
     m = build_index(corpus, tmp_path / "explicit", model=NAME, config=IndexConfig(), **kw)
     assert m["params"]["config"]["fusion"] == FusionConfig().to_dict()
+    # v3 also brings its own three-leg defaults (FusionConfig.leg_sets), stored with the index
+    v3 = "smollm2-135m-alignir-v3"
+    assert leg_set_fusion(v3) == dict(SHIPPED[v3].leg_sets) and leg_set_fusion(NAME) == {}
+    m = build_index(corpus, tmp_path / "v3", model=v3, **kw)
+    assert m["params"]["config"]["fusion"] == FusionConfig(method="zscore", alpha=0.7,
+                                                           leg_sets=SHIPPED[v3].leg_sets).to_dict()
+    assert Searcher.open(tmp_path / "v3", loaded=smollm2).fusion.leg_set(("dense", "sparse", "bm25")) == (
+        {"dense": 0.25, "sparse": 0.25, "bm25": 0.5}, 2.0)
     m = build_index(corpus, tmp_path / "plain", model="smollm2-135m", **kw)
     assert m["params"]["config"]["fusion"] == FusionConfig().to_dict()
 
