@@ -66,7 +66,7 @@ SHIPPED: dict[str, ShippedEmbedder] = {
         hybrid=("zscore", 0.7),
         # three legs: BM25 at 0.5 instead of 0.6, gate power 2: chosen leave-one-collection-out
         # under the "no-regress" rule (benchmarks/leg_set_weights.py; held out +0.001..+0.019
-        # nDCG@10 on ADI/CISI/Cranfield/MED/SciFact); the two-leg sets keep the searcher's
+        # nDCG@10 on ADI/CISI/Cranfield/MED/SciFact); the two-leg sets keep the searcher's defaults
         leg_sets={"dense+sparse+bm25": {"weights": {"dense": 0.25, "sparse": 0.25, "bm25": 0.5},
                                         "gate_power": 2.0}}),
 }
