@@ -115,3 +115,14 @@ def test_the_no_regress_rule_never_prefers_a_candidate_that_loses_on_a_training_
     assert choose(real, safe, bm25, ["a", "b"], "no-regress") == 0
     with pytest.raises(ValueError, match="rule"):
         choose(real, safe, bm25, ["a"], "best")
+
+
+def test_info_shows_the_index_leg_set_defaults(built):
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+
+    r = CliRunner().invoke(app, ["info", "--index", str(built)])
+    assert r.exit_code == 0, r.output
+    fusion = next(line for line in r.output.splitlines() if line.startswith("fusion"))
+    assert "dense+sparse+bm25 calibrated dense 0.3/sparse 0.3/bm25 0.4 gate power 2" in fusion
