@@ -96,15 +96,24 @@ def load(path: Path, depth: int = DEPTH) -> Setting:
                    pseudo)
 
 
-def load_one_model(paths: list[str]) -> tuple[dict[str, Setting], str]:
-    """({collection: setting}, model) of dumps that must be one model's, one per collection, two
-    collections at least (per-model choices: hybrid_alpha.py, leg_set_weights.py)."""
-    settings = {s.dataset: s for s in (load(Path(p)) for p in paths)}
+def one_model_cli(doc: str, script: str, argv: list[str] | None
+                  ) -> tuple[argparse.Namespace, str, dict[str, Setting], str]:
+    """The command line of a per-model choice over dumps (hybrid_alpha.py, leg_set_weights.py):
+    (arguments, the command as run, {collection: setting}, model). The dumps must be one
+    model's, one per collection, two collections at least."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("lists", nargs="+", help="dump_leg_lists.py outputs of ONE model, one per collection")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/fusion_transfer.json"))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    command = f"python benchmarks/{script} " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    settings = {s.dataset: s for s in (load(Path(p)) for p in args.lists)}
     models = {s.model for s in settings.values()}
-    if len(models) != 1 or len(settings) != len(paths) or len(settings) < 2:
+    if len(models) != 1 or len(settings) != len(args.lists) or len(settings) < 2:
         raise SystemExit(f"give one dump per collection of one model, two collections at least "
-                         f"(got {len(paths)} dumps of models {sorted(models)})")
-    return settings, next(iter(models))
+                         f"(got {len(args.lists)} dumps of models {sorted(models)})")
+    return args, command, settings, next(iter(models))
 
 
 def replace_rows(out: Path, kind: str, model: str, rows: list[dict]) -> None:

@@ -15,22 +15,18 @@ Rows (``"kind": "hybrid-alpha"``) go to benchmarks/results/fusion_transfer.json;
 """
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
 from pathlib import Path
 
 import numpy as np
 
 try:  # imported as benchmarks.hybrid_alpha (tests) or run as a script from this folder
-    from benchmarks.fusion_rules import Setting, load_one_model, ndcg, replace_rows
+    from benchmarks.fusion_rules import Setting, one_model_cli, ndcg, replace_rows
 except ImportError:
-    from fusion_rules import Setting, load_one_model, ndcg, replace_rows
+    from fusion_rules import Setting, one_model_cli, ndcg, replace_rows
 from alignir.retrieval import fusion as F
 from alignir.retrieval.config import FusionConfig
 from alignir.retrieval.searcher import fuse_legs
 
-ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("minmax", "zscore")
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 DEFAULT = ("minmax", 0.5)  # FusionConfig() before this study
@@ -51,14 +47,7 @@ def choose(scores: dict[str, dict[tuple[str, float], float]], train: list[str]) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("lists", nargs="+", help="dump_leg_lists.py outputs of ONE model, one per collection")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/fusion_transfer.json"))
-    ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args(argv)
-    command = "python benchmarks/hybrid_alpha.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    settings, model = load_one_model(args.lists)
+    args, command, settings, model = one_model_cli(__doc__, "hybrid_alpha.py", argv)
     grid = [(m, a) for m in METHODS for a in ALPHAS]
     scores = {d: {g: ndcg(s, hybrid_run(s, *g)) for g in grid} for d, s in settings.items()}
     legs = {d: {leg: ndcg(s, s.legs[leg]) for leg in ("dense", "sparse")} for d, s in settings.items()}

@@ -27,20 +27,16 @@ kinds are kept.
 """
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 try:  # imported as benchmarks.leg_set_weights (tests) or run as a script from this folder
-    from benchmarks.fusion_rules import TOL, Setting, load_one_model, ndcg, product_run, replace_rows, shuffled
+    from benchmarks.fusion_rules import TOL, Setting, one_model_cli, ndcg, product_run, replace_rows, shuffled
 except ImportError:
-    from fusion_rules import TOL, Setting, load_one_model, ndcg, product_run, replace_rows, shuffled
+    from fusion_rules import TOL, Setting, one_model_cli, ndcg, product_run, replace_rows, shuffled
 
-ROOT = Path(__file__).resolve().parents[1]
 LEG_SETS = (("dense", "bm25"), ("sparse", "bm25"), ("dense", "sparse", "bm25"))
 BM25_SHARES = (0.2, 0.3, 0.4, 0.5, 0.6)
 DENSE_FRACTIONS = (0.25, 0.5, 0.75)  # of the LLM share, in the three-leg set
@@ -128,14 +124,7 @@ def score_leg_set(settings: dict[str, Setting], legs: tuple[str, ...]
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("lists", nargs="+", help="dump_leg_lists.py outputs of ONE model, one per collection")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/fusion_transfer.json"))
-    ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args(argv)
-    command = "python benchmarks/leg_set_weights.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    settings, model = load_one_model(args.lists)
+    args, command, settings, model = one_model_cli(__doc__, "leg_set_weights.py", argv)
     if any(s.pseudo is None for s in settings.values()):
         raise SystemExit("every dump needs its calibration pseudo-query lists (dump_leg_lists.py writes them)")
     bm25 = {d: ndcg(s, s.legs["bm25"]) for d, s in settings.items()}
