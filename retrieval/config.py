@@ -265,21 +265,22 @@ class FusionConfig(_Config):
                      tuple((k, tuple(v["weights"].items()), v["gate_power"]) for k, v in sorted(self.leg_sets.items()))))
 
 
+#: the legs a fusion leg set may name, in the order a leg-set key lists them: searcher.LEGS,
+#: written again here because config may not import the searcher (it imports config; no
+#: import cycles, tests/test_packaging.py); tests/test_leg_set_defaults.py keeps the two equal
+_FUSION_LEGS = ("dense", "sparse", "bm25")
+
+
 def _leg_sets(value: Any) -> dict[str, dict[str, Any]]:
-    """FusionConfig.leg_sets validated and normalised (weights summing to 1, floats); a key is a
-    mode of the built-in legs (searcher.parse_mode) with bm25, spelled in their order."""
+    """FusionConfig.leg_sets validated and normalised (weights summing to 1, floats)."""
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"fusion leg_sets must be a mapping, got {type(value).__name__}")
     out: dict[str, dict[str, Any]] = {}
     for key, entry in value.items():
-        from alignir.retrieval.searcher import LEGS, parse_mode  # imports this module
-
-        try:
-            legs = list(parse_mode(str(key), LEGS))
-        except InvalidInputError:
-            legs = []
-        if len(legs) < 2 or "bm25" not in legs or "+".join(legs) != key:
-            raise InvalidInputError(f"fusion leg set {key!r} must be two or three of {LEGS} joined "
+        legs = str(key).split("+")
+        if (len(legs) < 2 or "bm25" not in legs or len(set(legs)) != len(legs)
+                or legs != [leg for leg in _FUSION_LEGS if leg in legs]):
+            raise InvalidInputError(f"fusion leg set {key!r} must be two or three of {_FUSION_LEGS} joined "
                                     f"by '+' in that order, bm25 among them")
         if not isinstance(entry, Mapping) or set(entry) != {"weights", "gate_power"}:
             raise InvalidInputError(f"fusion leg set {key!r} needs exactly 'weights' and 'gate_power', got {entry!r}")

@@ -40,6 +40,10 @@ def test_leg_sets_are_validated_and_normalised():
            ({"dense+bm25": {"weights": {"dense": -1, "bm25": 1}, "gate_power": 1}}, "weight of dense"),
            ({"dense+bm25": {"weights": {"dense": 0, "bm25": 0}, "gate_power": 1}}, "not all be 0"),
            ([1], "must be a mapping")]
+    from alignir.retrieval.config import _FUSION_LEGS
+    from alignir.retrieval.searcher import LEGS
+
+    assert _FUSION_LEGS == LEGS  # config's copy of the built-in legs (it may not import the searcher)
     for leg_sets, msg in bad:
         with pytest.raises(InvalidInputError, match=msg):
             FusionConfig(leg_sets=leg_sets)
