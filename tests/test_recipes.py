@@ -220,3 +220,49 @@ def test_unlabelled_run_over_two_corpora_records_its_data_and_resumes(tiny_model
                  corpora=folders[:1])
     with pytest.raises(ValueError, match="corpora"):
         train(other, loaded=tiny_model)  # a finished run is not reported under another data set
+
+
+def test_stop_after_is_one_budget_across_stages_and_never_starts_from_an_unfinished_stage(tiny_model, data_files,
+                                                                                        tmp_path):
+    """``--stages ic,cda,contrastive --stop-after 3`` in slices: the budget counts this call's steps over
+    all its stages, the chain stops at a paused stage (the next one would start from an adapter that
+    does not exist yet), and the slices end on exactly the weights of one uninterrupted chain."""
+    stages = ["ic", "cda", "contrastive"]
+
+    def cfg(out, **kw):
+        return _cfg(tmp_path, "autoregembed", None, data_files["pairs"], out=str(tmp_path / out), steps=2,
+                    batch_size=3, hp={"k": 2}, **kw)
+
+    whole = run_stages(cfg("whole"), stages, loaded=tiny_model)
+    first = run_stages(cfg("sliced", stop_after=3), stages, loaded=tiny_model)
+    assert [r["stage"] for r in first] == ["ic", "cda"] and first[-1]["interrupted"] and first[-1]["steps"] == 1
+    assert first[0]["steps_run"] == 2 and first[-1]["steps_run"] == 1 and first[-1]["signal"] is None
+    assert not (tmp_path / "sliced" / "contrastive").exists()
+    second = run_stages(cfg("sliced", stop_after=3), stages, loaded=tiny_model)  # cda 1 step, contrastive 2 steps
+    assert [r["steps_run"] for r in second] == [0, 1, 2] and not any(r.get("interrupted") for r in second)
+    assert second[0]["already_complete"]
+    for a, b in zip(whole, second):
+        assert _meta(a["out"])["final_weights_sha256"] == _meta(b["out"])["final_weights_sha256"]
+    # a pause that falls on a stage boundary stops before the next stage
+    edge = run_stages(cfg("edge", stop_after=2), stages, loaded=tiny_model)
+    assert [r["stage"] for r in edge] == ["ic"] and not edge[0].get("interrupted")
+    assert not (tmp_path / "edge" / "cda").exists()
+
+
+def test_cli_says_how_to_continue_a_paused_recipe(tiny_model, data_files, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import alignir.encoders.models as models
+    from alignir.retrieval.cli import app
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_model)
+    args = ["train", "autoregembed", "--stages", "ic,contrastive", "--data", data_files["pairs"],
+            "--out", str(tmp_path / "cli"), "--steps", "2", "--batch-size", "3", "--max-length", "32",
+            "--target-length", "16", "--lora-r", "4", "--set", "k=2"]
+    res = CliRunner().invoke(app, args + ["--stop-after", "2"])
+    assert res.exit_code == 0 and "after stage ic; rerun the same command to start contrastive" in res.output
+    res = CliRunner().invoke(app, args + ["--stop-after", "1"])
+    assert res.exit_code == 0 and "paused (--stop-after) at step 1 of autoregembed/contrastive" in res.output
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0 and "rerun" not in res.output
+    assert _meta(tmp_path / "cli" / "contrastive")["steps"] == 2

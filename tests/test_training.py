@@ -256,3 +256,74 @@ def test_the_minilm_teacher_ranks_a_paraphrase_first():
     d = teacher.embed(["Photosynthesis turns sunlight, water and carbon dioxide into glucose.",
                        "The stock market fell as interest rates rose.", "Supersonic flow over a wedge."])
     assert int((q @ d.T).argmax()) == 0 and d.shape == (3, 384)
+
+
+def _signal_at_call(real, sig, at: int, times: int = 1):
+    """A Method ``loss`` that makes the process send itself ``sig`` (``times`` times) during call
+    number ``at``: a real signal arriving while a step is in flight."""
+    import signal
+
+    calls = [0]
+
+    def loss(method, batch):
+        calls[0] += 1
+        if calls[0] == at:
+            for _ in range(times):
+                signal.raise_signal(sig)
+        return real(method, batch)
+    return loss
+
+
+def test_sigterm_finishes_the_step_checkpoints_and_resumes_exactly(tiny_model, data_files, tmp_path, monkeypatch):
+    """A preempted job (SIGTERM) or a Ctrl-C: the step in flight completes, a checkpoint is written
+    between ``save_every`` points, the previous handler comes back, and the same command continues
+    to the per-step losses of one uninterrupted run."""
+    import signal
+
+    from alignir.encoders.train.infonce import InfoNCEMethod
+
+    full = train(_cfg(tmp_path / "a", "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3),
+                 loaded=tiny_model)
+    before = signal.getsignal(signal.SIGTERM)
+    cfg = _cfg(tmp_path / "b", "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3)
+    monkeypatch.setattr(InfoNCEMethod, "loss", _signal_at_call(InfoNCEMethod.loss, signal.SIGTERM, at=2))
+    part = train(cfg, loaded=tiny_model)
+    assert part["interrupted"] and part["signal"] == "SIGTERM" and part["steps"] == 2 == part["steps_run"]
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert len(train_losses(part["out"])) == 2 and (Path(part["out"]) / "checkpoint" / "trainer_state.pt").is_file()
+    monkeypatch.undo()
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps"] == 5 and done["steps_run"] == 3 and not done.get("interrupted")
+    np.testing.assert_allclose(train_losses(done["out"]), train_losses(full["out"]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_second_signal_aborts_without_a_checkpoint(tiny_model, data_files, tmp_path, monkeypatch):
+    import signal
+
+    from alignir.encoders.train.infonce import InfoNCEMethod
+
+    monkeypatch.setattr(InfoNCEMethod, "loss", _signal_at_call(InfoNCEMethod.loss, signal.SIGINT, at=2, times=2))
+    before = signal.getsignal(signal.SIGINT)
+    cfg = _cfg(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, loaded=tiny_model)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert not (Path(cfg.out) / "checkpoint").exists()
+
+
+def test_cli_exits_143_after_sigterm_and_says_how_to_continue(tiny_model, data_files, tmp_path, monkeypatch):
+    import signal
+
+    from typer.testing import CliRunner
+
+    import alignir.encoders.models as models
+    from alignir.encoders.train.gircse import GircseMethod
+    from alignir.retrieval.cli import app
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_model)
+    monkeypatch.setattr(GircseMethod, "loss", _signal_at_call(GircseMethod.loss, signal.SIGTERM, at=1))
+    out = tmp_path / "cli"
+    res = CliRunner().invoke(app, ["train", "gircse", "--data", data_files["pairs"], "--out", str(out), "--steps", "3",
+                                   "--batch-size", "3", "--set", "K=2", "--max-length", "32"])
+    assert res.exit_code == 143, res.output
+    assert "stopped by SIGTERM at step 1 of gircse/icr" in res.output and "rerun the same command" in res.output

@@ -77,7 +77,9 @@ def stage_configs(cfg: TrainConfig, stages: list[str], stage_opts: dict[str, dic
 
 def run_stages(cfg: TrainConfig, stages: list[str], stage_opts: dict[str, dict[str, Any]] | None = None,
                loaded=None) -> list[dict[str, Any]]:
-    """Train ``stages`` in order (see the module docstring); returns each stage's summary."""
+    """Train ``stages`` in order (see the module docstring); returns the summaries of the stages
+    this call reached: the chain stops at a stage that was paused (``stop_after``, whose budget of
+    steps is shared by the stages of one call) or stopped by a signal."""
     configs = stage_configs(cfg, stages, stage_opts)
     for c in configs:
         c.validate()
@@ -88,4 +90,17 @@ def run_stages(cfg: TrainConfig, stages: list[str], stage_opts: dict[str, dict[s
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     chain = {"method": cfg.method, "stages": stages, "dirs": [c.out for c in configs], "final": configs[-1].out}
     (Path(cfg.out) / "stages.json").write_text(json.dumps(chain, indent=1))
-    return [train(c, loaded=loaded) for c in configs]
+    summaries: list[dict[str, Any]] = []
+    budget = cfg.stop_after or None  # --stop-after counts the steps of this invocation, across its stages
+    for c in configs:
+        if budget is not None:
+            if budget <= 0:
+                break  # the pause fell on a stage boundary: the next stage starts on the next invocation
+            c.stop_after = budget
+        summary = train(c, loaded=loaded)
+        summaries.append(summary)
+        if summary.get("interrupted"):
+            break  # a later stage must not start from an unfinished adapter
+        if budget is not None:
+            budget -= int(summary.get("steps_run", 0))
+    return summaries

@@ -5,7 +5,8 @@ CPU toy scale: fp32, a few steps, small batches. GPU paper scale: ``dtype="bf16"
 the final adapter (peft files + soft tokens + ``alignir_train.json``), ``loss_log.jsonl`` (one
 line per optimizer step), ``eval_log.jsonl`` (loss on ``eval_examples`` held-out examples before
 training, every ``eval_every`` steps and at the end: one batch's loss is noisy, this one is the
-training curve) and ``checkpoint/`` (latest state, for ``resume``).
+training curve) and ``checkpoint/`` (latest state, for ``resume``). SIGTERM or Ctrl-C stops a run
+after the step in flight with a checkpoint (encoders/train/stopping.py), like ``stop_after``.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from tqdm.auto import tqdm
 from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
 from alignir.encoders.train.data import batch_indices, describe_texts, load_texts
 from alignir.encoders.train.mix import load_mix
+from alignir.encoders.train.stopping import stop_on_signals
 
 __all__ = ["TrainConfig", "METHODS", "method_class", "train", "trainable_sha256", "DEFAULT_LR"]
 
@@ -228,7 +230,9 @@ def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta
 
 
 def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[str, Any]:
-    """Run one training stage; returns a summary (steps, seconds, final loss, output dir).
+    """Run one training stage; returns a summary (steps, seconds, final loss, output dir, and
+    ``steps_run``: the steps this call ran). A run paused by ``stop_after`` or stopped by a signal
+    returns ``interrupted: True`` (``signal``: its name, or None for a pause) after checkpointing.
 
     ``loaded`` (an ``encoders.models.LoadedModel``) is used when given — its model is copied,
     never modified — else ``cfg.model`` is loaded. ``return_method`` adds the live Method object
@@ -297,7 +301,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         if start >= cfg.steps and finished.is_file():  # nothing left to do: report the finished run
             done = json.loads(finished.read_text())
             return _summary(out, cfg, done["steps"], done["train_seconds"], done.get("final", {}),
-                            done.get("heldout"), method if return_method else None, already_complete=True)
+                            done.get("heldout"), method if return_method else None, already_complete=True,
+                            steps_run=0)
 
     meta = {
         "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
@@ -335,7 +340,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     last: dict[str, float] = {}
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.method}/{cfg.stage}", disable=not cfg.progress,
                initial=start, total=cfg.steps)
-    with open(log_path, "a") as log:
+    with open(log_path, "a") as log, stop_on_signals() as stop:
         for step in bar:
             opt.zero_grad(set_to_none=True)
             agg: dict[str, float] = {}
@@ -361,11 +366,14 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
             if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
                 _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
                                  time.process_time() - c0)
-            if cfg.stop_after and step + 1 - start >= cfg.stop_after and step + 1 < cfg.steps:
-                # a pause: checkpoint here so that the same command continues exactly
+            paused = bool(cfg.stop_after) and step + 1 - start >= cfg.stop_after
+            if (paused or stop) and step + 1 < cfg.steps:
+                # a pause (--stop-after) or a stop signal: checkpoint here so that the same command continues exactly
                 _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
                                  time.process_time() - c0)
-                return {"out": str(out), "steps": step + 1, "interrupted": True}
+                bar.close()
+                return {"out": str(out), "steps": step + 1, "steps_run": step + 1 - start, "interrupted": True,
+                        "method": cfg.method, "stage": cfg.stage, "signal": stop.signal}
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     run_eval(cfg.steps)
     meta.update({"steps": cfg.steps, "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
@@ -376,7 +384,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     peft_model.eval()
     save_adapter(peft_model, out, method.extra_tensors(), meta)
     _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds, cpu_seconds)
-    return _summary(out, cfg, cfg.steps, seconds, last, meta.get("heldout"), method if return_method else None)
+    return _summary(out, cfg, cfg.steps, seconds, last, meta.get("heldout"), method if return_method else None,
+                    steps_run=cfg.steps - start)
 
 
 def _summary(out: Path, cfg: TrainConfig, steps: int, seconds: float, final: dict, heldout: dict | None,

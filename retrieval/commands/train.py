@@ -116,6 +116,7 @@ def register(app: typer.Typer) -> None:
             stop_after=stop_after,
             eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
         )
+        names: list[str] | None = None
         try:
             if stages:
                 names = [x.strip() for x in stages.split(",") if x.strip()]
@@ -125,3 +126,20 @@ def register(app: typer.Typer) -> None:
         except ValueError as e:
             raise typer.BadParameter(str(e)) from None
         typer.echo(json.dumps(summary, indent=1, default=str))
+        _report_pause(summary, names)
+
+
+def _report_pause(summary: dict | list[dict], stage_names: list[str] | None) -> None:
+    """Say where an unfinished run stopped and how to continue; a signal's stop exits 128 + signal."""
+    last = summary[-1] if isinstance(summary, list) else summary
+    if last.get("interrupted"):
+        from alignir.encoders.train.stopping import signal_exit_code
+
+        why = f"stopped by {last['signal']}" if last.get("signal") else "paused (--stop-after)"
+        typer.secho(f"{why} at step {last['steps']} of {last['method']}/{last['stage']}; checkpoint saved in "
+                    f"{last['out']}/checkpoint: rerun the same command to continue", err=True, fg=typer.colors.YELLOW)
+        if last.get("signal"):
+            raise typer.Exit(signal_exit_code(last["signal"]))
+    elif stage_names and len(summary) < len(stage_names):
+        typer.secho(f"paused (--stop-after) after stage {last['stage']}; rerun the same command to start "
+                    f"{stage_names[len(summary)]}", err=True, fg=typer.colors.YELLOW)
