@@ -28,7 +28,6 @@ class StopRequest:
         return self.signal is not None
 
 
-
 @contextlib.contextmanager
 def stop_on_signals(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> Iterator[StopRequest]:
     """Within the block, ``signals`` set the yielded :class:`StopRequest` instead of killing the
