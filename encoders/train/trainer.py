@@ -363,17 +363,17 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
             bar.set_postfix(loss=f"{agg.get('loss', float('nan')):.4f}")
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 run_eval(step + 1)
-            if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
-                                 time.process_time() - c0)
-            paused = bool(cfg.stop_after) and step + 1 - start >= cfg.stop_after
-            if (paused or stop) and step + 1 < cfg.steps:
-                # a pause (--stop-after) or a stop signal: checkpoint here so that the same command continues exactly
-                _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
-                                 time.process_time() - c0)
-                bar.close()
-                return {"out": str(out), "steps": step + 1, "steps_run": step + 1 - start, "interrupted": True,
-                        "method": cfg.method, "stage": cfg.stage, "signal": stop.signal}
+            if step + 1 < cfg.steps:
+                # a pause (--stop-after) or a stop signal checkpoints here too, so that the same command
+                # continues exactly; read once, so a signal arriving after the save waits for the next step
+                halt = bool(stop) or (bool(cfg.stop_after) and step + 1 - start >= cfg.stop_after)
+                if halt or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                    _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
+                                     time.process_time() - c0)
+                if halt:
+                    bar.close()
+                    return _summary(out, cfg, step + 1, last["seconds"], last, None, interrupted=True,
+                                    steps_run=step + 1 - start, signal=stop.signal)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     run_eval(cfg.steps)
     meta.update({"steps": cfg.steps, "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
