@@ -13,7 +13,7 @@ import torch
 from alignir.encoders.train.data import Pair, batch_indices, load_beir_pairs, load_pairs, load_texts
 from alignir.encoders.train.trainer import train
 
-from conftest import (TINY_CORPUS, TRAIN_CASE_IDS, TRAIN_CASES, TRAIN_QUERIES, train_config, train_losses,
+from conftest import (TINY_CORPUS, TRAIN_CASE_IDS, TRAIN_CASES, TRAIN_QUERIES, train_config, train_log, train_losses,
                       write_corpus, write_queries)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -295,6 +295,39 @@ def test_sigterm_finishes_the_step_checkpoints_and_resumes_exactly(tiny_model, d
     done = train(cfg, loaded=tiny_model)
     assert done["steps"] == 5 and done["steps_run"] == 3 and not done.get("interrupted")
     np.testing.assert_allclose(train_losses(done["out"]), train_losses(full["out"]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_killed_between_checkpoints_resumes_with_clean_logs(tiny_model, data_files, tmp_path, monkeypatch):
+    """A hard kill (SIGKILL, OOM, power loss) after step 3 with the last checkpoint at step 2: the
+    resume runs step 3 again and its loss and held-out logs hold each step once, as one uninterrupted
+    run writes them, not the killed run's step 3 twice."""
+    from alignir.encoders.train.infonce import InfoNCEMethod
+
+    kw = dict(steps=5, batch_size=3, eval_examples=2, eval_every=1)
+    full = train(_cfg(tmp_path / "a", "infonce", "contrastive", data_files["pairs"], **kw), loaded=tiny_model)
+    cfg = _cfg(tmp_path / "b", "infonce", "contrastive", data_files["pairs"], save_every=2, **kw)
+    real, steps = InfoNCEMethod.loss, [0]
+
+    def dies_in_step_4(method, batch):
+        steps[0] += torch.is_grad_enabled()  # held-out losses run without gradients
+        if steps[0] == 4:
+            raise MemoryError("killed")
+        return real(method, batch)
+
+    monkeypatch.setattr(InfoNCEMethod, "loss", dies_in_step_4)
+    with pytest.raises(MemoryError):
+        train(cfg, loaded=tiny_model)
+    assert [r["step"] for r in train_log(cfg.out)] == [1, 2, 3]
+    with open(Path(cfg.out) / "loss_log.jsonl", "a") as fh:
+        fh.write('{"step": 4, "loss": 1.2')  # the kill cut a line short
+    monkeypatch.undo()
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps_run"] == 3
+    assert [r["step"] for r in train_log(cfg.out)] == [1, 2, 3, 4, 5]
+    np.testing.assert_allclose(train_losses(cfg.out), train_losses(full["out"]), rtol=1e-5, atol=1e-6)
+    evals, want = train_log(cfg.out, "eval_log.jsonl"), train_log(full["out"], "eval_log.jsonl")
+    assert [r["step"] for r in evals] == [0, 1, 2, 3, 4, 5]
+    np.testing.assert_allclose([r["loss"] for r in evals], [r["loss"] for r in want], rtol=1e-5, atol=1e-6)
 
 
 def test_a_second_signal_aborts_without_a_checkpoint(tiny_model, data_files, tmp_path, monkeypatch):

@@ -320,6 +320,9 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         for p in (log_path, eval_path):
             if p.exists():
                 p.unlink()
+    else:  # a run killed between checkpoints logged steps that the resume now runs again
+        for p in (log_path, eval_path):
+            _drop_rows_after(p, start)
     # a resumed run continues the held-out curve of the steps before it (its first point is step 0)
     evals: list[dict[str, float]] = ([json.loads(x) for x in eval_path.read_text().splitlines() if x.strip()]
                                      if start > 0 and eval_path.is_file() else [])
@@ -386,6 +389,27 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     _save_checkpoint(ckpt, method, peft_model, opt, sched, cfg.steps, meta, seconds, cpu_seconds)
     return _summary(out, cfg, cfg.steps, seconds, last, meta.get("heldout"), method if return_method else None,
                     steps_run=cfg.steps - start)
+
+
+def _drop_rows_after(path: Path, step: int) -> None:
+    """Keep the rows of a jsonl step log up to ``step``: those after it were not checkpointed, and a
+    line cut short by the kill does not parse."""
+    if not path.is_file():
+        return
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    kept = [x for x in lines if _row_step(x) <= step]
+    if len(kept) < len(lines):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(x + "\n" for x in kept))
+        tmp.replace(path)
+
+
+def _row_step(line: str) -> float:
+    """The step of one log line, or infinity for a line that is not a whole JSON row."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
 
 
 def _summary(out: Path, cfg: TrainConfig, steps: int, seconds: float, final: dict, heldout: dict | None,
