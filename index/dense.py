@@ -365,8 +365,19 @@ class DenseIndex:
             cand = np.flatnonzero(mask)
             d, s = self._exact(qt, cand, kk)
         else:
-            d, s = self._faiss_search(qt, kk, mask)
-            if mask is not None and self.params.kind != "flat":
+            flat = self.params.kind == "flat"
+            # one more (on the CPU; GPU searches cap k): does a tie run past the k-th place?
+            extra = int(flat and kk < n_cand and self._selector_supported())
+            d, s = self._faiss_search(qt, kk + extra, mask)
+            if extra:
+                # faiss keeps any of the documents tied at the k-th score (often the highest
+                # numbers): such rows are scored exactly, ties -> lower doc number
+                tied = np.flatnonzero((s[:, kk - 1] == s[:, kk]) & (d[:, kk] >= 0))
+                d, s = d[:, :kk], s[:, :kk]
+                if tied.size:
+                    cand = np.arange(self.n_docs) if mask is None else np.flatnonzero(mask)
+                    d[tied], s[tied] = self._exact(qt[tied], cand, kk)
+            if mask is not None and not flat:
                 short = np.flatnonzero((d >= 0).sum(axis=1) < kk)
                 if short.size:  # approximate search missed qualifying docs: exact refill
                     d[short], s[short] = self._exact(qt[short], np.flatnonzero(mask), kk)
@@ -402,7 +413,9 @@ class DenseIndex:
         dist = dist.astype(np.float32)
         dist[(ids < 0) | (dist <= -_FLT_MAX)] = -np.inf
         ids[~np.isfinite(dist)] = -1
-        return ids, dist
+        # faiss returns equal scores in no set order (a flat index: highest number first);
+        # break ties by doc number ascending, as the exact path and the sparse index do
+        return _topk_rows(ids, dist, k)
 
     def _exact(self, qt: np.ndarray, cand: np.ndarray, k: int, chunk: int = 65536
                ) -> tuple[np.ndarray, np.ndarray]:

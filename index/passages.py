@@ -108,7 +108,10 @@ class PassageMap:
 
     def rows_of(self, docs: Any) -> np.ndarray:
         """The rows of the documents ``docs`` (sorted int64): all their passages."""
-        docs = np.unique(np.asarray(docs, dtype=np.int64).ravel())
+        arr = np.asarray(docs)
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):  # a boolean mask or floats
+            raise InvalidInputError(f"document numbers must be integers, got dtype {arr.dtype}")
+        docs = np.unique(arr.astype(np.int64).ravel())
         if docs.size and (docs[0] < 0 or docs[-1] >= self.n_docs):
             raise InvalidInputError(f"document numbers must be in [0, {self.n_docs}), got {docs[[0, -1]].tolist()}")
         first, counts = self.first_row[docs], self.counts[docs]
@@ -271,8 +274,11 @@ def _documents(rows: np.ndarray, scores: np.ndarray, pmap: PassageMap, k: int, h
             if len(done) < k:
                 return None
             bound = last * (min(sum_k, int(counts.max())) if last > 0 else 1)   # a document not seen at all
-            bound = max([bound] + [docs[d][0] + missing[d] * last for d in seen if missing[d] > 0])
-            if docs[done[k - 1]][0] < bound:
+            # a passage not fetched yet adds at most max(last, 0): the leg may never return it
+            # (no shared term), and then it adds nothing, even when the fetched rows score < 0
+            gain = max(last, 0.0)
+            bound = max([bound] + [docs[d][0] + missing[d] * gain for d in seen if missing[d] > 0])
+            if docs[done[k - 1]][0] <= bound:  # a tie at the bound may go to a lower doc number
                 return None
             docs = {d: docs[d] for d in done}
     best = sorted(docs, key=lambda d: (-docs[d][0], d))[:k]

@@ -125,6 +125,8 @@ def _as_csr(matrix, what: str) -> sp.csr_matrix:
         raise InvalidInputError(f"{what} must be a scipy.sparse matrix, got {type(matrix).__name__}")
     if matrix.ndim != 2:
         raise InvalidInputError(f"{what} must be 2-D, got shape {matrix.shape}")
+    if matrix.format == "csr":
+        _check_structure(matrix, what)
     if (matrix.format == "csr" and matrix.dtype == np.float32 and matrix.has_canonical_format
             and np.isfinite(matrix.data).all() and matrix.data.all()):
         return matrix  # already canonical (the common single-query path): no copy
@@ -137,6 +139,22 @@ def _as_csr(matrix, what: str) -> sp.csr_matrix:
     csr.eliminate_zeros()
     csr.sort_indices()
     return csr
+
+
+def _check_structure(m, what: str) -> None:
+    """Row pointers that never decrease and column ids inside the shape: scipy does not check
+    them unless asked, and the kernels would read or write out of bounds (a crash)."""
+    ip, n_rows, n_cols = m.indptr, m.shape[0], m.shape[1]
+    if (ip.ndim != 1 or ip.shape[0] != n_rows + 1 or int(ip[0]) != 0
+            or int(ip[-1]) > min(m.indices.shape[0], m.data.shape[0]) or (np.diff(ip) < 0).any()):
+        raise InvalidInputError(f"{what}: invalid CSR structure (indptr)")
+    nnz = int(ip[-1])
+    if nnz:
+        ix = m.indices[:nnz]
+        lo, hi = int(ix.min()), int(ix.max())
+        if lo < 0 or hi >= n_cols:
+            raise InvalidInputError(f"{what}: column id {lo if lo < 0 else hi} is outside the "
+                                    f"matrix's {n_cols} columns")
 
 
 def _build_segment(csr: sp.csr_matrix, doc_map: np.ndarray, quantize: str | None,
@@ -369,10 +387,13 @@ class SparseIndex:
 
     def delete(self, doc_numbers: Iterable[int]) -> None:
         """Tombstone live documents; unknown or already-deleted numbers raise ValueError."""
-        nums = np.unique(np.asarray(list(doc_numbers) if not isinstance(doc_numbers, np.ndarray)
-                                    else doc_numbers).astype(np.int64).ravel())
-        if nums.size == 0:
+        arr = np.asarray(list(doc_numbers) if not isinstance(doc_numbers, np.ndarray)
+                         else doc_numbers)
+        if arr.size == 0:
             return
+        if not np.issubdtype(arr.dtype, np.integer):  # a boolean mask or floats: never cast
+            raise InvalidInputError(f"doc numbers to delete must be integers, got dtype {arr.dtype}")
+        nums = np.unique(arr.astype(np.int64).ravel())
         hits = self._locate(nums)
         found = np.zeros(nums.shape, dtype=bool)
         for _, where, _ in hits:
@@ -472,6 +493,8 @@ class SparseIndex:
                 except (ValueError, OSError) as e:
                     raise InvalidInputError(f"cannot read {f}: {e}") from None
                 arrays[a] = arr
+            if any(a.ndim != 1 for a in arrays.values()):
+                raise InvalidInputError(f"{path}: segment arrays do not match the manifest shapes")
             arrays["deleted"] = np.array(arrays["deleted"])  # small, mutated by delete()
             seg = _Segment(**arrays, n_terms=int(sm["n_terms"]), min_weight=0.0,
                            n_postings=int(sm.get("n_postings", arrays["docs"].shape[0])),
@@ -479,7 +502,8 @@ class SparseIndex:
             if (seg.n != int(sm["n"]) or seg.ptr.shape[0] != seg.n_terms * seg.nb + 1
                     or seg.map_.shape[0] not in (0, seg.n)
                     or seg.dense_off.shape[0] != seg.dense_keys.shape[0] + 1
-                    or seg.dense.shape[0] != int(seg.dense_off[-1])):
+                    or seg.dense.shape[0] != int(seg.dense_off[-1])
+                    or not _consistent(seg, manifest.get("quantize"))):
                 raise InvalidInputError(f"{path}: segment arrays do not match the manifest shapes")
             if "min_weight" in sm:  # stored: no pass over the mapped weights at load
                 mw = sm["min_weight"]
@@ -489,6 +513,20 @@ class SparseIndex:
             segments.append(seg)
         return cls(segments, manifest["n_docs"], manifest["n_terms"], manifest["quantize"],
                    manifest.get("dense_min"))
+
+
+def _consistent(seg: _Segment, quantize: str | None) -> bool:
+    """The kernels' reads stay inside the segment's arrays (O(1) checks: a truncated or
+    swapped file must be an error, not garbage scores or a crash in numba)."""
+    want = np.float32 if quantize is None else _QUANT_LEVELS.get(quantize, (None,))[0]
+    n_lo = seg.n_terms if quantize is not None else 0
+    return (seg.weights.dtype == want and seg.dense.dtype == want
+            and seg.docs.dtype == np.uint16 and seg.deleted.dtype == np.uint8
+            and all(a.dtype == np.int64 for a in (seg.ptr, seg.map_, seg.dense_keys, seg.dense_off))
+            and seg.lo.dtype == np.float32 and seg.scale.dtype == np.float32
+            and seg.lo.shape[0] == n_lo and seg.scale.shape[0] == n_lo
+            and int(seg.ptr[0]) == 0 and int(seg.dense_off[0]) == 0
+            and int(seg.ptr[-1]) == seg.docs.shape[0] == seg.weights.shape[0])
 
 
 def _search_segment(s: _Segment, query: tuple, excluded: np.ndarray, has_ex: bool,
