@@ -284,6 +284,8 @@ def read_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int
             except UnicodeDecodeError as e:
                 problems.append((ln, f"invalid UTF-8 byte 0x{raw[e.start]:02x} at column {e.start + 1}"))
                 continue
+            if ln == 1:  # a byte order mark ("UTF-8 with BOM") is not part of the first query id
+                line = line.removeprefix("\ufeff").strip()
             if not line:
                 continue
             cols = line.split()

@@ -7,16 +7,19 @@ vectors come from the index's own query encoder (surface ∪ top-M aligned terms
 An index with passages (``build-index --passages``) is exported one passage per line, with
 the id ``docid#N`` (N = the passage's number in the document, from 0) that Pyserini's MaxP
 runs use: search the Lucene index for passages and keep each document's best one
-(``pyserini.search.lucene --max-passage --max-passage-hits K``; delimiter ``#``).
+(``pyserini.search.lucene --max-passage --max-passage-hits K``; delimiter ``#``, or, when a doc
+id holds ``#``, the first of :data:`PASSAGE_DELIMITERS` that none holds: the summary's
+``passage_delimiter``, to pass as ``--max-passage-delimiter``). Deleted documents are left out.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from alignir.errors import InvalidInputError
 from alignir.index.store import open_index
 from alignir.retrieval.runs import DEFAULT_SCALE, write_json_vector_collection, write_pyserini_queries
 
@@ -43,20 +46,39 @@ def stored_doc_matrix(sparse_index: Any) -> sp.csr_matrix:
 def export_documents(index_dir: str | Path, out_dir: str | Path, scale: float = DEFAULT_SCALE,
                      contents: Mapping[str, str] | None = None) -> dict:
     """Write ``out_dir/docs-*.jsonl`` for ``pyserini.index.lucene --collection
-    JsonVectorCollection --impact --pretokenized``; returns the export summary."""
+    JsonVectorCollection --impact --pretokenized``; returns the export summary. Deleted
+    documents (``alignir delete``) are left out."""
     stored = open_index(index_dir, parts=("sparse",))
     term_strings = [str(s) for s in stored.extra["term_strings"]]
     texts = [contents.get(d, "") for d in stored.doc_ids] if contents is not None else None
+    live = np.asarray(stored.sparse.live_doc_numbers(), dtype=np.int64)  # rows (passages) not deleted
+    matrix = stored_doc_matrix(stored.sparse)[live]
     pmap = stored.passages
     if pmap is None:
-        return write_json_vector_collection(out_dir, stored.doc_ids, stored_doc_matrix(stored.sparse),
-                                            term_strings, contents=texts, scale=scale)
-    ids = [pmap.passage_id(r, stored.doc_ids) for r in range(pmap.n_rows)]
+        return write_json_vector_collection(out_dir, [stored.doc_ids[r] for r in live], matrix, term_strings,
+                                            contents=None if texts is None else [texts[r] for r in live],
+                                            scale=scale)
+    delimiter = passage_delimiter(stored.doc_ids)
+    ids = [f"{stored.doc_ids[int(pmap.doc[r])]}{delimiter}{int(pmap.ordinal[r])}" for r in live]
     if texts is not None:
-        texts = [_passage_text(texts[int(pmap.doc[r])], pmap.span(r)) for r in range(pmap.n_rows)]
-    summary = write_json_vector_collection(out_dir, ids, stored_doc_matrix(stored.sparse), term_strings,
-                                           contents=texts, scale=scale)
-    return {**summary, "passages": summary["docs"], "docs": stored.n_docs, "passage_delimiter": "#"}
+        texts = [_passage_text(texts[int(pmap.doc[r])], pmap.span(int(r))) for r in live]
+    summary = write_json_vector_collection(out_dir, ids, matrix, term_strings, contents=texts, scale=scale)
+    return {**summary, "passages": summary["docs"], "docs": len(np.unique(pmap.doc[live])),
+            "passage_delimiter": delimiter}
+
+
+#: the passage id delimiters tried, in order ("#": Pyserini's --max-passage-delimiter default)
+PASSAGE_DELIMITERS = ("#", "|", "~", "^", "@", "%", "+")
+
+
+def passage_delimiter(doc_ids: Sequence[str]) -> str:
+    """The first of :data:`PASSAGE_DELIMITERS` in no doc id: Pyserini's MaxP keeps
+    ``passage_id.split(delimiter)[0]``, so a delimiter inside a doc id would cut it."""
+    for delimiter in PASSAGE_DELIMITERS:
+        if not any(delimiter in d for d in doc_ids):
+            return delimiter
+    raise InvalidInputError(f"every passage delimiter {PASSAGE_DELIMITERS} occurs in some doc id: "
+                            "Pyserini's --max-passage could not tell passages of a document apart")
 
 
 def _passage_text(text: str, span: tuple[int, int] | None) -> str:

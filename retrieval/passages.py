@@ -5,9 +5,10 @@ encoder's tokenizer, a new one starting every STRIDE tokens (default WINDOW // 2
 overlap of Dai & Callan, "Deeper Text Understanding for IR with Contextual Neural Language
 Modeling", SIGIR 2019, §3: 150-word windows, stride 75), until the document's last token is
 covered. Sentence-aware where cheap: a passage that would end inside the text is cut back to
-the last sentence end (``. ! ?`` or a newline followed by white space) in its final quarter,
-when there is one, so a sentence is not split between two passages (the next passage starts
-STRIDE tokens after the previous start regardless, so nothing is skipped). A document that
+the last sentence end (``. ! ?`` or a newline followed by white space) in its final quarter
+and not before the next passage's start, when there is one, so a sentence is not split between
+two passages (the next passage starts STRIDE tokens after the previous start regardless, so
+nothing is skipped; without overlap, STRIDE = WINDOW, nothing is cut). A document that
 fits in one window stays one passage, its text unchanged.
 """
 from __future__ import annotations
@@ -62,6 +63,8 @@ def split_passages(text: str, tokenizer: Any, window: int, stride: int,
         start, end = spans[first][0], spans[last][1]
         if sentence_aware and last < len(spans) - 1:
             cut_from = spans[first + (3 * window) // 4][0] if first + (3 * window) // 4 <= last else start
+            # never before the next passage's start: the text in between would be in no passage
+            cut_from = max(cut_from, spans[first + stride][0])
             ends = [m.end() for m in _SENTENCE_END.finditer(text, cut_from, end)]
             if ends:
                 end = ends[-1]

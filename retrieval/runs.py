@@ -77,10 +77,11 @@ def read_trec(path: str | Path) -> dict[str, dict[str, float]]:
     with open(path, "rb") as fh:
         for ln, raw in enumerate(fh, start=1):
             try:
-                cols = raw.decode("utf-8").split()
+                text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 problems.append(f"line {ln}: invalid UTF-8")
                 continue
+            cols = (text.removeprefix("\ufeff") if ln == 1 else text).split()  # a BOM is not part of the qid
             if not cols:
                 continue
             if len(cols) != 6:

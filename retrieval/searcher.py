@@ -470,7 +470,8 @@ class Searcher:
         with its own calibrated defaults for the leg set (``FusionConfig.leg_sets``, which a
         shipped trained model brings) uses its weights and gate power under "calibrated"; other
         methods and leg sets weigh legs equally. "agree" and "calibrated" need the bm25 leg. ``allowed_ids``: restrict results to these document
-        ids (others never come back, even when k exceeds their number). ``explain``: attach
+        ids (others never come back, even when k exceeds their number; "agree" then corrects
+        for chance among them, not the whole collection). ``explain``: attach
         the shared terms and their contributions to each hit (from the first leg of the mode that
         explains; for a mode without one, the first such leg sharing its encoder pass).
         ``threads``: threads of the sparse kernels. ``timings``: a :class:`Timings` filled with
@@ -488,6 +489,10 @@ class Searcher:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         if "bm25" in legs:
             self._lexical()  # a clear error before any work when the index lacks the leg
+        n_docs = self.index.n_docs  # what a random top list is drawn from ("agree"'s chance correction)
+        if allowed_ids is not None and not isinstance(allowed_ids, (str, bytes)):
+            allowed_ids = list(dict.fromkeys(allowed_ids))  # read once (it may be an iterator)
+            n_docs = max(1, len(allowed_ids))  # a filtered search draws from the allowed documents
         leg_set_default = alpha is None and weights is None and legs in LEG_SET_DEFAULTS
         requested = fusion or (LEG_SET_FUSION if leg_set_default else self.fusion.method)
         if requested in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
@@ -519,7 +524,7 @@ class Searcher:
             per_leg = [lists[leg][i] for leg in legs]
             ranking = per_leg[0] if len(legs) == 1 else fuse_legs(
                 per_leg, leg_w, fcfg, rrf_w, anchor=legs.index("bm25") if "bm25" in legs else None,
-                agree_params=LEG_SET_AGREE.get(legs), n_docs=self.index.n_docs)
+                agree_params=LEG_SET_AGREE.get(legs), n_docs=n_docs)
             hits = []
             for rank, (num, score) in enumerate(fusion_mod.ranked(ranking, k), start=1):
                 hits.append(Hit(self.index.doc_ids[num], float(score), rank, num,

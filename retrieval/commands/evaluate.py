@@ -36,12 +36,13 @@ FUSION_HELP = ("minmax | rrf | zscore | agree | calibrated. Leg sets with bm25 d
 
 
 def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:
-    """Modes of a --mode value; ``available``: what "all" means (default: every mode)."""
+    """Modes of a --mode value; ``available``: what "all" means (default: every mode). Spaces
+    around '+' are dropped ("dense + bm25" -> "dense+bm25": the mode names a run file and its tag)."""
     from alignir.retrieval.searcher import MODES, parse_mode
 
     if mode.strip() == "all":
         return list(available or MODES)
-    modes = [m.strip() for m in mode.split(",") if m.strip()]
+    modes = ["+".join(p.strip() for p in m.split("+")) for m in mode.split(",") if m.strip()]
     if not modes:
         raise InvalidInputError(f"no mode given; use {MODES_HELP}")
     for m in modes:
