@@ -31,7 +31,7 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-__all__ = ["sha256_file", "save_npy", "write_npy", "fsync_path", "atomic_write", "atomic_write_bytes",
+__all__ = ["sha256_file", "save_npy", "write_npy", "fsync_path", "fsync_dir", "atomic_write", "atomic_write_bytes",
            "atomic_write_text", "atomic_write_json", "atomic_save_npy", "exchange_paths", "replace_dir",
            "umask"]
 
@@ -83,10 +83,12 @@ def fsync_path(path: str | Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: str | Path) -> None:
+    """fsync a folder's entries where the filesystem allows it (some refuse a directory fsync,
+    e.g. with EINVAL: the rename before it is still atomic, so that is not an error)."""
     try:
         fsync_path(folder, directory=True)
-    except OSError:  # some filesystems refuse a directory fsync: the rename is still atomic
+    except OSError:
         pass
 
 
@@ -123,7 +125,7 @@ def atomic_write(path: str | Path, mode: str = "wb", fsync: bool = True,
             os.unlink(tmp)
         raise
     if fsync:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> None:
@@ -200,6 +202,6 @@ def replace_dir(src: str | Path, dst: str | Path, fsync: bool = True, overwrite:
     else:
         os.replace(src, dst)
     if fsync:
-        _fsync_dir(dst.parent)
+        fsync_dir(dst.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

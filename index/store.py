@@ -60,7 +60,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from alignir.index.io import exchange_paths, fsync_path, save_npy, sha256_file, umask
+from alignir.index.io import exchange_paths, fsync_dir, fsync_path, save_npy, sha256_file, umask
 from alignir.index.parts import PASSAGES, Part, PartSpec, json_clean, part_spec, registered_parts
 
 log = logging.getLogger(__name__)
@@ -340,7 +340,7 @@ class IndexWriter:
                 for dirpath, _dirs, names in os.walk(tmp):
                     for name in names:
                         _fsync_path(Path(dirpath) / name)
-                    _fsync_path(Path(dirpath), directory=True)
+                    fsync_dir(dirpath)
             self._swap()
         self.committed = True
         self.tmp = None
@@ -365,7 +365,7 @@ class IndexWriter:
             os.rename(self.tmp, self.path)
             old = None
         if self.fsync:
-            _fsync_path(parent, directory=True)
+            fsync_dir(parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 

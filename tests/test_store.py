@@ -641,3 +641,23 @@ def test_deprecated_spellings_still_work(tmp_path):
     with pytest.raises(ValueError, match="given twice"), pytest.warns(DeprecationWarning):
         write_index(tmp_path / "j", MANIFEST, IDS, VECS, parts={"sparse": SparseIndex.from_csr(CSR)},
                     sparse_index=SparseIndex.from_csr(CSR))
+
+
+def test_a_filesystem_that_refuses_directory_fsync_still_commits(tmp_path, monkeypatch):
+    """Some filesystems (network, FUSE) answer a directory fsync with EINVAL: the atomic rename
+    is what makes a commit safe, so writing, replacing and opening an index still work."""
+    import errno
+    import stat
+
+    real = os.fsync
+
+    def refuse_directories(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", refuse_directories)
+    path = build(tmp_path / "idx")
+    build(path, vecs=VECS[::-1].copy())  # replace the committed index
+    assert leftovers(tmp_path, "idx") == []
+    np.testing.assert_array_equal(open_index(path).dense_vectors, VECS[::-1])
