@@ -13,6 +13,7 @@ id holds ``#``, the first of :data:`PASSAGE_DELIMITERS` that none holds: the sum
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -22,6 +23,8 @@ import scipy.sparse as sp
 from alignir.errors import InvalidInputError
 from alignir.index.store import open_index
 from alignir.retrieval.runs import DEFAULT_SCALE, write_json_vector_collection, write_pyserini_queries
+
+log = logging.getLogger(__name__)
 
 
 def stored_doc_matrix(sparse_index: Any) -> sp.csr_matrix:
@@ -47,24 +50,38 @@ def export_documents(index_dir: str | Path, out_dir: str | Path, scale: float = 
                      contents: Mapping[str, str] | None = None) -> dict:
     """Write ``out_dir/docs-*.jsonl`` for ``pyserini.index.lucene --collection
     JsonVectorCollection --impact --pretokenized``; returns the export summary. Deleted
-    documents (``alignir delete``) are left out."""
+    documents (``alignir delete``) are left out. ``contents`` (doc id -> text) fills the
+    ``contents`` field: a corpus with none of the ids is an error, one lacking some is reported
+    (``missing_contents``, a warning) and those stay empty."""
     stored = open_index(index_dir, parts=("sparse",))
     term_strings = [str(s) for s in stored.extra["term_strings"]]
-    texts = [contents.get(d, "") for d in stored.doc_ids] if contents is not None else None
     live = np.asarray(stored.sparse.live_doc_numbers(), dtype=np.int64)  # rows (passages) not deleted
     matrix = stored_doc_matrix(stored.sparse)[live]
     pmap = stored.passages
+    live_docs = live if pmap is None else np.unique(pmap.doc[live])
+    texts, report = None, {}
+    if contents is not None:
+        texts = [contents.get(d) for d in stored.doc_ids]
+        lacking = [stored.doc_ids[d] for d in live_docs if texts[d] is None]
+        if lacking and len(lacking) == len(live_docs):
+            raise InvalidInputError(f"the corpus given for `contents` holds none of the index's {len(lacking)} "
+                                    f"doc ids (e.g. {lacking[0]!r}): is it the corpus the index was built from?")
+        if lacking:
+            log.warning("the corpus given for `contents` lacks %d of the index's %d documents (e.g. %r): "
+                        "their contents are empty", len(lacking), len(live_docs), lacking[0])
+        texts, report = [t or "" for t in texts], {"missing_contents": len(lacking)}
     if pmap is None:
-        return write_json_vector_collection(out_dir, [stored.doc_ids[r] for r in live], matrix, term_strings,
-                                            contents=None if texts is None else [texts[r] for r in live],
-                                            scale=scale)
+        summary = write_json_vector_collection(out_dir, [stored.doc_ids[r] for r in live], matrix, term_strings,
+                                               contents=None if texts is None else [texts[r] for r in live],
+                                               scale=scale)
+        return {**summary, **report}
     delimiter = passage_delimiter(stored.doc_ids)
     ids = [f"{stored.doc_ids[int(pmap.doc[r])]}{delimiter}{int(pmap.ordinal[r])}" for r in live]
     if texts is not None:
         texts = [_passage_text(texts[int(pmap.doc[r])], pmap.span(int(r))) for r in live]
     summary = write_json_vector_collection(out_dir, ids, matrix, term_strings, contents=texts, scale=scale)
-    return {**summary, "passages": summary["docs"], "docs": len(np.unique(pmap.doc[live])),
-            "passage_delimiter": delimiter}
+    return {**summary, "passages": summary["docs"], "docs": len(live_docs), "passage_delimiter": delimiter,
+            **report}
 
 
 #: the passage id delimiters tried, in order ("#": Pyserini's --max-passage-delimiter default)

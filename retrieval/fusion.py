@@ -58,7 +58,10 @@ FUSION_METHODS = ("rrf", "minmax", "zscore", "agree")
 
 
 def ranked(scores: Ranking, top: int | None = None) -> list[tuple[str, float]]:
-    """(doc_id, score) best first; ties by doc id ascending."""
+    """(doc_id, score) best first; ties by doc id ascending. ``top``: keep the first ``top``
+    (a fusion's ``top`` or ``depth``; a negative one is an error, not a slice from the end)."""
+    if top is not None and (isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 0):
+        raise InvalidInputError(f"top / depth must be a non-negative integer or None, got {top!r}")
     items = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
     return items if top is None else items[:top]
 

@@ -22,7 +22,10 @@ from alignir.index.io import atomic_write
 
 import json
 import math
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -190,7 +193,8 @@ def write_json_vector_collection(
 ) -> dict:
     """Write ``out_dir/docs-NNNNN.jsonl`` for ``pyserini.index.lucene --collection
     JsonVectorCollection --impact --pretokenized``. Returns a summary (docs, postings,
-    dropped non-positive weights, scale, files). ``contents`` defaults to ``""``."""
+    dropped non-positive weights, scale, files). ``contents`` defaults to ``""``. The shards of
+    an earlier export in ``out_dir`` are replaced; an interrupted export leaves them as they were."""
     _check_shapes(csr.shape[0], doc_ids, csr, term_strings, "doc")
     if contents is not None and len(contents) != len(doc_ids):
         raise InvalidInputError(f"{len(contents)} contents for {len(doc_ids)} docs")
@@ -203,18 +207,31 @@ def write_json_vector_collection(
     terms = pyserini_terms(term_strings)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = []
-    fh = None
-    for i, vec in enumerate(_vectors(q, terms)):
-        if i % shard_size == 0:
+    # the shards are written beside OUT and moved in when all are complete: an interrupted export
+    # leaves OUT as it was, and no shard of an earlier, larger export stays behind to be indexed
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        names: list[str] = []
+        fh = None
+        try:
+            for i, vec in enumerate(_vectors(q, terms)):
+                if i % shard_size == 0:
+                    if fh:
+                        fh.close()
+                    names.append(f"docs-{i // shard_size:05d}.jsonl")
+                    fh = open(tmp / names[-1], "w", encoding="utf-8")
+                rec = {"id": str(doc_ids[i]), "contents": contents[i] if contents is not None else "", "vector": vec}
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        finally:
             if fh:
                 fh.close()
-            files.append(out / f"docs-{i // shard_size:05d}.jsonl")
-            fh = open(files[-1], "w", encoding="utf-8")
-        rec = {"id": str(doc_ids[i]), "contents": contents[i] if contents is not None else "", "vector": vec}
-        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    if fh:
-        fh.close()
+        for old in out.glob("docs-*.jsonl"):
+            old.unlink()
+        for name in names:
+            os.replace(tmp / name, out / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    files = [out / name for name in names]
     return {
         "docs": len(doc_ids),
         "postings": int(q.nnz),

@@ -179,3 +179,63 @@ def test_agree_corrects_for_chance_among_the_allowed_documents(built):
         assert [h.doc_number for h in hits] == list(want)
         total = w["sparse"] + w["bm25"]
         assert [h.score for h in hits] == pytest.approx([v / total for v in want.values()])
+
+
+def test_pyserini_export_with_a_corpus_lacking_ids_says_so(built, tmp_path, caplog):
+    """``export pyserini --corpus``: a corpus without some indexed ids used to give them empty
+    contents silently; one without any (the wrong corpus) is now an error."""
+    from alignir.errors import InvalidInputError
+    from alignir.retrieval.export import export_documents
+
+    partial = {f"d{i}": t for i, t in enumerate(TINY_CORPUS) if i != 3}
+    with caplog.at_level("WARNING"):
+        out = export_documents(built / "idx", tmp_path / "ps", contents=partial)
+    assert out["missing_contents"] == 1 and "'d3'" in caplog.text
+    rows = {r["id"]: r for f in (tmp_path / "ps").glob("docs-*.jsonl") for r in map(json.loads, open(f))}
+    assert rows["d3"]["contents"] == "" and rows["d2"]["contents"] == TINY_CORPUS[2]
+    with pytest.raises(InvalidInputError, match="none of the index"):
+        export_documents(built / "idx", tmp_path / "ps2", contents={"other": "text"})
+
+
+def test_json_vector_collection_replaces_an_earlier_export_and_survives_an_interruption(tmp_path):
+    """Shards of an earlier, larger export used to stay in the folder (Pyserini indexes every
+    file there), and an interrupted export left a partial collection."""
+    import scipy.sparse as sp
+
+    from alignir.retrieval.runs import write_json_vector_collection
+
+    out, terms = tmp_path / "ps", ["a", "b", "c"]
+    m = sp.csr_matrix([[1.0, 0, 2.0]] * 5, dtype="float32")
+    write_json_vector_collection(out, [f"d{i}" for i in range(5)], m, terms, shard_size=2)
+    assert sorted(p.name for p in out.iterdir()) == ["docs-00000.jsonl", "docs-00001.jsonl", "docs-00002.jsonl"]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    class Breaks(list):
+        def __getitem__(self, i):
+            if i == 3:
+                raise RuntimeError("interrupted")
+            return super().__getitem__(i)
+
+    with pytest.raises(RuntimeError):
+        write_json_vector_collection(out, [f"e{i}" for i in range(5)], m, terms, contents=Breaks(["x"] * 5),
+                                     shard_size=2)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ps"]  # no partial folder left
+    summary = write_json_vector_collection(out, ["f0", "f1"], m[:2], terms, shard_size=2)
+    assert sorted(p.name for p in out.iterdir()) == ["docs-00000.jsonl"] == [p.split("/")[-1] for p in summary["files"]]
+    assert [json.loads(x)["id"] for x in open(out / "docs-00000.jsonl")] == ["f0", "f1"]
+
+
+@pytest.mark.parametrize("kw", [{"top": -1}, {"depth": -2}, {"top": 1.5}])
+def test_fusion_refuses_a_negative_top_or_depth(kw):
+    """``top=-1`` used to slice the last document off instead of being an error."""
+    from alignir.errors import InvalidInputError
+    from alignir.retrieval.fusion import rrf, zscore
+
+    runs = [{"a": 3.0, "b": 2.0, "c": 1.0}, {"b": 1.0, "c": 0.5}]
+    with pytest.raises(InvalidInputError, match="top / depth"):
+        rrf(runs, **kw)
+    if "top" in kw:
+        with pytest.raises(InvalidInputError, match="top / depth"):
+            zscore(runs, **kw)
+    assert list(rrf(runs, top=2)) == ["b", "c"]  # b: 1/61 + 1/62, c: 1/62 + 1/63, a: 1/61
