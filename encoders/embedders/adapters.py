@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ import torch
 from alignir.errors import InvalidInputError
 from alignir.index.io import sha256_file
 
+log = logging.getLogger(__name__)
+
 __all__ = ["EXTRA_FILE", "META_FILE", "adapter_dir", "read_meta", "read_extra", "load_adapter", "adapter_hash",
-           "training_cost"]
+           "training_cost", "check_base_model"]
 
 EXTRA_FILE = "alignir_extra.safetensors"
 META_FILE = "alignir_train.json"
@@ -98,14 +101,44 @@ def adapter_dir(path: str | Path) -> Path:
     return p
 
 
-def load_adapter(model: torch.nn.Module, path: str | Path):
+#: identity fields that must agree between an adapter's recorded base model and the model it is
+#: loaded onto (its shape); the weights' sha256 is compared too, but only warned about
+_BASE_FIELDS = ("arch", "vocab", "dim")
+
+
+def check_base_model(path: str | Path, meta: dict[str, Any], identity: dict[str, Any] | None) -> None:
+    """InvalidInputError when the adapter at ``path`` was trained on a base model of another shape
+    (architecture, vocabulary, hidden size) than the one of ``identity`` (a LoadedModel's); a
+    warning when only the weight files' sha256 differ (another model of the same shape, whose
+    vectors would be meaningless, or the same weights in another file format: a GGUF file and
+    the safetensors converted from it hash differently). An adapter that records no base model
+    (``meta["base_model"]``) is not checked."""
+    base = meta.get("base_model")
+    if not isinstance(base, dict) or not identity:
+        return
+    diff = [f for f in _BASE_FIELDS if f in base and f in identity and base[f] != identity[f]]
+    if diff:
+        raise InvalidInputError(
+            f"adapter {str(path)!r} was trained on another base model: it records "
+            f"{base.get('name')!r} ({', '.join(f'{f}={base[f]!r}' for f in diff)}), the model given is "
+            f"{identity.get('name')!r} ({', '.join(f'{f}={identity[f]!r}' for f in diff)})")
+    if base.get("sha256") and identity.get("sha256") and base["sha256"] != identity["sha256"]:
+        log.warning("adapter %r was trained on %r (weights sha256 %s…), the model given is %r (sha256 %s…): "
+                    "unless these are the same weights in another format, its vectors are meaningless",
+                    str(path), base.get("name"), str(base["sha256"])[:12], identity.get("name"),
+                    str(identity["sha256"])[:12])
+
+
+def load_adapter(model: torch.nn.Module, path: str | Path, identity: dict[str, Any] | None = None):
     """A frozen copy of ``model`` with the adapter at ``path`` applied (the shared model is untouched).
 
-    Returns (peft_model in eval mode, extra tensors, meta dict).
+    ``identity`` (the LoadedModel's): checked against the base model the adapter records first
+    (:func:`check_base_model`). Returns (peft_model in eval mode, extra tensors, meta dict).
     """
     from peft import PeftModel
 
     p = adapter_dir(path)
+    check_base_model(path, read_meta(p), identity)
     base = copy.deepcopy(model)
     pm = PeftModel.from_pretrained(base, str(p), is_trainable=False).eval()
     w = base.get_input_embeddings().weight

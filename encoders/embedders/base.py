@@ -6,15 +6,37 @@ vocabulary (“A Text is Worth Several Tokens” §2, eq.15-16: aligned tokens a
 """
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from alignir.errors import InvalidInputError
+
 #: the truncation warning, with (truncated, total, role, max_length): logged per call by an
 #: embedder, or once per corpus by encoders.cache when it encodes the corpus in parts
 TRUNCATION_WARNING = "%d of %d %s texts truncated to max_length=%s tokens"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """Lone surrogates (e.g. from ``errors="surrogateescape"`` decoding) -> U+FFFD; the
+    tokenizer cannot encode them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
+def text_list(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a list; a single str is an error (``list("abc")`` would encode 3 characters)."""
+    if isinstance(texts, str):
+        raise InvalidInputError("texts must be a sequence of strings, not a single string")
+    return list(texts)
 
 
 class Embedder(ABC):
@@ -43,10 +65,10 @@ class Embedder(ABC):
         return int(self.lm_head.shape[1])
 
     def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
-        return self._encode(list(texts), role="query", **kw)
+        return self._encode(text_list(texts), role="query", **kw)
 
     def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
-        return self._encode(list(texts), role="document", **kw)
+        return self._encode(text_list(texts), role="document", **kw)
 
     @abstractmethod
     def _encode(self, texts: list[str], role: str, **kw) -> np.ndarray:
@@ -68,7 +90,7 @@ class Embedder(ABC):
         """Deduplicated tokenizer ids of each raw text (no template, no special tokens):
         the surface token set T_q of “A Text is Worth Several Tokens” eq.16."""
         out = []
-        for t in texts:
-            ids = self.tokenizer(t, add_special_tokens=False)["input_ids"]
+        for t in text_list(texts):
+            ids = self.tokenizer(clean_text(t), add_special_tokens=False)["input_ids"]
             out.append(np.unique(np.asarray(ids, dtype=np.int64)).astype(np.int32))
         return out

@@ -25,7 +25,7 @@ class InfoNCEEmbedder(PromptEOLEmbedder):
         self.adapter = str(adapter) if adapter else None
         self.adapter_sha = None
         if self.adapter:
-            self._peft, _, self.adapter_meta = load_adapter(loaded.model, self.adapter)
+            self._peft, _, self.adapter_meta = load_adapter(loaded.model, self.adapter, loaded.identity)
             self._backbone = backbone(self._peft)
             self.adapter_sha = adapter_hash(self.adapter)
 

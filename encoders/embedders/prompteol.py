@@ -35,7 +35,6 @@ from __future__ import annotations
 from alignir.errors import InvalidInputError
 
 import logging
-import re
 import time
 from typing import Any, Sequence
 
@@ -43,7 +42,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder
+from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder, clean_text
 from alignir.encoders.models import LoadedModel, backbone
 from alignir.encoders.pooling import POOLINGS, pool
 from alignir.encoders.prefix_cache import PrefixCache
@@ -74,18 +73,6 @@ FAMILY_DEFAULTS: dict[str, tuple[str, str]] = {
 }
 
 ROLES = ("query", "document")
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _clean(text: str) -> str:
-    """Lone surrogates (e.g. from ``errors="surrogateescape"`` decoding) -> U+FFFD; the
-    tokenizer cannot encode them."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
 
 
 class PromptEmbedder(Embedder):
@@ -287,7 +274,7 @@ class PromptEmbedder(Embedder):
         do (template, instruction, truncation, pooling) but through ``model`` (e.g. a peft model being
         trained) and with gradients: the differentiable forward of the InfoNCE baseline (one batch;
         an empty text is pooled over its prompt's tokens instead of getting a zero vector)."""
-        ids, pos, _, _ = self.prepare([_clean(t) for t in texts], role)
+        ids, pos, _, _ = self.prepare([clean_text(t) for t in texts], role)
         input_ids, attn, position_ids, pmask = self.collate(ids, pos)
         dev = model.get_input_embeddings().weight.device
         out = backbone(model)(input_ids=input_ids.to(dev), attention_mask=attn.to(dev),
@@ -347,7 +334,7 @@ class PromptEmbedder(Embedder):
         if n == 0:
             self.last_stats = {**stats, "seconds": 0.0}
             return out
-        ids, pos, empty, n_trunc = self.prepare([_clean(t) for t in texts], role)
+        ids, pos, empty, n_trunc = self.prepare([clean_text(t) for t in texts], role)
         stats["n_empty"] = int(empty.sum())
         stats["n_truncated"] = n_trunc
         if stats["n_empty"] and self.empty == "error":

@@ -1,5 +1,9 @@
 """Common inference shell of the trained embedders (AutoRegEmbed, LLM2Comp, GIRCSE): options, adapter by
-path, batching, fingerprint. Training code builds on it, never the reverse."""
+path, batching, fingerprint. Training code builds on it, never the reverse.
+
+As in the prompt families (encoders.embedders.prompteol): empty or whitespace-only texts get an
+all-zero vector (they contain nothing to retrieve by; counted in ``last_stats["n_empty"]``), and
+lone surrogate code points become U+FFFD."""
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
@@ -10,7 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.embedders.base import Embedder
+from alignir.encoders.embedders.base import Embedder, clean_text
 from alignir.encoders.embedders.adapters import adapter_hash, load_adapter
 from alignir.encoders.embedders.generative import init_soft_tokens
 
@@ -49,11 +53,12 @@ class TrainedEmbedder(Embedder):
         self.batch_tokens = int(batch_tokens) if batch_tokens else None
         self.instruction = instruction
         self.progress = progress
+        self.last_stats: dict[str, Any] = {}
         self.adapter = str(adapter) if adapter else None
         self.adapter_meta: dict[str, Any] = {}
         extra: dict[str, torch.Tensor] = {}
         if self.adapter:
-            self.model, extra, self.adapter_meta = load_adapter(loaded.model, self.adapter)
+            self.model, extra, self.adapter_meta = load_adapter(loaded.model, self.adapter, loaded.identity)
             self.adapter_sha = adapter_hash(self.adapter)
         else:
             self.model = loaded.model
@@ -95,9 +100,12 @@ class TrainedEmbedder(Embedder):
         if bad:
             raise InvalidInputError(f"texts must be strings; rows {bad[:10]} are not")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if not texts:
+        live = [i for i, t in enumerate(texts) if t.strip()]  # empty texts keep their zero row
+        self.last_stats = {"n_texts": len(texts), "n_empty": len(texts) - len(live)}
+        if not live:
             return out
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths per batch
+        texts = [clean_text(t) for t in texts]
+        order = sorted(live, key=lambda i: -len(texts[i]))  # similar lengths per batch
         batches, cur = [], []
         for i in order:
             cur.append(i)
@@ -116,7 +124,7 @@ class TrainedEmbedder(Embedder):
         return out
 
     def fingerprint(self) -> dict[str, Any]:
-        return {
+        fp = {
             "family": self.family,
             "model": dict(self.loaded.identity),
             "adapter_sha256": self.adapter_sha,
@@ -124,3 +132,7 @@ class TrainedEmbedder(Embedder):
             "instruction": self.instruction,
             "options": {k: self.options[k] for k in sorted(self.options)},
         }
+        dtype = str(self.loaded.dtype).replace("torch.", "")
+        if dtype != "float32":  # fp32 (the CPU default) leaves existing fingerprints as they were
+            fp["dtype"] = dtype
+        return fp
