@@ -274,7 +274,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     from alignir.encoders.models import load_model
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
-        stored = open_index(index_dir, parts=("sparse",))
+        stored = open_index(index_dir, parts=("sparse", "passages"))  # passages: which documents are deleted
         config = IndexConfig.from_manifest(stored.manifest)
         old = SparseConfig.from_dict(stored.params.get("sparse", {}))
         new = old.with_changes(**changes)
@@ -301,7 +301,8 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
         replace_part(index_dir, "sparse", sparse_index, params=params, extra_arrays=extra,
                      expected=stored.manifest)
-        store_calibration(index_dir, _corpus_texts(index_dir, stored.doc_ids), loaded)  # the sparse leg changed
+        store_calibration(index_dir, _corpus_texts(index_dir, stored.doc_ids, _deleted_ids(stored)),
+                          loaded)  # the sparse leg changed
         return read_manifest(index_dir)
 
 
@@ -311,34 +312,56 @@ def calibrate_index(index_dir: str | Path, source: str | Path | None = None, *, 
     it existed) from its corpus: ``source`` (BEIR folder or .jsonl), default the one the
     manifest records. Loads the model to encode the pseudo-queries; no document is re-encoded."""
     with writer_lock(index_dir, wait=wait):
-        stored = open_index(index_dir, verify=False, parts=())
+        stored = open_index(index_dir, verify=False, parts=("sparse", "passages"))
+        deleted = _deleted_ids(stored)
         if source is None:
-            texts = _corpus_texts(index_dir, stored.doc_ids)
+            texts = _corpus_texts(index_dir, stored.doc_ids, deleted)
             if texts is None:
                 raise InvalidInputError(f"{index_dir}: the corpus it was built from is gone or changed; "
                                         "pass it (--source)")
         else:
-            texts = _indexed_texts(source, stored.doc_ids)
+            texts = _indexed_texts(source, stored.doc_ids, deleted=deleted)
         return store_calibration(index_dir, texts, loaded, device)
 
 
-def _indexed_texts(source: str | Path, doc_ids: Sequence[str], skip_bad: bool = True) -> list[str]:
+def _indexed_texts(source: str | Path, doc_ids: Sequence[str], skip_bad: bool = True,
+                   deleted: frozenset[str] = frozenset()) -> list[str]:
     """The texts of the indexed documents ``doc_ids`` (in that order) from the corpus
-    ``source``; a corpus that lacks one of them is not this index's (InvalidInputError)."""
+    ``source``; a corpus that lacks one of them is not this index's (InvalidInputError),
+    except for ``deleted`` documents (``alignir delete``), whose text is then empty."""
     corpus = read_source(source, skip_bad=skip_bad)
-    missing = [d for d in doc_ids if d not in corpus]
+    missing = [d for d in doc_ids if d not in corpus and d not in deleted]
     if missing:
         raise InvalidInputError(f"{source} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: "
                                 "not the corpus of this index")
-    return [corpus[d].contents for d in doc_ids]
+    return [corpus[d].contents if d in corpus else "" for d in doc_ids]
 
 
-def _corpus_texts(index_dir: str | Path, doc_ids: Sequence[str]) -> list[str] | None:
+def _deleted_numbers(stored: Any) -> np.ndarray:
+    """Doc numbers of the deleted documents (``alignir delete``: no live row left) of an index
+    opened with its sparse (or dense) and passages parts."""
+    if stored.sparse is not None:
+        rows = np.asarray(stored.sparse.live_doc_numbers(), dtype=np.int64)
+    elif stored.dense is not None:
+        rows = np.flatnonzero(~stored.dense.deleted)
+    else:
+        return np.zeros(0, dtype=np.int64)
+    live = rows if stored.passages is None else np.asarray(stored.passages.doc, dtype=np.int64)[rows]
+    return np.setdiff1d(np.arange(stored.n_docs, dtype=np.int64), live)
+
+
+def _deleted_ids(stored: Any) -> frozenset[str]:
+    """Ids of the deleted documents (see :func:`_deleted_numbers`)."""
+    return frozenset(stored.doc_ids[d] for d in _deleted_numbers(stored).tolist())
+
+
+def _corpus_texts(index_dir: str | Path, doc_ids: Sequence[str],
+                  deleted: frozenset[str] = frozenset()) -> list[str] | None:
     """The texts of the indexed documents from the corpus the manifest records (None when it
     is gone or no longer holds them: the calibration is then dropped, not left stale)."""
     src = read_manifest(index_dir).get("build", {}).get("source")
     try:
-        return _indexed_texts(src, doc_ids) if src else None
+        return _indexed_texts(src, doc_ids, deleted=deleted) if src else None
     except (AlignirError, OSError):
         return None
 
@@ -348,10 +371,11 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
                 loaded: Any = None, device: str = "auto") -> dict[str, Any]:
     """Add (or rebuild) the BM25 lexical leg of an existing index from its corpus, without
     re-encoding: ``source`` defaults to the corpus the index was built from (manifest
-    ``build.source``). The corpus must hold every indexed document id; texts are taken in
+    ``build.source``). The corpus must hold every live indexed document id; texts are taken in
     the index's doc-number order. ``calibrate``: then measure the fusion calibration against
     the new leg (loads the model, ``loaded`` if given, to encode the pseudo-queries); without
-    it a stored calibration is dropped (it was measured against the old leg)."""
+    it a stored calibration is dropped (it was measured against the old leg). Deleted
+    documents stay deleted (the corpus need not hold them any more)."""
     from alignir.retrieval.bm25 import lexical_leg
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
@@ -359,10 +383,13 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
         src = source or manifest.get("build", {}).get("source")
         if not src:
             raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
-        stored = open_index(index_dir, verify=False, parts=())
-        texts = _indexed_texts(src, stored.doc_ids, skip_bad=skip_bad)
+        stored = open_index(index_dir, verify=False, parts=("sparse", "passages"))
+        dead = _deleted_numbers(stored)
+        texts = _indexed_texts(src, stored.doc_ids, skip_bad=skip_bad, deleted=_deleted_ids(stored))
         lexical = LexicalConfig(k1=k1, b=b)
         leg = lexical_leg(texts, k1=lexical.k1, b=lexical.b, stem=lexical.stem, stopwords=lexical.stopwords)
+        if dead.size:  # deleted documents stay deleted
+            leg.index.delete(dead)
         config = replace(IndexConfig.from_manifest(manifest), lexical=lexical)
         replace_part(index_dir, "lexical", leg, params={"config": config.to_dict()}, expected=manifest)
         store_calibration(index_dir, texts if calibrate else None, loaded, device)  # a new anchor

@@ -12,6 +12,9 @@ The collection holds, per live document (primary key = the document id)::
                              drop ratio 0: IP with the eq.16 query vector = our sparse score
     bm25        SPARSE_FLOAT_VECTOR  the BM25 document weights of the lexical leg (retrieval/bm25.py);
                              IP with the query's term counts = our BM25 score (only with the leg)
+                             (a document without terms, e.g. only stopwords, holds the
+                             placeholder term ``NO_TERM``, which no query has: Milvus stores
+                             no empty sparse vector)
     title, text VARCHAR      optional (``store_text``)
 
 An index with passages (``build-index --passages``) is exported one entity per passage: ``id``
@@ -54,6 +57,8 @@ from alignir.errors import AlignirError, InvalidInputError
 __all__ = ["MilvusError", "CollectionMismatch", "MilvusCollection", "check_uri", "connect", "export_index",
            "index_manifest", "default_collection_name"]
 
+log = logging.getLogger(__name__)
+
 FORMAT = "alignir-milvus"
 FORMAT_VERSION = 1
 PROPERTY = "alignir.manifest"
@@ -62,6 +67,9 @@ MAX_LIMIT = 16384
 ID_MAX_LENGTH = 1024
 TEXT_MAX_LENGTH = 65535
 FIELDS = {"dense": "dense", "sparse": "sparse", "bm25": "bm25"}  # leg -> vector field
+#: the one term of a document without any (e.g. only stopwords: an empty BM25 vector), which
+#: Milvus cannot store empty; no query has it (the largest index Milvus takes), so it matches nothing
+NO_TERM = 2**32 - 2
 
 
 class MilvusError(AlignirError):
@@ -224,6 +232,8 @@ def _sparse_dict(terms: np.ndarray, weights: np.ndarray, what: str, doc_id: str)
                                 f"Milvus sparse vectors hold only non-negative weights: re-sparsify the index "
                                 f"with doc_weighting 'log1p' or 'relu' before exporting")
     keep = w != 0
+    if not keep.any():  # Milvus refuses an empty sparse vector: a term no query has matches nothing
+        return {NO_TERM: 1.0}
     return dict(zip(np.asarray(terms)[keep].tolist(), w[keep].tolist()))
 
 
@@ -278,8 +288,10 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
     Resumable: when the collection exists and holds the same index (its ``alignir.manifest``
     property equals this index's), only the documents it lacks are inserted; a collection of
     another index is refused unless ``recreate`` (drop and start over). ``contents``: doc id ->
-    (title, text) to store the texts too. ``shards``: the new collection's shard count (Milvus'
-    ``num_shards``, fixed at creation; a cluster spreads inserts over them, Milvus Lite has one).
+    (title, text) to store the texts too (one with none of the live ids is an error; documents it
+    lacks get empty texts, counted as ``missing_contents`` with a warning). ``shards``: the new
+    collection's shard count (Milvus' ``num_shards``, fixed at creation; a cluster spreads
+    inserts over them, Milvus Lite has one).
     Run one export per collection at a time (two concurrent runs may insert a document twice)."""
     from tqdm.auto import tqdm
 
@@ -296,6 +308,7 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
     if long_ids:
         raise InvalidInputError(f"{len(long_ids)} document ids are longer than {ID_MAX_LENGTH} bytes, "
                                 f"e.g. {long_ids[0][:60]!r}...")
+    missing = None if contents is None else _missing_contents(stored, contents)
     name = collection or default_collection_name(index_dir)
     manifest = index_manifest(stored)
     client = connect(uri)
@@ -342,7 +355,23 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
                                                "documents": int(np.unique(stored.passages.doc[live]).size)}
     return {"uri": uri, "collection": name, "documents": int(len(live)), "inserted": int(len(todo)),
             "already_there": int(len(live) - len(todo)), "count": count, "created": created,
-            "lexical": stored.lexical is not None, "texts": store_text, **unit}
+            "lexical": stored.lexical is not None, "texts": store_text, **unit,
+            **({} if missing is None else {"missing_contents": missing})}
+
+
+def _missing_contents(stored: Any, contents: Mapping[str, tuple[str, str]]) -> int:
+    """How many live documents ``contents`` lacks (their texts are stored empty, with a
+    warning); a corpus with none of them is not the index's (InvalidInputError)."""
+    rows = _live_numbers(stored)
+    docs = rows if stored.passages is None else np.unique(stored.passages.doc[rows])
+    lacking = [stored.doc_ids[d] for d in docs.tolist() if stored.doc_ids[d] not in contents]
+    if lacking and len(lacking) == len(docs):
+        raise InvalidInputError(f"the corpus given for the texts holds none of the index's {len(lacking)} doc ids "
+                                f"(e.g. {lacking[0]!r}): is it the corpus the index was built from?")
+    if lacking:
+        log.warning("the corpus given for the texts lacks %d of the index's %d documents (e.g. %r): their "
+                    "title and text are stored empty", len(lacking), len(docs), lacking[0])
+    return len(lacking)
 
 
 def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray:

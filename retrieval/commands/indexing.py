@@ -92,11 +92,7 @@ def build_index_cmd(
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
-        opts = {**embedder_options(embedder_option), "max_length": max_length, "batch_tokens": batch_tokens}
-        if adapter is not None:
-            opts["adapter"] = str(adapter)
-        if instruction is not None:
-            opts["instruction"] = instruction
+        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction)
         dense_opts = {"center": center or whiten is not None, "whiten": whiten, "normalize": normalize}
         manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
@@ -111,6 +107,18 @@ def build_index_cmd(
         as_rows = f" as {rows} passages" if rows is not None else ""
         typer.echo(f"indexed {manifest['counts']['docs']} documents{as_rows} into {index} "
                    f"({postings} postings, {len(skipped)} lines skipped)")
+
+
+def _encoder_options(embedder_option: list[str], max_length: int, batch_tokens: int, adapter: Optional[Path],
+                     instruction: Optional[str]) -> dict:
+    """The embedder options of build-index's (and encode's) flags: the same flags give the same
+    encoder fingerprint, so build-index finds what encode cached."""
+    opts = {**embedder_options(embedder_option), "max_length": max_length, "batch_tokens": batch_tokens}
+    if adapter is not None:
+        opts["adapter"] = str(adapter)
+    if instruction is not None:
+        opts["instruction"] = instruction
+    return opts
 
 
 def search_cmd(
@@ -381,7 +389,12 @@ def encode_cmd(
     source: Path = typer.Argument(..., help="A BEIR folder or a corpus .jsonl."),
     model: str = typer.Option(DEFAULT_MODEL, help="Model spec (as for build-index)."),
     embedder: str = typer.Option("prompteol", help="Embedder family (as for build-index)."),
+    adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (as for build-index)."),
+    embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
+    instruction: Optional[str] = typer.Option(None, help="Default query instruction (as for build-index: "
+                                              "part of the encoder fingerprint)."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
+    passages: str = typer.Option("auto", help=PASSAGES_HELP + " Give build-index the same value."),
     batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
     shard_id: Optional[int] = typer.Option(None, help="Encode only this shard (0-based) ..."),
     shard_num: Optional[int] = typer.Option(None, help="... of this many contiguous shards."),
@@ -395,23 +408,29 @@ def encode_cmd(
     """Encode a corpus (or one shard of it) into the embedding cache, Pyserini-style: run
     shards in separate processes or machines, `alignir cache-merge` their cache folders, then
     `alignir build-index` with the same model/embedder/max-length finds every vector cached.
-    Use the same --max-length/--batch-tokens here as in build-index (max-length is part of the
-    encoder fingerprint)."""
+    Use the same --max-length/--batch-tokens/--passages/--adapter/--embedder-option/--instruction
+    here as in build-index (they make the encoder fingerprint, or the texts encoded: long
+    documents are split into passages as build-index splits them)."""
     setup_logging(verbose)
     with user_errors(verbose):
         from alignir.encoders.cache import EmbeddingCache
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
         from alignir.encoders.shipped import resolve_shipped
-        from alignir.retrieval.indexer import read_source
+        from alignir.retrieval.config import PassageConfig
+        from alignir.retrieval.indexer import CHECKPOINT_EVERY, DEFAULT_EMBEDDER, _passages, read_source
 
+        passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
+        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction)
         texts = read_source(source, skip_bad=skip_bad).texts()
-        model, embedder, opts = resolve_shipped(model, embedder, {})
-        enc = get_embedder(embedder, load_model(model, device=device), max_length=max_length,
-                           batch_tokens=batch_tokens, precision=precision, **opts)
-        H = EmbeddingCache(cache_dir).encode_cached(enc, texts, "document", shard_size=128,
+        model, embedder, opts = resolve_shipped(model, embedder, opts, DEFAULT_EMBEDDER)
+        enc = get_embedder(embedder, load_model(model, device=device), precision=precision, **opts)
+        # the rows build-index encodes: the passages of long documents (same plan, same texts)
+        plan, pmap = _passages(passage_cfg, texts, enc, lambda s: typer.secho(f"• {s}", err=True))
+        H = EmbeddingCache(cache_dir).encode_cached(enc, plan.texts, "document", shard_size=CHECKPOINT_EVERY,
                                                     shard_id=shard_id, shard_num=shard_num)
-        typer.echo(f"encoded {H.shape[0]} of {len(texts)} documents into the cache")
+        what = "passages" if pmap is not None else "documents"
+        typer.echo(f"encoded {H.shape[0]} of {len(plan.texts)} {what} into the cache")
 
 
 def cache_merge_cmd(
