@@ -61,15 +61,8 @@ def export_documents(index_dir: str | Path, out_dir: str | Path, scale: float = 
     live_docs = live if pmap is None else np.unique(pmap.doc[live])
     texts, report = None, {}
     if contents is not None:
-        texts = [contents.get(d) for d in stored.doc_ids]
-        lacking = [stored.doc_ids[d] for d in live_docs if texts[d] is None]
-        if lacking and len(lacking) == len(live_docs):
-            raise InvalidInputError(f"the corpus given for `contents` holds none of the index's {len(lacking)} "
-                                    f"doc ids (e.g. {lacking[0]!r}): is it the corpus the index was built from?")
-        if lacking:
-            log.warning("the corpus given for `contents` lacks %d of the index's %d documents (e.g. %r): "
-                        "their contents are empty", len(lacking), len(live_docs), lacking[0])
-        texts, report = [t or "" for t in texts], {"missing_contents": len(lacking)}
+        report = {"missing_contents": missing_contents(stored.doc_ids, live_docs, contents, "contents")}
+        texts = [contents.get(d) or "" for d in stored.doc_ids]
     if pmap is None:
         summary = write_json_vector_collection(out_dir, [stored.doc_ids[r] for r in live], matrix, term_strings,
                                                contents=None if texts is None else [texts[r] for r in live],
@@ -82,6 +75,20 @@ def export_documents(index_dir: str | Path, out_dir: str | Path, scale: float = 
     summary = write_json_vector_collection(out_dir, ids, matrix, term_strings, contents=texts, scale=scale)
     return {**summary, "passages": summary["docs"], "docs": len(live_docs), "passage_delimiter": delimiter,
             **report}
+
+
+def missing_contents(doc_ids: Sequence[str], docs: np.ndarray, contents: Mapping[str, Any], what: str) -> int:
+    """How many of the documents ``docs`` (doc numbers into ``doc_ids``) the corpus ``contents``
+    lacks: their ``what`` is exported empty, with a warning; a corpus lacking all of them is not
+    the one the index was built from (InvalidInputError)."""
+    lacking = [doc_ids[d] for d in np.asarray(docs).tolist() if doc_ids[d] not in contents]
+    if lacking and len(lacking) == len(docs):
+        raise InvalidInputError(f"the corpus given for the {what} holds none of the index's {len(lacking)} doc ids "
+                                f"(e.g. {lacking[0]!r}): is it the corpus the index was built from?")
+    if lacking:
+        log.warning("the corpus given for the %s lacks %d of the index's %d documents (e.g. %r): exported empty",
+                    what, len(lacking), len(docs), lacking[0])
+    return len(lacking)
 
 
 #: the passage id delimiters tried, in order ("#": Pyserini's --max-passage-delimiter default)

@@ -57,8 +57,6 @@ from alignir.errors import AlignirError, InvalidInputError
 __all__ = ["MilvusError", "CollectionMismatch", "MilvusCollection", "check_uri", "connect", "export_index",
            "index_manifest", "default_collection_name"]
 
-log = logging.getLogger(__name__)
-
 FORMAT = "alignir-milvus"
 FORMAT_VERSION = 1
 PROPERTY = "alignir.manifest"
@@ -308,7 +306,13 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
     if long_ids:
         raise InvalidInputError(f"{len(long_ids)} document ids are longer than {ID_MAX_LENGTH} bytes, "
                                 f"e.g. {long_ids[0][:60]!r}...")
-    missing = None if contents is None else _missing_contents(stored, contents)
+    missing = None
+    if contents is not None:
+        from alignir.retrieval.export import missing_contents
+
+        rows = _live_numbers(stored)
+        docs = rows if stored.passages is None else np.unique(stored.passages.doc[rows])
+        missing = missing_contents(stored.doc_ids, docs, contents, "title and text")
     name = collection or default_collection_name(index_dir)
     manifest = index_manifest(stored)
     client = connect(uri)
@@ -357,21 +361,6 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
             "already_there": int(len(live) - len(todo)), "count": count, "created": created,
             "lexical": stored.lexical is not None, "texts": store_text, **unit,
             **({} if missing is None else {"missing_contents": missing})}
-
-
-def _missing_contents(stored: Any, contents: Mapping[str, tuple[str, str]]) -> int:
-    """How many live documents ``contents`` lacks (their texts are stored empty, with a
-    warning); a corpus with none of them is not the index's (InvalidInputError)."""
-    rows = _live_numbers(stored)
-    docs = rows if stored.passages is None else np.unique(stored.passages.doc[rows])
-    lacking = [stored.doc_ids[d] for d in docs.tolist() if stored.doc_ids[d] not in contents]
-    if lacking and len(lacking) == len(docs):
-        raise InvalidInputError(f"the corpus given for the texts holds none of the index's {len(lacking)} doc ids "
-                                f"(e.g. {lacking[0]!r}): is it the corpus the index was built from?")
-    if lacking:
-        log.warning("the corpus given for the texts lacks %d of the index's %d documents (e.g. %r): their "
-                    "title and text are stored empty", len(lacking), len(docs), lacking[0])
-    return len(lacking)
 
 
 def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray:

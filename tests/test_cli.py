@@ -38,15 +38,6 @@ def doc(i: int, text: str = "retrieval of documents about plants") -> str:
     return json.dumps({"_id": f"d{i}", "title": f"doc {i}", "text": f"{text} {i}"})
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tiny_model):
-    """The tiny random Llama written as a plain HF folder, loadable by `--model PATH`."""
-    folder = tmp_path_factory.mktemp("tiny-hf")
-    tiny_model.model.save_pretrained(folder)
-    tiny_model.tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture()
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))

@@ -28,15 +28,6 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tiny_model):
-    """The tiny random Llama written as a plain HF folder, loadable by `--model PATH`."""
-    folder = tmp_path_factory.mktemp("tiny-hf")
-    tiny_model.model.save_pretrained(folder)
-    tiny_model.tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _parts(cache: Path) -> set[str]:
     return {p.name for p in cache.rglob("part-*")}
 
