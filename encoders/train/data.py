@@ -38,7 +38,7 @@ def doc_text(doc: dict) -> str:
 
 def _read_jsonl(path: Path) -> list[dict]:
     out = []
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:  # -sig: a byte order mark is not part of line 1
         for n, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
@@ -58,16 +58,43 @@ def _beir(folder: Path, split: str):
     if not qrels_file.is_file():
         have = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
         raise InvalidInputError(f"no qrels for split {split!r} in {folder} (have: {have})")
-    corpus = {str(d["_id"]): doc_text(d) for d in _read_jsonl(folder / "corpus.jsonl")}
-    queries = {str(q["_id"]): q.get("text", "") for q in _read_jsonl(folder / "queries.jsonl")}
+    corpus = {_id(d, folder / "corpus.jsonl", n): doc_text(d) for n, d in enumerate(_read_jsonl(folder / "corpus.jsonl"), 1)}
+    queries = {_id(q, folder / "queries.jsonl", n): q.get("text", "")
+               for n, q in enumerate(_read_jsonl(folder / "queries.jsonl"), 1)}
+    return corpus, queries, _read_qrels(qrels_file)
+
+
+def _id(row: dict, path: Path, n: int) -> str:
+    if "_id" not in row:
+        raise InvalidInputError(f"{path}: record {n} has no '_id' field")
+    return str(row["_id"])
+
+
+def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """``{query_id: {doc_id: relevance}}`` of a BEIR qrels tsv (``query-id corpus-id score``, a header
+    line optional); like the evaluation's reader (retrieval/beir.py) it also takes TREC rows
+    (``qid iter docid rel``), space-separated rows and a byte order mark."""
     qrels: dict[str, dict[str, int]] = {}
-    with open(qrels_file, encoding="utf-8") as fh:
-        rows = csv.reader(fh, delimiter="\t")
-        for row in rows:
+    with open(path, encoding="utf-8-sig") as fh:
+        for n, row in enumerate(csv.reader(fh, delimiter="\t"), 1):
+            if len(row) == 1:
+                row = row[0].split()
             if not row or row[0] == "query-id":
                 continue
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
-    return corpus, queries, qrels
+            if len(row) not in (3, 4):
+                raise InvalidInputError(f"{path}:{n}: expected 3 (BEIR: query-id corpus-id score) or 4 (TREC) "
+                                        f"columns, got {len(row)}")
+            qid, did, rel = (row[0], row[1], row[2]) if len(row) == 3 else (row[0], row[2], row[3])
+            try:
+                r = float(rel)
+            except ValueError:
+                if n == 1:  # another header line ("qid docid rel")
+                    continue
+                raise InvalidInputError(f"{path}:{n}: relevance {rel!r} is not an integer") from None
+            if not r.is_integer():
+                raise InvalidInputError(f"{path}:{n}: relevance {rel!r} is not an integer")
+            qrels.setdefault(qid, {})[did] = int(r)
+    return qrels
 
 
 def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int = 1, mine_depth: int = 30,
@@ -118,8 +145,10 @@ def load_triples(path: str | Path) -> list[Pair]:
             p = p[0] if p else None
         if not isinstance(q, str) or not isinstance(p, str):
             raise InvalidInputError(f"{path}:{n}: a triple needs string 'query' and 'positive' fields")
-        negs = [neg] if isinstance(neg, str) else list(neg or [])
-        out.append(Pair(q, p, [str(x) for x in negs]))
+        negs = [neg] if isinstance(neg, str) else neg if isinstance(neg, list) else [] if neg is None else None
+        if negs is None or not all(isinstance(x, str) for x in negs):
+            raise InvalidInputError(f"{path}:{n}: 'negatives' must be a string or a list of strings")
+        out.append(Pair(q, p, list(negs)))
     if not out:
         raise InvalidInputError(f"{path}: no triples")
     return out

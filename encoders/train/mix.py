@@ -11,7 +11,7 @@ from alignir.encoders.train import unsupervised as un
 from alignir.encoders.train.data import Pair, load_pairs
 from alignir.errors import InvalidInputError
 
-__all__ = ["MIX_SOURCES", "FORBIDDEN_SPLITS", "parse_mix", "load_mix"]
+__all__ = ["MIX_SOURCES", "FORBIDDEN_SPLITS", "parse_mix", "load_mix", "negatives_per_pair"]
 
 
 #: pair sources of ``--data-mix``: supervised = the qrels split (or a triples jsonl); title and crop
@@ -44,6 +44,15 @@ def parse_mix(spec: str | None) -> list[tuple[str, int | None]]:
     return out
 
 
+def negatives_per_pair(pairs: list[Pair], requested: int) -> int | dict[str, int]:
+    """The hard negatives the pairs carry: their number when every pair has the same (``requested``
+    for no pairs), else {"min", "max"} (a triples file brings its own; mining may find fewer)."""
+    counts = {len(p.negatives) for p in pairs}
+    if not counts:
+        return requested
+    return counts.pop() if len(counts) == 1 else {"min": min(counts), "max": max(counts)}
+
+
 def load_mix(path: str | Path, spec: str | None = None, split: str = "train", n_negatives: int = 1, seed: int = 0,
              max_examples: int | None = None, corpora: list[str] | None = None) -> tuple[list[Pair], dict]:
     """Pairs of every source of the data mix ``spec`` (see :func:`parse_mix`), concatenated, and a
@@ -66,7 +75,7 @@ def load_mix(path: str | Path, spec: str | None = None, split: str = "train", n_
             if cap and len(got) > cap:
                 keep = sorted(np.random.default_rng([seed, 3]).permutation(len(got))[:cap])
                 got = [got[int(i)] for i in keep]
-            row = {"name": name, "count": len(got), "negatives_per_pair": n_negatives,
+            row = {"name": name, "count": len(got), "negatives_per_pair": negatives_per_pair(got, n_negatives),
                    "qrels_split": split if Path(path).is_dir() else None, "file": None if Path(path).is_dir() else str(path)}
             desc["sources"].append(row)
             pairs.extend(got)
@@ -76,7 +85,8 @@ def load_mix(path: str | Path, spec: str | None = None, split: str = "train", n_
             if corpus not in docs:
                 docs[corpus] = un.load_corpus_docs(corpus)
             got = fn(docs[corpus], n_negatives=n_negatives, seed=seed, max_pairs=cap)
-            desc["sources"].append({"name": name, "corpus": str(corpus), "count": len(got), "negatives_per_pair": n_negatives,
+            desc["sources"].append({"name": name, "corpus": str(corpus), "count": len(got),
+                                    "negatives_per_pair": negatives_per_pair(got, n_negatives),
                                     "from": "corpus.jsonl (no queries, no qrels)", "corpus_docs": len(docs[corpus])})
             pairs.extend(got)
     desc["total"] = len(pairs)

@@ -112,6 +112,8 @@ class TrainConfig:
             raise InvalidInputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not Path(self.data).exists():
             raise InvalidInputError(f"training data {self.data!r} does not exist")
+        if isinstance(self.corpora, (str, Path)):  # one corpus (e.g. --stage-option scl.corpora=DIR), not its characters
+            self.corpora = [str(self.corpora)]
         for c in self.corpora or []:
             if not Path(c).exists():
                 raise InvalidInputError(f"corpus {c!r} does not exist")
