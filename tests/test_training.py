@@ -190,6 +190,32 @@ def test_resume_refuses_a_changed_config(tmp_path, tiny_model, data_files):
     assert train(fresh, loaded=tiny_model)["steps"] == 6  # --no-resume starts over
 
 
+def test_resume_refuses_changed_training_examples(tmp_path, tiny_model, data_files):
+    """The data order comes from the checkpoint: an edited pairs file would silently shift the
+    examples of every remaining step, so it is refused; a checkpoint that predates the examples'
+    hash still resumes."""
+    import shutil
+
+    from alignir.encoders.train.adapter import META_FILE
+    from alignir.errors import InvalidInputError
+
+    pairs = tmp_path / "pairs.jsonl"
+    shutil.copy(data_files["pairs"], pairs)
+    cfg = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4, stop_after=2, save_every=1)
+    train(cfg, loaded=tiny_model)
+    rows = pairs.read_text().splitlines()
+    first = json.loads(rows[0])
+    pairs.write_text("\n".join([json.dumps({**first, "positive": first["positive"] + " (edited)"})] + rows[1:]) + "\n")
+    again = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4)
+    with pytest.raises(InvalidInputError, match="training examples changed since the checkpoint"):
+        train(again, loaded=tiny_model)
+    meta_file = tmp_path / "infonce-contrastive" / "checkpoint" / META_FILE
+    meta = json.loads(meta_file.read_text())
+    assert len(meta.pop("data_sha256")) == 64
+    meta_file.write_text(json.dumps(meta))  # as written before the hash was recorded
+    assert train(again, loaded=tiny_model)["steps"] == 4
+
+
 @pytest.fixture(scope="module")
 def tiny_teacher(tmp_path_factory, tiny_tokenizer):
     """A real (random-init) BERT sentence embedder saved as a folder, the shape of all-MiniLM-L6-v2."""

@@ -198,10 +198,13 @@ def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, fl
 RESUME_FREE = frozenset({"out", "resume", "progress", "save_every", "eval_every", "stop_after", "device"})
 
 
-def check_resumable(ckpt: Path, cfg: TrainConfig) -> None:
+def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None) -> None:
     """Refuse to resume from ``ckpt`` when ``cfg`` differs from the config the checkpoint was
     made with: the optimizer, the schedule (learning rate, total steps) and the data order come
-    from the checkpoint, so a changed setting would be recorded but not used."""
+    from the checkpoint, so a changed setting would be recorded but not used. Likewise when the
+    examples (``data_sha256``, :func:`examples_sha256`) differ from the checkpoint's: an edited
+    pairs file or corpus would silently shift the data order (checkpoints that predate the
+    hash are not checked)."""
     meta_file = ckpt / META_FILE
     saved = json.loads(meta_file.read_text()).get("config") if meta_file.is_file() else None
     if saved is None:
@@ -218,6 +221,25 @@ def check_resumable(ckpt: Path, cfg: TrainConfig) -> None:
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
         raise InvalidInputError(f"cannot resume {ckpt.parent}: its checkpoint was made with other settings ({shown}); "
                                 f"rerun with the checkpoint's settings, or start over with --no-resume")
+    data_then = json.loads(meta_file.read_text()).get("data_sha256")
+    if data_sha256 and data_then and data_then != data_sha256:
+        raise InvalidInputError(f"cannot resume {ckpt.parent}: its training examples changed since the checkpoint "
+                                f"(sha256 {data_then[:12]}… -> {data_sha256[:12]}…: an edited pairs file or corpus?); "
+                                f"restore them, or start over with --no-resume")
+
+
+def examples_sha256(data: list, held: list) -> str:
+    """sha256 of the training and held-out examples in order (pairs or raw texts): a resumed run's
+    data order is the checkpoint's, so it must see the same examples."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in (data, held):
+        for ex in part:
+            row = asdict(ex) if hasattr(ex, "__dataclass_fields__") else ex
+            h.update(json.dumps(row, ensure_ascii=False, sort_keys=True).encode("utf-8", "surrogatepass") + b"\n")
+        h.update(b"\x00")
+    return h.hexdigest()
 
 
 def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta: dict, seconds: float,
@@ -251,6 +273,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     examples, data_desc = _load_data(cfg, kind)
     data, held = split_heldout(examples, cfg.eval_examples, cfg.seed)
     data_desc = {**data_desc, "train": len(data), "heldout": len(held)}
+    data_sha = examples_sha256(data, held)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint"
@@ -262,7 +285,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     extra: dict[str, torch.Tensor] = {}
     resume_from = ckpt if (cfg.resume and (ckpt / "trainer_state.json").is_file()) else None
     if resume_from is not None:
-        check_resumable(resume_from, cfg)
+        check_resumable(resume_from, cfg, data_sha)
     if resume_from is not None:
         peft_model, extra, _ = load_trainable_adapter(model, resume_from)
     elif cfg.init_adapter:
@@ -310,6 +333,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         "method": cfg.method, "stage": cfg.stage, "hp": method.hp, "config": asdict(cfg), "lr": lr,
         "base_model": dict(loaded.identity), "embedder": method.embedder_family(),
         "embedder_options": method.embedder_options(), "n_examples": len(data), "data": data_desc,
+        "data_sha256": data_sha,
         "init_adapter_final_sha256": read_meta(cfg.init_adapter).get("final_weights_sha256") if cfg.init_adapter else None,
     }
     if start == 0:
