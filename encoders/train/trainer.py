@@ -206,13 +206,14 @@ def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None
     pairs file or corpus would silently shift the data order (checkpoints that predate the
     hash are not checked)."""
     meta_file = ckpt / META_FILE
-    saved = json.loads(meta_file.read_text()).get("config") if meta_file.is_file() else None
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    saved = meta.get("config")
     if saved is None:
         raise InvalidInputError(f"{ckpt} holds no training config, so it cannot be checked for resuming; "
                                 f"start over with --no-resume")
     now = json.loads(json.dumps(asdict(cfg), default=str))
     diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
-    lr_then = json.loads(meta_file.read_text()).get("lr")
+    lr_then = meta.get("lr")
     lr_now = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
     if not diff and lr_then is not None and float(lr_then) != float(lr_now):
         diff = ["lr"]  # the same config, but the method's default learning rate changed meanwhile
@@ -221,7 +222,7 @@ def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in diff)
         raise InvalidInputError(f"cannot resume {ckpt.parent}: its checkpoint was made with other settings ({shown}); "
                                 f"rerun with the checkpoint's settings, or start over with --no-resume")
-    data_then = json.loads(meta_file.read_text()).get("data_sha256")
+    data_then = meta.get("data_sha256")
     if data_sha256 and data_then and data_then != data_sha256:
         raise InvalidInputError(f"cannot resume {ckpt.parent}: its training examples changed since the checkpoint "
                                 f"(sha256 {data_then[:12]}… -> {data_sha256[:12]}…: an edited pairs file or corpus?); "
