@@ -195,22 +195,51 @@ def batch_indices(n: int, batch_size: int, seed: int, start_step: int = 0) -> It
     """Endless deterministic batches: epoch e visits a permutation seeded by (seed, e).
 
     Batch s covers stream positions s*B .. s*B+B-1, so resuming at ``start_step`` continues exactly.
+    A batch that spans the end of epoch e-1 and the start of epoch e would hold an example twice if
+    epoch e's permutation starts with one of e-1's last examples (its positive would then be its own
+    in-batch negative); such an example is swapped with the first later one the batch does not hold
+    (:func:`_epoch_order`). Epochs without that clash keep the plain permutation. With
+    ``n < batch_size`` every batch must repeat examples and the permutations are used as they are.
     """
     if n < 1 or batch_size < 1:
         raise InvalidInputError(f"need n >= 1 and batch_size >= 1, got {n}, {batch_size}")
-    perms: dict[int, np.ndarray] = {}
+    orders: dict[int, np.ndarray] = {}
 
-    def at(p: int) -> int:
-        e = p // n
-        if e not in perms:
-            perms.clear()
-            perms[e] = np.random.default_rng([seed, e]).permutation(n)
-        return int(perms[e][p % n])
+    def order(e: int) -> np.ndarray:
+        if e not in orders:
+            first = max((k for k in orders if k < e), default=-1) + 1  # epochs chain: compute the missing ones
+            for k in range(first, e + 1):
+                orders[k] = _epoch_order(n, batch_size, seed, k, orders.get(k - 1))
+            for k in [k for k in orders if k < e - 1]:
+                del orders[k]
+        return orders[e]
 
     step = start_step
     while True:
-        yield [at(p) for p in range(step * batch_size, (step + 1) * batch_size)]
+        yield [int(order(p // n)[p % n]) for p in range(step * batch_size, (step + 1) * batch_size)]
         step += 1
+
+
+def _epoch_order(n: int, batch_size: int, seed: int, epoch: int, previous: np.ndarray | None) -> np.ndarray:
+    """Epoch ``epoch``'s visiting order, given the previous epoch's (None for epoch 0).
+
+    The batch spanning the boundary holds the previous epoch's last ``t = epoch*n mod B`` examples and
+    this epoch's first ``B - t``; each of those first that is among the ``t`` is swapped, in order,
+    with the next later example that is not.
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    tail = (epoch * n) % batch_size
+    if previous is None or tail == 0 or n < batch_size:
+        return order
+    held = set(previous[n - tail:].tolist())
+    j = head = batch_size - tail
+    for i in range(head):
+        if int(order[i]) in held:
+            while int(order[j]) in held:
+                j += 1
+            order[i], order[j] = order[j], order[i]
+            j += 1
+    return order
 
 
 def describe_texts(path: str | Path, texts: list[str]) -> dict:
