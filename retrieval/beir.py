@@ -13,8 +13,9 @@ records them in ``.skipped`` instead.
 """
 from __future__ import annotations
 
-from alignir.errors import InvalidInputError
+from alignir.errors import BeirFormatError, InvalidInputError, QrelsError
 from alignir.index.io import replace_dir
+from alignir.qrels import read_qrels
 
 import json
 import os
@@ -50,24 +51,6 @@ __all__ = [
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 #: Environment variable listing folders (os.pathsep-separated) that hold BEIR datasets.
 DATA_ENV = "ALIGNIR_DATA"
-_MAX_SHOWN = 25
-
-
-class BeirFormatError(InvalidInputError):
-    """A BEIR file is malformed. ``problems`` lists every (line, reason) found."""
-
-    kind = "file"
-
-    def __init__(self, path: str | Path, problems: list[tuple[int, str]]):
-        self.path = str(path)
-        self.problems = list(problems)
-        shown = [f"  line {ln}: {why}" if ln > 0 else f"  {why}" for ln, why in self.problems[:_MAX_SHOWN]]
-        more = len(self.problems) - len(shown)
-        if more > 0:
-            shown.append(f"  ... and {more} more")
-        super().__init__(
-            f"{self.path}: {len(self.problems)} problem(s) in {self.kind}:\n" + "\n".join(shown)
-        )
 
 
 class CorpusError(BeirFormatError):
@@ -76,10 +59,6 @@ class CorpusError(BeirFormatError):
 
 class QueriesError(BeirFormatError):
     kind = "queries"
-
-
-class QrelsError(BeirFormatError):
-    kind = "qrels"
 
 
 class BeirConsistencyWarning(UserWarning):
@@ -254,70 +233,6 @@ def read_queries(path: str | Path, skip_bad: bool = False) -> dict[str, str]:
     if not queries:
         raise QueriesError(p, problems + [(0, "no valid queries")])
     return queries
-
-
-def read_qrels(path: str | Path, split: str = "test") -> dict[str, dict[str, int]]:
-    """Read qrels -> ``{query_id: {doc_id: relevance}}``.
-
-    ``path`` is a BEIR folder (reads ``qrels/{split}.tsv``) or a qrels file. Accepts the
-    BEIR tsv (``query-id corpus-id score``, optional header) and TREC qrels
-    (``qid iter docid rel``), tab or space separated.
-    """
-    p = Path(path)
-    if p.is_dir():
-        qdir = p / "qrels"
-        p = qdir / f"{split}.tsv"
-        if not p.exists():
-            have = sorted(f.stem for f in qdir.glob("*.tsv")) if qdir.is_dir() else []
-            raise FileNotFoundError(
-                f"no qrels for split {split!r}: {p} does not exist"
-                + (f" (available splits: {', '.join(have)})" if have else "")
-            )
-    elif not p.exists():
-        raise FileNotFoundError(f"qrels file not found: {p}")
-    qrels: dict[str, dict[str, int]] = {}
-    problems: list[tuple[int, str]] = []
-    with open(p, "rb") as fh:
-        for ln, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as e:
-                problems.append((ln, f"invalid UTF-8 byte 0x{raw[e.start]:02x} at column {e.start + 1}"))
-                continue
-            if ln == 1:  # a byte order mark ("UTF-8 with BOM") is not part of the first query id
-                line = line.removeprefix("\ufeff").strip()
-            if not line:
-                continue
-            cols = line.split()
-            if len(cols) == 3:
-                qid, did, rel = cols
-            elif len(cols) == 4:
-                qid, _, did, rel = cols
-            else:
-                problems.append((ln, f"expected 3 (BEIR) or 4 (TREC) columns, got {len(cols)}"))
-                continue
-            try:
-                r = int(rel)
-            except ValueError:
-                try:
-                    r = int(float(rel)) if float(rel).is_integer() else None
-                except ValueError:
-                    r = None
-                if r is None:
-                    if ln == 1:  # header line ("query-id corpus-id score")
-                        continue
-                    problems.append((ln, f"relevance {rel!r} is not an integer"))
-                    continue
-            prev = qrels.setdefault(qid, {}).get(did)
-            if prev is not None and prev != r:
-                problems.append((ln, f"({qid}, {did}) judged twice with different relevance ({prev} vs {r})"))
-                continue
-            qrels[qid][did] = r
-    if problems:
-        raise QrelsError(p, problems)
-    if not qrels:
-        raise QrelsError(p, [(0, "no judgements")])
-    return qrels
 
 
 @dataclass

@@ -44,10 +44,10 @@ def test_train_qrels_read_as_the_evaluation_reads_them(beir, qrels, encoding):
 
 def test_malformed_train_input_is_a_clear_error(beir, tmp_path):
     (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\n")
-    with pytest.raises(ValueError, match=r"train.tsv:2: expected 3 .* got 2"):
+    with pytest.raises(ValueError, match=r"train.tsv: 1 problem.*\n  line 2: expected 3 .* got 2"):
         load_beir_pairs(beir, "train", n_negatives=0)
     (beir / "qrels" / "train.tsv").write_text("q0\td0\t1\nq1\td1\thigh\n")
-    with pytest.raises(ValueError, match=r"train.tsv:2: relevance 'high'"):
+    with pytest.raises(ValueError, match=r"train.tsv: 1 problem.*\n  line 2: relevance 'high'"):
         load_beir_pairs(beir, "train", n_negatives=0)
     (beir / "queries.jsonl").write_text('{"id": "q0", "text": "x"}\n')
     with pytest.raises(ValueError, match=r"queries.jsonl: record 1 has no '_id'"):

@@ -11,8 +11,8 @@ Sources:
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
+from alignir.qrels import read_qrels
 
-import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,40 +61,13 @@ def _beir(folder: Path, split: str):
     corpus = {_id(d, folder / "corpus.jsonl", n): doc_text(d) for n, d in enumerate(_read_jsonl(folder / "corpus.jsonl"), 1)}
     queries = {_id(q, folder / "queries.jsonl", n): q.get("text", "")
                for n, q in enumerate(_read_jsonl(folder / "queries.jsonl"), 1)}
-    return corpus, queries, _read_qrels(qrels_file)
+    return corpus, queries, read_qrels(qrels_file)
 
 
 def _id(row: dict, path: Path, n: int) -> str:
     if "_id" not in row:
         raise InvalidInputError(f"{path}: record {n} has no '_id' field")
     return str(row["_id"])
-
-
-def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """``{query_id: {doc_id: relevance}}`` of a BEIR qrels tsv (``query-id corpus-id score``, a header
-    line optional); like the evaluation's reader (retrieval/beir.py) it also takes TREC rows
-    (``qid iter docid rel``), space-separated rows and a byte order mark."""
-    qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8-sig") as fh:
-        for n, row in enumerate(csv.reader(fh, delimiter="\t"), 1):
-            if len(row) == 1:
-                row = row[0].split()
-            if not row or row[0] == "query-id":
-                continue
-            if len(row) not in (3, 4):
-                raise InvalidInputError(f"{path}:{n}: expected 3 (BEIR: query-id corpus-id score) or 4 (TREC) "
-                                        f"columns, got {len(row)}")
-            qid, did, rel = (row[0], row[1], row[2]) if len(row) == 3 else (row[0], row[2], row[3])
-            try:
-                r = float(rel)
-            except ValueError:
-                if n == 1:  # another header line ("qid docid rel")
-                    continue
-                raise InvalidInputError(f"{path}:{n}: relevance {rel!r} is not an integer") from None
-            if not r.is_integer():
-                raise InvalidInputError(f"{path}:{n}: relevance {rel!r} is not an integer")
-            qrels.setdefault(qid, {})[did] = int(r)
-    return qrels
 
 
 def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int = 1, mine_depth: int = 30,

@@ -47,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "FingerprintMismatch": "alignir.index.store",
     "IndexWriteError": "alignir.index.store",
     "IndexReadError": "alignir.index.store",
-    "BeirFormatError": "alignir.retrieval.beir",
+    "BeirFormatError": "alignir.errors",
     "ModelNotFoundError": "alignir.encoders.models",
 }
 

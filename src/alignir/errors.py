@@ -9,7 +9,11 @@ existing ``except ValueError`` code keeps working.
 """
 from __future__ import annotations
 
-__all__ = ["AlignirError", "InvalidInputError"]
+from pathlib import Path
+
+__all__ = ["AlignirError", "InvalidInputError", "BeirFormatError", "QrelsError"]
+
+_MAX_SHOWN = 25
 
 
 class AlignirError(Exception):
@@ -18,3 +22,24 @@ class AlignirError(Exception):
 
 class InvalidInputError(AlignirError, ValueError):
     """A value passed by the user (an option, a file's content, a query) is not allowed."""
+
+
+class BeirFormatError(InvalidInputError):
+    """A BEIR file is malformed. ``problems`` lists every (line, reason) found."""
+
+    kind = "file"
+
+    def __init__(self, path: str | Path, problems: list[tuple[int, str]]):
+        self.path = str(path)
+        self.problems = list(problems)
+        shown = [f"  line {ln}: {why}" if ln > 0 else f"  {why}" for ln, why in self.problems[:_MAX_SHOWN]]
+        more = len(self.problems) - len(shown)
+        if more > 0:
+            shown.append(f"  ... and {more} more")
+        super().__init__(
+            f"{self.path}: {len(self.problems)} problem(s) in {self.kind}:\n" + "\n".join(shown)
+        )
+
+
+class QrelsError(BeirFormatError):
+    kind = "qrels"
