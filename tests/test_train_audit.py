@@ -9,12 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from alignir.encoders.train.data import batch_indices, load_beir_pairs, load_triples
+from alignir.encoders.train.data import batch_indices, load_beir_pairs, load_triples, queries_shared_with_test
 from alignir.encoders.train.mix import load_mix
 from alignir.encoders.train.stages import stage_configs
 from alignir.encoders.train.trainer import TrainConfig, train
+from alignir.qrels import read_qrels
 
-from conftest import TINY_CORPUS, TRAIN_QUERIES, train_config, train_log, train_losses, write_corpus, write_queries
+from conftest import ROOT, TINY_CORPUS, TRAIN_QUERIES, train_config, train_log, train_losses, write_corpus, write_queries
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,6 +41,34 @@ def test_train_qrels_read_as_the_evaluation_reads_them(beir, qrels, encoding):
     (beir / "qrels" / "train.tsv").write_bytes(qrels.encode(encoding))
     got = load_beir_pairs(beir, "train", n_negatives=0)
     assert [(p.query, p.positive) for p in got] == list(zip(TRAIN_QUERIES[:3], TINY_CORPUS[:3]))
+
+
+def test_a_train_query_that_is_also_a_test_query_never_trains(beir):
+    """BEIR's SciFact has train 871 = test 870 and train 1291 = test 1292 (same text, same relevant doc)."""
+    write_queries(beir / "queries.jsonl", TRAIN_QUERIES[:4] + ["  Stock  MARKET rates "])  # q4 = q1, case/space
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t1\nq2\td2\t1\n")
+    before = load_beir_pairs(beir, "train", n_negatives=1, mine_depth=3)
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq4\td1\t1\nq3\td3\t1\n")
+    after = load_beir_pairs(beir, "train", n_negatives=1, mine_depth=3)
+    assert [p.query for p in after] == [TRAIN_QUERIES[0], TRAIN_QUERIES[2]]
+    assert after == [before[0], before[2]]  # the other pairs, negatives included, are unchanged
+    pairs, desc = load_mix(beir, "supervised", n_negatives=1)
+    assert desc["sources"][0]["dropped_test_queries"] == ["q1"] and len(pairs) == 2
+    assert load_beir_pairs(beir, "test", n_negatives=0)  # the test split itself is not filtered
+    (beir / "qrels" / "train.tsv").write_text("q1\td1\t1\n")
+    with pytest.raises(ValueError, match="also a test query"):
+        load_beir_pairs(beir, "train", n_negatives=0)
+
+
+def test_scifact_train_pairs_hold_no_test_query():
+    folder = ROOT.parent / "shared" / "datasets" / "scifact"
+    if not folder.is_dir():
+        pytest.skip("../shared/datasets/scifact is not beside the repo")
+    assert queries_shared_with_test(folder) == ["871", "1291"]
+    test = {json.loads(line)["_id"]: json.loads(line)["text"] for line in open(folder / "queries.jsonl")}
+    test_texts = {test[q] for q in read_qrels(folder, "test")}
+    pairs = load_beir_pairs(folder, "train", n_negatives=0)
+    assert len(pairs) == 919 - 2 and not {p.query for p in pairs} & test_texts
 
 
 def test_malformed_train_input_is_a_clear_error(beir, tmp_path):

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["Pair", "load_beir_pairs", "load_triples", "load_texts", "load_pairs", "batch_indices", "doc_text",
+__all__ = ["Pair", "load_beir_pairs", "queries_shared_with_test", "load_triples", "load_texts", "load_pairs", "batch_indices", "doc_text",
            "describe_texts"]
 
 
@@ -70,12 +70,37 @@ def _id(row: dict, path: Path, n: int) -> str:
     return str(row["_id"])
 
 
+def queries_shared_with_test(folder: str | Path, split: str = "train") -> list[str]:
+    """Ids of ``split``'s judged queries whose text is a query judged in the folder's test split.
+
+    Texts are compared case-folded with whitespace collapsed. BEIR's SciFact has two: train 871 =
+    test 870 and train 1291 = test 1292, each with the same relevant document; training on them
+    would train on the test set. Empty for the test split itself or a folder without test qrels.
+    """
+    folder = Path(folder)
+    test_file = folder / "qrels" / "test.tsv"
+    if split == "test" or not test_file.is_file():
+        return []
+    _, queries, qrels = _beir(folder, split)
+    test_texts = {_normal(queries[q]) for q in read_qrels(test_file) if q in queries}
+    return sorted((q for q in qrels if q in queries and _normal(queries[q]) in test_texts), key=lambda s: (len(s), s))
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
 def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int = 1, mine_depth: int = 30,
                     seed: int = 0, max_queries: int | None = None) -> list[Pair]:
     """Pairs from a BEIR split; ``n_negatives`` BM25 hard negatives per pair, drawn (seeded) from the
-    top ``mine_depth`` BM25 documents that are not relevant to the query."""
+    top ``mine_depth`` BM25 documents that are not relevant to the query.
+
+    Queries whose text is also a test query (:func:`queries_shared_with_test`) give no pairs; they
+    are dropped after the negatives are drawn, so every other pair is what it would be with them.
+    """
     folder = Path(folder)
     corpus, queries, qrels = _beir(folder, split)
+    shared = set(queries_shared_with_test(folder, split))
     qids = [q for q in sorted(qrels, key=lambda s: (len(s), s)) if q in queries and any(v > 0 for v in qrels[q].values())]
     if max_queries:
         qids = qids[:max_queries]
@@ -103,7 +128,10 @@ def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int =
                 continue
             cands = mined[q]
             pick = rng.choice(len(cands), size=min(n_negatives, len(cands)), replace=False) if cands else []
-            pairs.append(Pair(queries[q], corpus[d], [corpus[cands[int(i)]] for i in pick]))
+            if q not in shared:
+                pairs.append(Pair(queries[q], corpus[d], [corpus[cands[int(i)]] for i in pick]))
+    if not pairs:
+        raise InvalidInputError(f"every judged query of {folder} split {split!r} is also a test query")
     return pairs
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from alignir.encoders.train import unsupervised as un
-from alignir.encoders.train.data import Pair, load_pairs
+from alignir.encoders.train.data import Pair, load_pairs, queries_shared_with_test
 from alignir.errors import InvalidInputError
 
 __all__ = ["MIX_SOURCES", "FORBIDDEN_SPLITS", "parse_mix", "load_mix", "negatives_per_pair"]
@@ -77,6 +77,8 @@ def load_mix(path: str | Path, spec: str | None = None, split: str = "train", n_
                 got = [got[int(i)] for i in keep]
             row = {"name": name, "count": len(got), "negatives_per_pair": negatives_per_pair(got, n_negatives),
                    "qrels_split": split if Path(path).is_dir() else None, "file": None if Path(path).is_dir() else str(path)}
+            if Path(path).is_dir():
+                row["dropped_test_queries"] = queries_shared_with_test(path, split)
             desc["sources"].append(row)
             pairs.extend(got)
             continue
