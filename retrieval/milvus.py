@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -287,7 +288,9 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
     property equals this index's), only the documents it lacks are inserted; a collection of
     another index is refused unless ``recreate`` (drop and start over). ``contents``: doc id ->
     (title, text) to store the texts too (one with none of the live ids is an error; documents it
-    lacks get empty texts, counted as ``missing_contents`` with a warning). ``shards``: the new
+    lacks get empty texts, counted as ``missing_contents`` with a warning; a title or text longer
+    than Milvus' VARCHAR limit of 65,535 bytes is stored cut at a character boundary, counted as
+    ``clipped_texts`` with a warning, while the index still scores the whole). ``shards``: the new
     collection's shard count (Milvus' ``num_shards``, fixed at creation; a cluster spreads
     inserts over them, Milvus Lite has one).
     Run one export per collection at a time (two concurrent runs may insert a document twice)."""
@@ -342,15 +345,19 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         todo = np.array([d for d in live.tolist() if d not in have], dtype=np.int64)
         bar = tqdm(total=len(live), initial=len(live) - len(todo), desc=f"export to Milvus {name}",
                    unit="doc", disable=not progress)
+        clipped: list[str] = []
         for start in range(0, len(todo), batch_size):
             nums = todo[start:start + batch_size]
-            rows = _rows(stored, nums, contents if store_text else None)
+            rows = _rows(stored, nums, contents if store_text else None, clipped)
             client.insert(name, rows)
             bar.update(len(nums))
         bar.close()
         if len(todo):
             client.flush(name)
         count = _count(client, name)
+        if clipped:
+            warnings.warn(f"{len(clipped)} stored texts were longer than Milvus' {TEXT_MAX_LENGTH:,} bytes and were "
+                          f"cut (e.g. {clipped[0]!r}); the index scores them whole", stacklevel=2)
     except _client_errors() as e:
         raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
     finally:
@@ -360,7 +367,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
     return {"uri": uri, "collection": name, "documents": int(len(live)), "inserted": int(len(todo)),
             "already_there": int(len(live) - len(todo)), "count": count, "created": created,
             "lexical": stored.lexical is not None, "texts": store_text, **unit,
-            **({} if missing is None else {"missing_contents": missing})}
+            **({} if missing is None else {"missing_contents": missing}),
+            **({"clipped_texts": len(clipped)} if store_text else {})}
 
 
 def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray:
@@ -371,8 +379,10 @@ def _dense_rows(dense: Any, vectors: np.ndarray, nums: np.ndarray) -> np.ndarray
     return dense.transform_queries(np.asarray(vectors[nums], dtype=np.float32))
 
 
-def _rows(stored: Any, nums: np.ndarray, contents: Mapping[str, tuple[str, str]] | None) -> list[dict]:
-    """The entities of rows ``nums`` (documents, or passages in an index with passages)."""
+def _rows(stored: Any, nums: np.ndarray, contents: Mapping[str, tuple[str, str]] | None,
+          clipped: list[str] | None = None) -> list[dict]:
+    """The entities of rows ``nums`` (documents, or passages in an index with passages); the ids of
+    rows whose stored title or text had to be cut are appended to ``clipped``."""
     dense = _dense_rows(stored.dense, stored.dense_vectors, nums)
     pmap = stored.passages
     rows = []
@@ -392,6 +402,8 @@ def _rows(stored: Any, nums: np.ndarray, contents: Mapping[str, tuple[str, str]]
                 whole = f"{title} {text}".strip()
                 title, text = (title if int(pmap.ordinal[r]) == 0 else ""), whole[start:end]
             row["title"], row["text"] = _clip_utf8(title), _clip_utf8(text)
+            if clipped is not None and (row["title"] != title or row["text"] != text):
+                clipped.append(row["id"])
         rows.append(row)
     return rows
 

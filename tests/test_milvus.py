@@ -230,6 +230,22 @@ def test_store_text_keeps_titles_and_texts(built, tmp_path):
         export_index(built / "idx", uri, "with_text", progress=False)
 
 
+def test_store_text_over_the_varchar_limit_is_cut_and_reported(built, tmp_path):
+    uri = str(tmp_path / "t.db")
+    contents = {f"d{i}": (f"title {i}", t) for i, t in enumerate(TEXTS)}
+    contents["d2"] = ("title 2", "\u00e9" * 40_000)  # 80,000 bytes of UTF-8; Milvus VARCHAR holds 65,535
+    with pytest.warns(UserWarning, match="1 stored texts were longer than Milvus' 65,535 bytes"):
+        summary = export_index(built / "idx", uri, "long_text", contents=contents, progress=False)
+    assert summary["clipped_texts"] == 1 and summary["count"] == len(TEXTS)
+    client = connect(uri)
+    try:
+        rows = client.query("long_text", filter='id in ["d2", "d3"]', output_fields=["id", "text"])
+    finally:
+        client.close()
+    got = {r["id"]: r["text"] for r in rows}
+    assert got["d2"] == "\u00e9" * 32_767 and got["d3"] == TEXTS[3]  # cut at a character boundary
+
+
 @pytest.mark.parametrize("uri, match", [
     ("", "empty"),
     ("index.sqlite", "end in .db"),
