@@ -301,7 +301,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         extra = term_map_arrays(sparsifier.term_map) if term_map is None else None
         replace_part(index_dir, "sparse", sparse_index, params=params, extra_arrays=extra,
                      expected=stored.manifest)
-        store_calibration(index_dir, _corpus_texts(index_dir, stored.doc_ids, _deleted_ids(stored)),
+        store_calibration(index_dir, _corpus_texts(index_dir, stored.doc_ids, deleted_ids(stored)),
                           loaded)  # the sparse leg changed
         return read_manifest(index_dir)
 
@@ -313,7 +313,7 @@ def calibrate_index(index_dir: str | Path, source: str | Path | None = None, *, 
     manifest records. Loads the model to encode the pseudo-queries; no document is re-encoded."""
     with writer_lock(index_dir, wait=wait):
         stored = open_index(index_dir, verify=False, parts=("sparse", "passages"))
-        deleted = _deleted_ids(stored)
+        deleted = deleted_ids(stored)
         if source is None:
             texts = _corpus_texts(index_dir, stored.doc_ids, deleted)
             if texts is None:
@@ -337,7 +337,7 @@ def _indexed_texts(source: str | Path, doc_ids: Sequence[str], skip_bad: bool = 
     return [corpus[d].contents if d in corpus else "" for d in doc_ids]
 
 
-def _deleted_numbers(stored: Any) -> np.ndarray:
+def deleted_numbers(stored: Any) -> np.ndarray:
     """Doc numbers of the deleted documents (``alignir delete``: no live row left) of an index
     opened with its sparse (or dense) and passages parts."""
     if stored.sparse is not None:
@@ -350,9 +350,9 @@ def _deleted_numbers(stored: Any) -> np.ndarray:
     return np.setdiff1d(np.arange(stored.n_docs, dtype=np.int64), live)
 
 
-def _deleted_ids(stored: Any) -> frozenset[str]:
-    """Ids of the deleted documents (see :func:`_deleted_numbers`)."""
-    return frozenset(stored.doc_ids[d] for d in _deleted_numbers(stored).tolist())
+def deleted_ids(stored: Any) -> frozenset[str]:
+    """Ids of the deleted documents (see :func:`deleted_numbers`)."""
+    return frozenset(stored.doc_ids[d] for d in deleted_numbers(stored).tolist())
 
 
 def _corpus_texts(index_dir: str | Path, doc_ids: Sequence[str],
@@ -384,8 +384,8 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
         if not src:
             raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
         stored = open_index(index_dir, verify=False, parts=("sparse", "passages"))
-        dead = _deleted_numbers(stored)
-        texts = _indexed_texts(src, stored.doc_ids, skip_bad=skip_bad, deleted=_deleted_ids(stored))
+        dead = deleted_numbers(stored)
+        texts = _indexed_texts(src, stored.doc_ids, skip_bad=skip_bad, deleted=deleted_ids(stored))
         lexical = LexicalConfig(k1=k1, b=b)
         leg = lexical_leg(texts, k1=lexical.k1, b=lexical.b, stem=lexical.stem, stopwords=lexical.stopwords)
         if dead.size:  # deleted documents stay deleted

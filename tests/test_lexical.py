@@ -407,5 +407,11 @@ def test_cli_lexical_cycle(tmp_path, monkeypatch, tiny_model):
     assert set(metrics) == {"hybrid", "sparse", "dense", "bm25", "dense+bm25", "sparse+bm25",
                             "dense+sparse+bm25", "bm25s"}
     assert metrics["bm25"] == metrics["bm25s"]
+    assert run("delete", "d1", "--index", idx).exit_code == 0  # q1's relevant document
+    out = tmp_path / "after.trec"
+    r = run("eval", "--index", idx, "--dataset", beir, "--json", "--bm25", "--mode", "bm25", "--run", out)
+    metrics = json.loads(r.stdout)["metrics"]
+    assert metrics["bm25"] == metrics["bm25s"]  # the anchor ranks the index's live documents, as the leg does
+    assert "d1" not in out.with_name("after.bm25s.trec").read_text().split()
     r = run("eval", "--index", idx, "--dataset", beir, "--mode", "bm25+bm25")
     assert r.exit_code != 0 and "unknown mode" in r.output

@@ -5,7 +5,7 @@ from alignir.errors import InvalidInputError
 
 import hashlib
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -69,6 +69,18 @@ def parse_weights(text: str | None) -> dict[str, float] | None:
     return out
 
 
+def _indexed_corpus(stored: Any, corpus: Any) -> dict:
+    """The documents of ``corpus`` that the index holds live: the BM25 anchor ranks the collection the
+    legs rank (not documents deleted from it with ``alignir delete``, nor ones it was never built on)."""
+    from alignir.retrieval.indexer import deleted_ids
+
+    deleted = deleted_ids(stored)
+    kept = {d: corpus[d] for d in stored.doc_ids if d in corpus and d not in deleted}
+    if not kept:
+        raise InvalidInputError(f"{stored.path}: none of its documents is in the dataset's corpus")
+    return kept
+
+
 def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Path],
               top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
               bm25: bool, progress: bool = True, weights: Optional[dict] = None,
@@ -89,7 +101,7 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
 
         from alignir.retrieval.metrics import drop_self_hits, self_hits_apply
 
-        run_bm25 = bm25_run(data.corpus, data.queries, k=top, show_progress=progress)
+        run_bm25 = bm25_run(_indexed_corpus(searcher.index, data.corpus), data.queries, k=top, show_progress=progress)
         # the bm25s anchor is "bm25" unless the index's own bm25 leg already is
         name = "bm25s" if "bm25" in out["runs"] else "bm25"
         runs_bm25 = {name: drop_self_hits(run_bm25) if self_hits_apply(data.name) else run_bm25}
@@ -142,7 +154,7 @@ def eval_cmd(
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in fusion."),
     weights: Optional[str] = typer.Option(None, help=WEIGHTS_HELP),
     passage_agg: Optional[str] = typer.Option(None, "--passage-agg", help=PASSAGE_AGG_HELP),
-    bm25: bool = typer.Option(False, help="Add a BM25 (bm25s) row from the same harness (named "
+    bm25: bool = typer.Option(False, help="Add a BM25 (bm25s) row from the same harness, over the index's live documents (named "
                               "bm25s when the index's own bm25 mode is evaluated too)."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
     backend: str = BACKEND_OPT,
