@@ -101,3 +101,23 @@ def test_adapter_on_another_base_model_is_an_error_or_a_warning(tiny_model, tmp_
     # an adapter without a recorded base model (older or hand-made) still loads
     bare = _lora(tiny_model.model, tmp_path / "bare", None)
     GircseEmbedder(other, adapter=bare)
+
+
+def test_infonce_adapter_queries_get_the_instruction_it_was_trained_with(tiny_model, tmp_path):
+    """``alignir train infonce --set instruction=scifact`` trains queries with that instruction; the
+    embedder reading its adapter must put it in front of queries too (as the trained families do)."""
+    from alignir.encoders.templates import resolve_instruction
+    from alignir.encoders.train.adapter import add_lora, save_adapter
+
+    torch.manual_seed(1)
+    pm = add_lora(copy.deepcopy(tiny_model.model), r=4, alpha=8)
+    meta = {"method": "infonce", "hp": {"instruction": "scifact"}, "embedder_options": {"instruction": "scifact"},
+            "base_model": dict(tiny_model.identity)}
+    adapter = str(save_adapter(pm, tmp_path / "lora", None, meta))
+    default = get_embedder("infonce", tiny_model, adapter=adapter, progress=False)
+    assert default.instructions["query"] == resolve_instruction("scifact") != resolve_instruction(None)
+    explicit = get_embedder("infonce", tiny_model, adapter=adapter, instruction="scifact", progress=False)
+    np.testing.assert_array_equal(default.encode_queries(TINY_CORPUS[:2]), explicit.encode_queries(TINY_CORPUS[:2]))
+    other = get_embedder("infonce", tiny_model, adapter=adapter, instruction="Find the answer.", progress=False)
+    assert other.instructions["query"] == "Find the answer."
+    assert default.instructions["document"] == resolve_instruction(None)  # documents get none, as in training

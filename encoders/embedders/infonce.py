@@ -16,16 +16,25 @@ __all__ = ["InfoNCEEmbedder"]
 
 
 class InfoNCEEmbedder(PromptEOLEmbedder):
-    """PromptEOL embedder reading through an InfoNCE-trained LoRA adapter (``adapter=DIR``)."""
+    """PromptEOL embedder reading through an InfoNCE-trained LoRA adapter (``adapter=DIR``).
+
+    Queries get the instruction the adapter was trained with (``alignir train infonce --set
+    instruction=...``, saved in its ``embedder_options``) unless ``instruction`` is given.
+    """
 
     family = "prompteol"
 
     def __init__(self, loaded, *, adapter: str | None = None, **options: Any) -> None:
-        super().__init__(loaded, **options)
         self.adapter = str(adapter) if adapter else None
         self.adapter_sha = None
+        self.adapter_meta: dict[str, Any] = {}
         if self.adapter:
             self._peft, _, self.adapter_meta = load_adapter(loaded.model, self.adapter, loaded.identity)
+        trained = self.adapter_meta.get("embedder_options") or {}
+        if options.get("instruction") is None and trained.get("instruction"):
+            options["instruction"] = trained["instruction"]  # the query instruction it was trained with
+        super().__init__(loaded, **options)
+        if self.adapter:
             self._backbone = backbone(self._peft)
             self.adapter_sha = adapter_hash(self.adapter)
 
