@@ -377,10 +377,12 @@ class DenseIndex:
                 if tied.size:
                     cand = np.arange(self.n_docs) if mask is None else np.flatnonzero(mask)
                     d[tied], s[tied] = self._exact(qt[tied], cand, kk)
-            if mask is not None and not flat:
+            if not flat:
                 short = np.flatnonzero((d >= 0).sum(axis=1) < kk)
-                if short.size:  # approximate search missed qualifying docs: exact refill
-                    d[short], s[short] = self._exact(qt[short], np.flatnonzero(mask), kk)
+                if short.size:  # approximate search missed qualifying docs (the probed IVF lists or
+                    # the HNSW beam held fewer than k, filter or not): exact refill
+                    cand = np.arange(self.n_docs) if mask is None else np.flatnonzero(mask)
+                    d[short], s[short] = self._exact(qt[short], cand, kk)
         docs[:, :kk] = d
         scores[:, :kk] = s
         missing = docs < 0

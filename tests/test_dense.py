@@ -115,6 +115,20 @@ def test_hnsw_filtered_search_refills_when_the_graph_misses_allowed_docs():
     np.testing.assert_allclose(scores, rs, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("kind,opts", [("ivfpq", {"nlist": 16, "pq_m": 4, "pq_nbits": 6, "nprobe": 1}),
+                                        ("hnsw", {"hnsw_m": 4, "ef_construction": 8, "ef_search": 1})])
+def test_unfiltered_approximate_search_returns_k_hits_when_the_probe_holds_fewer(kind, opts):
+    """nprobe 1 of 16 IVF lists holds ~N/16 documents, fewer than k: the result must still hold k
+    documents (the exact refill a filtered search already had), the same as with every doc allowed."""
+    idx = DenseIndex.build(X, kind=kind, exact_below=0, **opts)
+    k = N // 4
+    docs, scores = idx.search(Q, k)
+    assert (docs >= 0).all() and np.isfinite(scores).all()
+    assert all(len(set(row)) == k for row in docs.tolist())
+    every = idx.search(Q, k, allowed=np.arange(N))
+    np.testing.assert_array_equal(docs, every[0])
+
+
 def test_empty_allowed_and_small_collections_pad():
     idx = DenseIndex.build(X[:3])
     d, s = idx.search(Q[:2], 5)
