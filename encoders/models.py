@@ -353,6 +353,25 @@ def _weights_sha256(folder: Path) -> str:
     return h.hexdigest()
 
 
+#: the files a Hugging Face tokenizer is built from (whichever of them a folder holds)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model")
+
+
+def _tokenizer_sha256(folder: Path) -> str | None:
+    """Combined sha256 over a HF folder's tokenizer files (names + contents); None if it has none.
+
+    Part of the model's identity beside the weights' hash: the sparse legs read token ids, so
+    a folder whose tokenizer changed is another encoder even with the same weights."""
+    files = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()]
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode() + b"\0" + file_sha256(p, memo=False).encode() + b"\n")
+    return h.hexdigest()
+
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+(@[\w.\-/]+)?$")
 
 
@@ -406,6 +425,9 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
         if (path / "config.json").is_file():
             tok, model = _hf_load(str(path), dtype=dt)
             identity = {"name": path.name, "source": str(path.resolve()), "sha256": _weights_sha256(path)}
+            tokenizer_sha = _tokenizer_sha256(path)
+            if tokenizer_sha:
+                identity["tokenizer_sha256"] = tokenizer_sha
             return wrap_model(path.name, tok, model, identity, dev)
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1:

@@ -72,7 +72,8 @@ def check_encoder(stored: Any, embedder: Any, allow_precision_mismatch: bool = F
     ``allow_precision_mismatch``: accept an encoder that differs in its precision only (an
     fp32 query encoder on an int8 index or the reverse), with a warning: its vectors differ
     slightly from the ones the index was built with."""
-    stored_fp, query_fp = normalize_fingerprint(stored.fingerprint), doc_encoder_fingerprint(embedder)
+    stored_fp = normalize_fingerprint(stored.fingerprint)
+    query_fp = _without_unrecorded_tokenizer(stored_fp, doc_encoder_fingerprint(embedder))
     a, b = _precision(stored_fp), _precision(query_fp)
     if a != b:
         if not allow_precision_mismatch:
@@ -82,6 +83,23 @@ def check_encoder(stored: Any, embedder: Any, allow_precision_mismatch: bool = F
                     "from the documents' encoding", b, a)
         stored_fp, query_fp = _without_precision(stored_fp), _without_precision(query_fp)
     check_fingerprint({"encoder": stored_fp}, query_fp)
+
+
+def _without_unrecorded_tokenizer(stored_fp: dict[str, Any], query_fp: dict[str, Any]) -> dict[str, Any]:
+    """``query_fp`` without its model's tokenizer hash when the index's fingerprint has none.
+
+    Model folders' tokenizer files joined their identity after indexes had been built from
+    them (encoders.models); such an index still opens, with a warning that its tokenizer cannot
+    be verified (rebuild it to record the hash)."""
+    stored_model, query_model = stored_fp.get("model"), query_fp.get("model")
+    if not (isinstance(stored_model, dict) and isinstance(query_model, dict)):
+        return query_fp
+    if "tokenizer_sha256" not in query_model or "tokenizer_sha256" in stored_model:
+        return query_fp
+    log.warning("this index records no hash of its model's tokenizer files (built before alignir hashed "
+                "them): the query tokenizer cannot be checked against the one that built it; rebuild "
+                "the index to record it")
+    return {**query_fp, "model": {k: v for k, v in query_model.items() if k != "tokenizer_sha256"}}
 
 
 def _precision(fp: dict[str, Any]) -> str:

@@ -2,6 +2,9 @@
 fingerprints, filters, thread safety. (The real-model end-to-end run is in test_cli_e2e.py.)"""
 from __future__ import annotations
 
+import dataclasses
+import logging
+import shutil
 import threading
 
 import numpy as np
@@ -10,6 +13,7 @@ import scipy.sparse as sp
 
 from alignir.errors import AlignirError
 
+from alignir.encoders.models import load_model
 from alignir.index.store import FingerprintMismatch, open_index
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, resparsify
@@ -143,6 +147,34 @@ def test_resparsify_with_folding_rewrites_term_map(built, tiny_model):
 def test_fingerprint_mismatch_refused(built, tiny_model_bos):
     with pytest.raises(FingerprintMismatch):
         Searcher.open(built, loaded=tiny_model_bos)
+
+
+def test_a_model_folder_whose_tokenizer_changed_is_refused(tmp_path, corpus_file, tiny_folder):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_folder, folder)
+    loaded = load_model(str(folder), device="cpu")
+    build_index(corpus_file, tmp_path / "idx", model=str(folder), loaded=loaded,
+                sparse=SparseConfig.paper(doc_k=24, query_m=5), cache_dir=tmp_path / "cache", progress=False)
+    assert Searcher.open(tmp_path / "idx", loaded=load_model(str(folder), device="cpu")).search(QUERIES[0], k=2)
+    # same weights, another tokenizer: the sparse legs would read other token ids
+    loaded.tokenizer.add_tokens(["photosynthesis"])
+    loaded.tokenizer.save_pretrained(folder)
+    changed = load_model(str(folder), device="cpu")
+    assert changed.identity["sha256"] == loaded.identity["sha256"]
+    with pytest.raises(FingerprintMismatch, match="tokenizer_sha256"):
+        Searcher.open(tmp_path / "idx", loaded=changed)
+
+
+def test_an_index_built_before_tokenizers_were_hashed_still_opens(tmp_path, corpus_file, tiny_folder, caplog):
+    loaded = load_model(str(tiny_folder), device="cpu")
+    assert len(loaded.identity["tokenizer_sha256"]) == 64
+    old = dataclasses.replace(loaded, identity={k: v for k, v in loaded.identity.items() if k != "tokenizer_sha256"})
+    build_index(corpus_file, tmp_path / "idx", model=str(tiny_folder), loaded=old,
+                sparse=SparseConfig.paper(doc_k=24, query_m=5), cache_dir=tmp_path / "cache", progress=False)
+    with caplog.at_level(logging.WARNING):
+        hits = Searcher.open(tmp_path / "idx", loaded=loaded).search(QUERIES[0], k=3)
+    assert "records no hash of its model's tokenizer" in caplog.text
+    assert [h.id for h in hits] == [h.id for h in Searcher.open(tmp_path / "idx", loaded=old).search(QUERIES[0], k=3)]
 
 
 def test_query_instruction_does_not_break_fingerprint(built, tiny_model):
