@@ -347,9 +347,14 @@ def _weights_sha256(folder: Path) -> str:
         p for p in folder.iterdir()
         if p.is_file() and (p.suffix in (".safetensors", ".bin", ".pt") or p.name == "config.json")
     )
+    return _files_sha256(files)
+
+
+def _files_sha256(files: list[Path], memo: bool = True) -> str:
+    """sha256 over the names and contents' sha256 of ``files``, in the order given."""
     h = hashlib.sha256()
     for p in files:
-        h.update(p.name.encode() + b"\0" + file_sha256(p).encode() + b"\n")
+        h.update(p.name.encode() + b"\0" + file_sha256(p, memo=memo).encode() + b"\n")
     return h.hexdigest()
 
 
@@ -364,12 +369,7 @@ def _tokenizer_sha256(folder: Path) -> str | None:
     Part of the model's identity beside the weights' hash: the sparse legs read token ids, so
     a folder whose tokenizer changed is another encoder even with the same weights."""
     files = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()]
-    if not files:
-        return None
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.name.encode() + b"\0" + file_sha256(p, memo=False).encode() + b"\n")
-    return h.hexdigest()
+    return _files_sha256(files, memo=False) if files else None
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+(@[\w.\-/]+)?$")
