@@ -449,3 +449,24 @@ def test_cli_logging_hides_library_debug_lines():
     setup_logging(verbose=True)
     assert keep(logging.INFO) and not keep(logging.DEBUG)
     assert len(logger.filters) == 1  # set up twice: one filter
+
+
+def _commands(group, path=()):
+    for name, cmd in getattr(group, "commands", {}).items():
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+def test_help_lists_each_command_by_its_first_paragraph_on_one_line():
+    import typer
+
+    for path, cmd in _commands(typer.main.get_command(app)):
+        first = cmd.help.split("\n\n")[0]
+        assert "\n" not in first and cmd.short_help == first, path
+        listing = runner.invoke(app, [*path[:-1], "--help"], env={"COLUMNS": "3000"})
+        assert listing.exit_code == 0 and first in listing.output, path  # not cut at the source's line breaks
+        page = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "3000"})
+        for paragraph in cmd.help.split("\n\n"):
+            assert paragraph in page.output, (path, paragraph)

@@ -164,7 +164,9 @@ def eval_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """nDCG@10 (headline), recall@100, MRR@10 and MAP of an index on a BEIR split, via
-    pytrec_eval. On ArguAna/Quora, hits whose doc id equals the query id are dropped, as
+    pytrec_eval.
+
+    On ArguAna/Quora, hits whose doc id equals the query id are dropped, as
     BEIR and Pyserini do. --backend milvus searches the collection exported from the index."""
     setup_logging(verbose)
     with user_errors(verbose):

@@ -22,9 +22,10 @@ def export_pyserini_cmd(
                                 "weights that round to ≤ 0 are dropped (reported)."),
     corpus: Optional[Path] = typer.Option(None, help="BEIR folder or corpus .jsonl to fill `contents`."),
 ) -> None:
-    """Write the documents as a JsonVectorCollection, then e.g.:
-    python -m pyserini.index.lucene --collection JsonVectorCollection --input OUT
-    --index LUCENE_DIR --generator DefaultLuceneDocumentGenerator --impact --pretokenized"""
+    """Write the documents as a Pyserini JsonVectorCollection (an impact index's input).
+
+    Then index it, e.g.: python -m pyserini.index.lucene --collection JsonVectorCollection
+    --input OUT --index LUCENE_DIR --generator DefaultLuceneDocumentGenerator --impact --pretokenized"""
     setup_logging()
     with user_errors():
         from alignir.retrieval.export import export_documents
@@ -46,9 +47,10 @@ def export_queries_cmd(
     scale: Optional[float] = typer.Option(None, help="Query weight scale (default 1 for binary weights)."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction (task name or text)."),
 ) -> None:
-    """Write the query vectors for:
-    python -m pyserini.search.lucene --index LUCENE_DIR --topics OUT/topics.tsv
-    --encoder OUT/queries.jsonl --impact --min-idf -1 --output run.trec"""
+    """Write the query vectors (and topics) for a Pyserini impact search of an exported index.
+
+    Then search, e.g.: python -m pyserini.search.lucene --index LUCENE_DIR --topics
+    OUT/topics.tsv --encoder OUT/queries.jsonl --impact --min-idf -1 --output run.trec"""
     setup_logging()
     with user_errors():
         from alignir.retrieval.beir import load_beir, read_queries

@@ -354,8 +354,10 @@ def calibrate_cmd(
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Measure how far each LLM leg agrees with BM25 on pseudo-queries cut from the corpus and
-    store it in the index: the default "calibrated" fusion of the leg sets with bm25 then drops
+    """Measure how far each LLM leg agrees with BM25 on pseudo-queries cut from the corpus, and
+    store it in the index.
+
+    The default "calibrated" fusion of the leg sets with bm25 then drops
     a leg that is noise on this collection (build-index does this already; for older indexes)."""
     setup_logging(verbose)
     with user_errors(verbose):
@@ -405,8 +407,9 @@ def encode_cmd(
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Encode a corpus (or one shard of it) into the embedding cache, Pyserini-style: run
-    shards in separate processes or machines, `alignir cache-merge` their cache folders, then
+    """Encode a corpus (or one shard of it) into the embedding cache.
+
+    Pyserini-style: run shards in separate processes or machines, `alignir cache-merge` their cache folders, then
     `alignir build-index` with the same model/embedder/max-length finds every vector cached.
     Use the same --max-length/--batch-tokens/--passages/--adapter/--embedder-option/--instruction
     here as in build-index (they make the encoder fingerprint, or the texts encoded: long
