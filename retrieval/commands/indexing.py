@@ -47,8 +47,10 @@ def build_index_cmd(
                               "smollm2-135m, gemma3-270m untrained), "
                               "local HF folder, .gguf file, or hub id."),
     embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
-                                 "weighted-mean, echo, autoregembed, llm2comp, gircse."),
-    adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
+                                 "weighted-mean, echo, autoregembed, llm2comp, gircse (with a model "
+                                 "that is not a shipped trained one, e.g. --model smollm2-135m)."),
+    adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train; with a "
+                                           "model that is not a shipped trained one)."),
     embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
     k: Optional[int] = typer.Option(None, "--k", help="K: aligned tokens kept per document (eq.15)."),
     m: Optional[int] = typer.Option(None, "--m", help="M: aligned tokens added to each query (eq.16)."),
@@ -133,7 +135,7 @@ def search_cmd(
     fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in minmax/zscore fusion."),
     weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
-                                          "dense=0.4,sparse=0.2,bm25=0.4 (default: z-score with BM25 at 0.6 for sets with bm25, else equal)."),
+                                          "dense=0.4,sparse=0.2,bm25=0.4 (default for sets with bm25: the calibrated z-score fusion, BM25 at 0.6 and the LLM legs at 0.4 between them, each gated by its agreement with BM25 (an index of a shipped model may bring its own, e.g. v3 dense=0.25,sparse=0.25,bm25=0.5; alignir info shows them); else equal)."),
     model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
     passage_agg: Optional[str] = typer.Option(None, "--passage-agg", help=PASSAGE_AGG_HELP),
     backend: str = BACKEND_OPT,
