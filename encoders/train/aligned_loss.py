@@ -101,10 +101,15 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
     return query_w @ doc_w.T
 
 
-def sparse_info_nce(scores: torch.Tensor, pos: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
+def sparse_info_nce(scores: torch.Tensor, pos: torch.Tensor, tau: float = 1.0,
+                    candidates: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over queries of −log softmax(scores / τ)[positive]: AutoRegEmbed eq.1's InfoNCE over
     the aligned-token scores of :func:`aligned_scores` (dot products, not cosines, because the
-    index ranks by the dot product) with every in-batch document a candidate."""
+    index ranks by the dot product) with every in-batch document a candidate, or those of
+    ``candidates`` [B, M] (bool; as in ``losses.info_nce``)."""
     if tau <= 0:
         raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
-    return F.cross_entropy(scores / tau, pos.to(scores.device).long())
+    logits = scores / tau
+    if candidates is not None:
+        logits = logits.masked_fill(~candidates.to(logits.device).bool(), float("-inf"))
+    return F.cross_entropy(logits, pos.to(scores.device).long())

@@ -31,7 +31,7 @@ import torch
 
 from alignir.encoders.embedders.autoregembed import compress, pool_compress, role_instruction
 from alignir.encoders.train.adapter import frozen
-from alignir.encoders.train.base import Method, pair_texts
+from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
 from alignir.encoders.embedders.generative import init_soft_tokens, pad_id, token_ids
 from alignir.encoders.train.genbase import decoder_logits, right_pad, token_logprobs
 from alignir.encoders.train.losses import (SQUASH, cda_divergence_loss, cda_loss, info_nce, own_candidates, sequence_nll,
@@ -112,7 +112,10 @@ class AutoRegEmbedMethod(Method):
             queries, docs, pos = pair_texts(batch)
             q = pool_compress(self._enc(queries, self.i_next), "mean")
             d = pool_compress(self._enc(docs, self.i_self), "mean")
-            cand = None if self.hp["in_batch"] else own_candidates([len(p.negatives) for p in batch])
+            cand = in_batch_candidates(batch, docs)  # no document judged relevant to a query is its negative
+            if not self.hp["in_batch"]:
+                own = own_candidates([len(p.negatives) for p in batch])
+                cand = own if cand is None else own & cand
             loss = info_nce(q, d, torch.tensor(pos), float(self.hp["tau"]), cand)
             return loss, {"loss": float(loss.detach())}
         return self._cda(batch)

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from alignir.encoders.train.data import Pair
+from alignir.encoders.train.data import Pair, normal_query
 
-__all__ = ["Method", "pair_texts"]
+__all__ = ["Method", "pair_texts", "in_batch_candidates"]
 
 
 class Method:
@@ -76,3 +76,21 @@ def pair_texts(batch: list[Pair]) -> tuple[list[str], list[str], list[int]]:
     queries = [p.query for p in batch]
     docs = [p.positive for p in batch] + [n for p in batch for n in p.negatives]
     return queries, docs, list(range(len(batch)))
+
+
+def in_batch_candidates(batch: list[Pair], docs: list[str]) -> torch.Tensor | None:
+    """C(q) of a contrastive loss over ``docs`` (:func:`pair_texts`' layout: column i is query i's
+    positive): every document except those judged relevant to query i's text other than its own
+    positive — another positive of the same query (or of an id with the same text), or a relevant
+    document that is in the batch for another query. Such a document is not a negative of query
+    i. None when no column is masked (every document a candidate)."""
+    relevant: dict[str, set[str]] = {}
+    for p in batch:
+        relevant.setdefault(normal_query(p.query), set()).update((p.positive, *p.relevant))
+    cand = torch.ones(len(batch), len(docs), dtype=torch.bool)
+    for i, p in enumerate(batch):
+        rel = relevant[normal_query(p.query)]
+        for j, d in enumerate(docs):
+            if j != i and d in rel:
+                cand[i, j] = False
+    return None if bool(cand.all()) else cand

@@ -21,19 +21,34 @@ from typing import Iterator
 import numpy as np
 
 __all__ = ["Pair", "load_beir_pairs", "queries_shared_with_test", "load_triples", "load_texts", "load_pairs", "batch_indices", "doc_text",
+           "normal_query", "bm25_top",
            "describe_texts"]
 
 
 @dataclass
 class Pair:
+    """One training example. ``relevant``: the texts of every document judged relevant to the
+    query's text (BEIR pairs; empty for triples and unsupervised pairs, where only ``positive`` is
+    known): no loss may treat one of them as a negative of this query (``base.in_batch_candidates``)."""
     query: str
     positive: str
     negatives: list[str] = field(default_factory=list)
+    relevant: tuple[str, ...] = ()
 
 
 def doc_text(doc: dict) -> str:
     """BEIR document text: title and text joined by a space (either may be missing)."""
-    return " ".join(s for s in (doc.get("title", "") or "", doc.get("text", "") or "") if s).strip()
+    parts = (doc.get("title", "") or "", doc.get("text", "") or "")
+    if not all(isinstance(s, str) for s in parts):
+        raise InvalidInputError(f"document {doc.get('_id', '?')!r}: 'title' and 'text' must be strings, "
+                                f"got {type(parts[0]).__name__} and {type(parts[1]).__name__}")
+    return " ".join(s for s in parts if s).strip()
+
+
+def normal_query(text: str) -> str:
+    """A query's text case-folded with whitespace collapsed: two query ids with equal normal texts
+    are one query (SciFact's train split holds such pairs, e.g. 85 = 86, 89 = 90)."""
+    return " ".join(text.casefold().split())
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -44,9 +59,12 @@ def _read_jsonl(path: Path) -> list[dict]:
             if not line:
                 continue
             try:
-                out.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InvalidInputError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise InvalidInputError(f"{path}:{n}: a record must be a JSON object, got {type(row).__name__}")
+            out.append(row)
     return out
 
 
@@ -59,8 +77,12 @@ def _beir(folder: Path, split: str):
         have = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
         raise InvalidInputError(f"no qrels for split {split!r} in {folder} (have: {have})")
     corpus = {_id(d, folder / "corpus.jsonl", n): doc_text(d) for n, d in enumerate(_read_jsonl(folder / "corpus.jsonl"), 1)}
-    queries = {_id(q, folder / "queries.jsonl", n): q.get("text", "")
-               for n, q in enumerate(_read_jsonl(folder / "queries.jsonl"), 1)}
+    queries = {}
+    for n, q in enumerate(_read_jsonl(folder / "queries.jsonl"), 1):
+        text = q.get("text", "")
+        if not isinstance(text, str):
+            raise InvalidInputError(f"{folder / 'queries.jsonl'}:{n}: 'text' must be a string, got {type(text).__name__}")
+        queries[_id(q, folder / "queries.jsonl", n)] = text
     return corpus, queries, read_qrels(qrels_file)
 
 
@@ -82,12 +104,9 @@ def queries_shared_with_test(folder: str | Path, split: str = "train") -> list[s
     if split == "test" or not test_file.is_file():
         return []
     _, queries, qrels = _beir(folder, split)
-    test_texts = {_normal(queries[q]) for q in read_qrels(test_file) if q in queries}
-    return sorted((q for q in qrels if q in queries and _normal(queries[q]) in test_texts), key=lambda s: (len(s), s))
-
-
-def _normal(text: str) -> str:
-    return " ".join(text.casefold().split())
+    test_texts = {normal_query(queries[q]) for q in read_qrels(test_file) if q in queries}
+    return sorted((q for q in qrels if q in queries and normal_query(queries[q]) in test_texts),
+                  key=lambda s: (len(s), s))
 
 
 def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int = 1, mine_depth: int = 30,
@@ -95,44 +114,71 @@ def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int =
     """Pairs from a BEIR split; ``n_negatives`` BM25 hard negatives per pair, drawn (seeded) from the
     top ``mine_depth`` BM25 documents that are not relevant to the query.
 
-    Queries whose text is also a test query (:func:`queries_shared_with_test`) give no pairs; they
-    are dropped after the negatives are drawn, so every other pair is what it would be with them.
+    Query ids with the same text (:func:`normal_query`) are one query: a document judged relevant
+    to either is never mined as a negative of either, and a (query text, document) pair is kept
+    once. Each pair carries the texts of all documents judged relevant to its query text
+    (``Pair.relevant``). Queries whose text is also a test query (:func:`queries_shared_with_test`)
+    give no pairs; they and repeated pairs are dropped after the negatives are drawn, so every
+    other pair is what it would be with them.
     """
     folder = Path(folder)
     corpus, queries, qrels = _beir(folder, split)
+    if not corpus:
+        raise InvalidInputError(f"{folder / 'corpus.jsonl'} holds no documents")
     shared = set(queries_shared_with_test(folder, split))
     qids = [q for q in sorted(qrels, key=lambda s: (len(s), s)) if q in queries and any(v > 0 for v in qrels[q].values())]
     if max_queries:
         qids = qids[:max_queries]
     if not qids:
         raise InvalidInputError(f"no judged queries with relevant documents in {folder} split {split!r}")
+    relevant: dict[str, set[str]] = {}  # normal query text -> documents judged relevant to it
+    for q, row in qrels.items():
+        if q in queries:
+            relevant.setdefault(normal_query(queries[q]), set()).update(d for d, v in row.items() if v > 0)
     doc_ids = list(corpus)
     mined: dict[str, list[str]] = {q: [] for q in qids}
     if n_negatives > 0:
-        import bm25s
-
-        retriever = bm25s.BM25()
-        retriever.index(bm25s.tokenize([corpus[d] for d in doc_ids], stopwords="en", show_progress=False),
-                        show_progress=False)
-        k = min(len(doc_ids), mine_depth + max(len(qrels[q]) for q in qids))
-        res, _ = retriever.retrieve(bm25s.tokenize([queries[q] for q in qids], stopwords="en", show_progress=False),
-                                    k=k, show_progress=False)
-        for q, row in zip(qids, res):
-            cands = [doc_ids[int(i)] for i in row if qrels[q].get(doc_ids[int(i)], 0) <= 0]
-            mined[q] = cands[:mine_depth]
+        k = min(len(doc_ids), mine_depth + max(max(len(qrels[q]), len(relevant[normal_query(queries[q])]))
+                                               for q in qids))
+        rows = bm25_top(folder, [corpus[d] for d in doc_ids], [queries[q] for q in qids], k)
+        for q, row in zip(qids, rows):
+            rel = relevant[normal_query(queries[q])]
+            mined[q] = [doc_ids[i] for i in row if doc_ids[i] not in rel][:mine_depth]
     rng = np.random.default_rng(seed)
-    pairs = []
+    pairs, seen = [], set()
+    n_judged = 0
     for q in qids:
+        text = normal_query(queries[q])
+        rel_texts = tuple(corpus[d] for d in sorted(relevant[text]) if d in corpus)
         for d, rel in sorted(qrels[q].items()):
             if rel <= 0 or d not in corpus:
                 continue
+            n_judged += 1
             cands = mined[q]
             pick = rng.choice(len(cands), size=min(n_negatives, len(cands)), replace=False) if cands else []
-            if q not in shared:
-                pairs.append(Pair(queries[q], corpus[d], [corpus[cands[int(i)]] for i in pick]))
+            if q not in shared and (text, d) not in seen:
+                seen.add((text, d))
+                pairs.append(Pair(queries[q], corpus[d], [corpus[cands[int(i)]] for i in pick], rel_texts))
+    if not n_judged:
+        raise InvalidInputError(f"none of the documents judged relevant in {folder} split {split!r} is in "
+                                f"{folder / 'corpus.jsonl'}")
     if not pairs:
         raise InvalidInputError(f"every judged query of {folder} split {split!r} is also a test query")
     return pairs
+
+
+def bm25_top(folder: str | Path, texts: list[str], queries: list[str], k: int) -> list[list[int]]:
+    """For each query, the rows of ``texts`` in BM25 order (bm25s, English stopwords), top ``k``."""
+    import bm25s
+
+    retriever = bm25s.BM25()
+    tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
+    if not tokens.vocab:
+        raise InvalidInputError(f"{folder}: no document has a word BM25 indexes (all empty, one letter or "
+                                f"stopwords): no hard negatives can be mined (use --negatives 0)")
+    retriever.index(tokens, show_progress=False)
+    res, _ = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k, show_progress=False)
+    return [[int(i) for i in row] for row in res]
 
 
 def load_triples(path: str | Path) -> list[Pair]:

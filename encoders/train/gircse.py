@@ -24,7 +24,7 @@ import torch
 from alignir.encoders.embedders.gircse import PROMPTS, generate_soft_tokens, gircse_input_ids
 from alignir.encoders.embedders.generative import left_pad, pad_id
 from alignir.encoders.templates import resolve_instruction
-from alignir.encoders.train.base import Method, pair_texts
+from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
 from alignir.encoders.train.losses import gircse_loss, stepwise_contrastive
 from alignir.errors import InvalidInputError
 
@@ -56,7 +56,7 @@ class GircseMethod(Method):
         queries, docs, pos = pair_texts(batch)
         Gq = self._G(queries, resolve_instruction(self.hp["instruction"]))
         Gd = self._G(docs, None)
-        Lk = stepwise_contrastive(Gq, Gd, torch.tensor(pos), float(self.hp["tau"]))
+        Lk = stepwise_contrastive(Gq, Gd, torch.tensor(pos), float(self.hp["tau"]), in_batch_candidates(batch, docs))
         total, contrast, reg = gircse_loss(Lk, float(self.hp["lam"]), self.hp["reduction"])
         logs = {"loss": float(total.detach()), "contrast": float(contrast.detach()), "reg": float(reg.detach())}
         logs.update({f"L{k + 1}": float(v.detach()) for k, v in enumerate(Lk)})

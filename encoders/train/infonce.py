@@ -24,7 +24,7 @@ import torch
 from alignir.encoders.embedders.infonce import InfoNCEEmbedder
 from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
 from alignir.encoders.train.aligned_loss import aligned_scores, sparse_info_nce
-from alignir.encoders.train.base import Method, pair_texts
+from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
 from alignir.encoders.train.losses import distill_kl, info_nce
 from alignir.errors import InvalidInputError
 
@@ -66,16 +66,17 @@ class InfoNCEMethod(Method):
         q = self.reader.embed_with(self.model, queries, "query")
         d = self.reader.embed_with(self.model, docs, "document")
         pos_t = torch.tensor(pos)
-        loss = info_nce(q, d, pos_t, self.hp["tau"])
+        cand = in_batch_candidates(batch, docs)  # no document judged relevant to a query is its negative
+        loss = info_nce(q, d, pos_t, self.hp["tau"], cand)
         total, parts = loss, {"infonce": float(loss.detach())}
         if self.teacher is not None:
             kl = distill_kl(q, d, self.teacher.embed(queries), self.teacher.embed(docs), self.hp["tau"],
-                            self.hp["teacher_tau"])
+                            self.hp["teacher_tau"], cand)
             total, parts["distill"] = total + float(self.hp["distill"]) * kl, float(kl.detach())
         if float(self.hp["sparse"]) > 0:
             scores = aligned_scores(q, d, self.loaded.lm_head, self.reader.surface_token_ids(queries),
                                     self.loaded.special_ids)
-            sparse = sparse_info_nce(scores, pos_t, float(self.hp["sparse_tau"]))
+            sparse = sparse_info_nce(scores, pos_t, float(self.hp["sparse_tau"]), cand)
             total, parts["sparse"] = total + float(self.hp["sparse"]) * sparse, float(sparse.detach())
         if len(parts) == 1:
             return total, {"loss": float(total.detach())}

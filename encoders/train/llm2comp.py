@@ -30,7 +30,7 @@ import torch
 from alignir.encoders.embedders.llm2comp import encoder_states, memory_states
 from alignir.encoders.templates import resolve_instruction
 from alignir.encoders.train.adapter import frozen
-from alignir.encoders.train.base import Method, pair_texts
+from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
 from alignir.encoders.embedders.generative import bos_ids, init_soft_tokens, input_embeddings, left_pad, pad_id, token_ids
 from alignir.encoders.train.genbase import decoder_logits, right_pad, token_logprobs
 from alignir.encoders.train.losses import ctkd_kl, info_nce, sequence_nll, simcse_loss
@@ -94,7 +94,7 @@ class LLM2CompMethod(Method):
             queries, docs, pos = pair_texts(batch)
             q = self._embed(queries, resolve_instruction(self.hp["instruction"]))
             d = self._embed(docs)
-            loss = info_nce(q, d, torch.tensor(pos), float(self.hp["tau"]))
+            loss = info_nce(q, d, torch.tensor(pos), float(self.hp["tau"]), in_batch_candidates(batch, docs))
             return loss, {"loss": float(loss.detach())}
         tok = self.tokenizer
         pid = pad_id(tok)

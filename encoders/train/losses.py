@@ -191,16 +191,18 @@ def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, tau: float = 0.05) -> torch.
     return F.cross_entropy(sim, target)
 
 
-def stepwise_contrastive(Gq: torch.Tensor, Gd: torch.Tensor, pos: torch.Tensor, tau: float = 0.02) -> torch.Tensor:
+def stepwise_contrastive(Gq: torch.Tensor, Gd: torch.Tensor, pos: torch.Tensor, tau: float = 0.02,
+                         candidates: torch.Tensor | None = None) -> torch.Tensor:
     """Per-step losses L_k [K] of GIRCSE eq.7: z_k = mean of the first k generated states
-    (eq.4 on G_{1:k}); L_k = InfoNCE(z_k^q, z_k^d over the batch's documents B)."""
+    (eq.4 on G_{1:k}); L_k = InfoNCE(z_k^q, z_k^d over the batch's documents B, or those of
+    ``candidates`` as in :func:`info_nce`)."""
     if Gq.dim() != 3 or Gd.dim() != 3 or Gq.shape[1:] != Gd.shape[1:]:
         raise InvalidInputError(f"Gq [B, K, d] and Gd [M, K, d] needed, got {tuple(Gq.shape)}, {tuple(Gd.shape)}")
     K = Gq.shape[1]
     steps = torch.arange(1, K + 1, device=Gq.device, dtype=torch.float32).view(1, K, 1)
     zq = Gq.float().cumsum(1) / steps
     zd = Gd.float().cumsum(1) / steps
-    return torch.stack([info_nce(zq[:, k], zd[:, k], pos, tau) for k in range(K)])
+    return torch.stack([info_nce(zq[:, k], zd[:, k], pos, tau, candidates) for k in range(K)])
 
 
 def icr_regulariser(Lk: torch.Tensor) -> torch.Tensor:

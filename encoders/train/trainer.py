@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
-from alignir.encoders.train.data import batch_indices, describe_texts, load_texts
+from alignir.encoders.train.data import Pair, batch_indices, describe_texts, load_texts, normal_query
 from alignir.encoders.train.mix import load_mix
 from alignir.encoders.train.stopping import stop_on_signals
 
@@ -117,6 +117,13 @@ class TrainConfig:
         for c in self.corpora or []:
             if not Path(c).exists():
                 raise InvalidInputError(f"corpus {c!r} does not exist")
+        if self.max_examples is not None and int(self.max_examples) < 1:
+            raise InvalidInputError(f"max_examples must be >= 1 (or unset for all), got {self.max_examples}")
+        if int(self.n_negatives) < 0:
+            raise InvalidInputError(f"n_negatives must be >= 0, got {self.n_negatives}")
+        if self.data_mix is not None and not isinstance(self.data_mix, str):
+            raise InvalidInputError(f"data_mix must be a spec such as 'supervised,title=2000,crop=2000', "
+                                    f"got {self.data_mix!r}")
         if self.eval_examples < 0 or self.eval_every < 0:
             raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
@@ -167,12 +174,28 @@ def trainable_sha256(peft_model, extra: dict[str, torch.Tensor]) -> str:
 
 
 def split_heldout(data: list, n: int, seed: int) -> tuple[list, list]:
-    """(train, held-out): ``n`` examples drawn with a seeded permutation are held out (order kept)."""
+    """(train, held-out): ``n`` examples drawn with a seeded permutation are held out (order kept).
+
+    Pairs are held out a whole query at a time (all pairs whose query has the same text,
+    ``data.normal_query``), so no held-out query also trains: queries are drawn in a seeded order
+    and each is taken if its pairs still fit in ``n``. With one pair per query this is the plain
+    permutation of the examples."""
     if n <= 0:
         return data, []
     if n >= len(data):
         raise InvalidInputError(f"eval_examples={n} leaves no training data (only {len(data)} examples)")
-    held = set(int(i) for i in np.random.default_rng([seed, 1]).permutation(len(data))[:n])
+    groups: dict[Any, list[int]] = {}
+    for i, x in enumerate(data):
+        groups.setdefault(normal_query(x.query) if isinstance(x, Pair) else i, []).append(i)
+    members = list(groups.values())
+    held: set[int] = set()
+    for g in np.random.default_rng([seed, 1]).permutation(len(members)):
+        if len(held) + len(members[int(g)]) <= n:
+            held.update(members[int(g)])
+        if len(held) == n:
+            break
+    if len(held) == len(data):
+        raise InvalidInputError(f"eval_examples={n} leaves no training data")
     return [x for i, x in enumerate(data) if i not in held], [x for i, x in enumerate(data) if i in held]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from alignir.encoders.train.data import Pair, _read_jsonl
+from alignir.encoders.train.data import Pair, _read_jsonl, bm25_top
 from alignir.errors import InvalidInputError
 
 __all__ = ["CorpusDoc", "load_corpus_docs", "crop_span", "body_without_title", "title_pairs", "crop_pairs", "MIN_CROP_WORDS"]
@@ -44,7 +44,10 @@ def load_corpus_docs(path: str | Path) -> list[CorpusDoc]:
         raise InvalidInputError(f"unsupervised pairs need a BEIR folder with corpus.jsonl or a corpus .jsonl, got {str(path)!r}")
     docs = []
     for n, d in enumerate(_read_jsonl(f)):
-        docs.append(CorpusDoc(str(d.get("_id", n)), (d.get("title") or "").strip(), (d.get("text") or "").strip()))
+        title, text = d.get("title") or "", d.get("text") or ""
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise InvalidInputError(f"{f}:{n + 1}: 'title' and 'text' must be strings")
+        docs.append(CorpusDoc(str(d.get("_id", n)), title.strip(), text.strip()))
     if not docs:
         raise InvalidInputError(f"{f}: no documents")
     return docs
@@ -65,13 +68,8 @@ def crop_span(words: list[str], rng: np.random.Generator, min_ratio: float = 0.1
 
 def _bm25_neighbours(corpus: list[str], queries: list[str], sources: list[int], depth: int) -> list[list[int]]:
     """For query i, the top ``depth`` BM25 documents of ``corpus`` other than ``sources[i]``."""
-    import bm25s
-
-    retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
-    k = min(len(corpus), depth + 1)
-    res, _ = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k, show_progress=False)
-    return [[int(j) for j in row if int(j) != src][:depth] for row, src in zip(res, sources)]
+    rows = bm25_top("the corpus", corpus, queries, min(len(corpus), depth + 1))
+    return [[j for j in row if j != src][:depth] for row, src in zip(rows, sources)]
 
 
 def _with_negatives(queries: list[str], positives: list[str], sources: list[int], corpus: list[str],
@@ -93,23 +91,15 @@ def _subset(idx: list[int], max_pairs: int | None, seed: int) -> list[int]:
     return idx
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
-
-
 def body_without_title(doc: CorpusDoc) -> str:
     """The document's text with a leading copy of its title removed (Cranfield texts open with
     their title: the pair would be solved by string matching). Matching ignores case and
     punctuation; texts that do not start with the title are returned unchanged."""
-    title, text = _words(doc.title), doc.text
-    if not title or _words(text)[:len(title)] != title:
+    title, text = [m.group().lower() for m in re.finditer(r"\w+", doc.title)], doc.text
+    lead = [m for _, m in zip(title, re.finditer(r"\w+", text))]  # word by word, as the title's
+    if not title or [m.group().lower() for m in lead] != title:
         return text
-    seen = 0
-    for m in re.finditer(r"\w+", text):
-        seen += 1
-        if seen == len(title):
-            return text[m.end():].lstrip(" .,;:-\n\t")
-    return text
+    return text[lead[-1].end():].lstrip(" .,;:-\n\t")
 
 
 def title_pairs(docs: list[CorpusDoc], n_negatives: int = 1, seed: int = 0, max_pairs: int | None = None,
