@@ -5,7 +5,7 @@
 Builds the index when ``--index`` does not exist (default model), exports it into a fresh
 collection, encodes every query once and, for every mode, searches the same encoded batch in
 both backends: one row per dataset × mode (fused modes: default fusion and RRF, which Milvus
-fuses server-side) in ``--out`` (rows of other datasets are kept) with
+fuses server-side here: ``server_fusion=True``, opt-in since round 2 session 20) in ``--out`` (rows of other datasets are kept) with
 ``dataset``, ``mode``, ``ndcg@10_folder``, ``ndcg@10_milvus``, ``top100_equal_share`` (queries
 whose top-100 ids and order are identical), ``top100_equal_share_ties_aside`` (the same, with
 the order inside groups of equal scores ignored), ``max_score_diff``, ``qps_folder`` /
@@ -103,7 +103,7 @@ def main() -> None:
     summary = export_index(args.index, args.uri, recreate=True)
     export_s = time.perf_counter() - t0
     folder = Searcher.open(args.index)
-    milvus = MilvusSearcher.from_searcher(folder, uri=args.uri)
+    milvus = MilvusSearcher.from_searcher(folder, uri=args.uri, server_fusion=True)
     modes = list(modes_for(folder.index)) if args.modes == "all" else args.modes.split(",")
     qids = list(data.queries)
     texts = [data.queries[q] for q in qids]

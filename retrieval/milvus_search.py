@@ -10,17 +10,21 @@ which scores every leg (retrieval/milvus.py). Hits, modes, options and fusion ar
 
 - one leg (``dense``, ``sparse``, ``bm25``): the leg's top k from Milvus, the same ids and scores
   as the folder index (float32 rounding and ties aside);
-- plain RRF of a leg set (``fusion="rrf"`` without per-leg ``weights``): one Milvus
-  ``hybrid_search`` with ``RRFRanker(rrf_k)`` over each leg's top ``depth``, which is our
-  :func:`retrieval.fusion.rrf` (the hits then carry no per-leg scores); queries that Milvus
-  cannot take whole (a leg with an empty or signed query vector) fall back to the next point;
-- everything else (min-max, z-score, weighted RRF; Milvus' WeightedRanker normalises by
-  arctan, not as ours): each leg's top ``depth`` from Milvus, fused client-side by
-  :func:`retrieval.searcher.fuse_legs` exactly as the folder index fuses.
+- a fused leg set: each leg's top ``depth`` from Milvus, fused client-side by
+  :func:`retrieval.searcher.fuse_legs` exactly as the folder index fuses (min-max, z-score and
+  weighted RRF have no Milvus equivalent: its WeightedRanker normalises by arctan, not as ours);
+- opt-in, ``server_fusion=True``: plain RRF of a leg set (``fusion="rrf"`` without per-leg
+  ``weights``) as one Milvus ``hybrid_search`` with ``RRFRanker(rrf_k)`` over each leg's top
+  ``depth`` — one round trip instead of one per leg, but not always the folder's ranking:
+  Milvus orders documents tied inside a leg (duplicate texts) its own way, so tied copies get
+  other fused ranks, and a leg that finds nothing (a filter, deleted documents) still goes
+  through RRF, where the folder returns the other legs' own scores. Its hits carry no per-leg
+  scores; queries Milvus cannot take whole (a leg with an empty or signed query vector) are
+  fused client-side.
 
 An index with passages: Milvus scores passages, which are aggregated to documents here
 (index.passages.search_documents: the exact document top-k under MaxP, FirstP or sumN, as in
-the folder, up to Milvus' top-k limit of 16384 passages per search); BM25 is searched over the
+the folder; a search that needs more than Milvus' top-k limit of 16384 passages is refused); BM25 is searched over the
 documents' first passages (which carry the document's BM25 weights); fusion runs client-side.
 """
 from __future__ import annotations
@@ -46,21 +50,22 @@ class MilvusSearcher(Searcher):
     """A :class:`Searcher` whose legs are searched in a Milvus collection."""
 
     milvus: MilvusCollection
-    server_fusion: bool = True
+    server_fusion: bool = False
 
     @classmethod
     def open(cls, path: str | Path, *, uri: str, collection: str | None = None,  # type: ignore[override]
-             server_fusion: bool = True, **kw: Any) -> "MilvusSearcher":
+             server_fusion: bool = False, **kw: Any) -> "MilvusSearcher":
         """Open the folder ``path`` (its query encoder, checked as :meth:`Searcher.open` does)
         and the collection ``collection`` (default: the name ``alignir export milvus`` gives)
         at ``uri``, which must hold this very index (else CollectionMismatch).
-        ``server_fusion``: fuse plain RRF in Milvus (hybrid_search) rather than client-side."""
+        ``server_fusion``: fuse plain RRF in Milvus (hybrid_search: one round trip, ties inside a
+        leg and legs that find nothing aside; see the module docstring) rather than client-side."""
         return cls.from_searcher(Searcher.open(path, **kw), uri=uri, collection=collection,
                                  server_fusion=server_fusion)  # the folder's encoder, checked as always
 
     @classmethod
     def from_searcher(cls, base: Searcher, *, uri: str | None, collection: str | None = None,
-                      server_fusion: bool = True) -> "MilvusSearcher":
+                      server_fusion: bool = False) -> "MilvusSearcher":
         """The same index and query encoder as an open folder :class:`Searcher` (no second
         model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
         self = cls(base.index, base.embedder, base.sparsifier, base.fusion, passage_agg=base.passage_agg)
@@ -124,7 +129,11 @@ class MilvusSearcher(Searcher):
 
         def rows(which: np.ndarray, depth: int, _allowed_rows: Any) -> tuple[np.ndarray, np.ndarray]:
             # the allowed rows are the allowed documents' (first, for FirstP) passages: filters
-            depth = min(int(depth), MAX_LIMIT)
+            if int(depth) > MAX_LIMIT:  # a shorter list would read as "no more passages"
+                raise InvalidInputError(
+                    f"this search needs the top {int(depth)} passages of the {leg} leg, more than Milvus "
+                    f"returns in one search ({MAX_LIMIT}): lower k (or use --passage-agg maxp), or search "
+                    f"the index folder")
             part = vectors[which]
             hits = (self.milvus.search_dense(part, depth, allowed, first_only=how == "firstp") if leg == "dense"
                     else self.milvus.search_sparse(part, depth, allowed, field="sparse", first_only=how == "firstp"))
@@ -148,6 +157,8 @@ class MilvusSearcher(Searcher):
                      passage_agg: str | None = None) -> list[list[Hit]]:
         """:meth:`Searcher.batch_search` with the legs in Milvus; plain RRF of a leg set runs
         as one Milvus hybrid search (see the module docstring)."""
+        if allowed_ids is not None and not isinstance(allowed_ids, (str, bytes)):
+            allowed_ids = list(dict.fromkeys(allowed_ids))  # read once: both paths below use it
         opts = dict(explain=explain, fusion=fusion, alpha=alpha, weights=weights, depth=depth,
                     allowed_ids=allowed_ids, threads=threads, timings=timings, passage_agg=passage_agg)
         legs = parse_mode(mode)
@@ -168,6 +179,9 @@ class MilvusSearcher(Searcher):
         batch = encoded if encoded is not None else self.encode(texts, legs)
         if "bm25" in legs and batch.lexical is None:
             batch.lexical = self._lexical()[1](texts)
+        for leg, part in (("dense", batch.dense), ("sparse", batch.sparse), ("bm25", batch.lexical)):
+            if leg in legs and (part is None or part.shape[0] != len(texts)):
+                raise InvalidInputError(f"encoded batch lacks the {leg} vectors of {len(texts)} queries")
         vectors = {"dense": None if batch.dense is None else self.index.dense.transform_queries(batch.dense),
                    "sparse": batch.sparse, "bm25": batch.lexical}
         whole = [i for i in range(len(texts)) if all(_usable(vectors[leg], i, leg) for leg in legs)]

@@ -102,6 +102,25 @@ def test_every_mode_equals_the_folder_index(searchers, mode, fusion):
             _same(a, b)
 
 
+def test_server_side_rrf_equals_the_folder_index(searchers, exported):
+    """server_fusion=True (one Milvus hybrid_search per fused set) on distinct documents, no filter."""
+    folder, _ = searchers
+    server = MilvusSearcher.from_searcher(folder, uri=exported[0], server_fusion=True)
+    try:
+        for mode in [m for m in MODES if "+" in m or m == "hybrid"]:
+            for k in (1, 5, len(TEXTS)):
+                want = folder.batch_search(QUERIES, k=k, mode=mode, fusion="rrf")
+                got = server.batch_search(QUERIES, k=k, mode=mode, fusion="rrf")
+                for a, b in zip(want, got):
+                    _same(a, b)
+        # queries Milvus takes whole (no empty or signed leg vector) are fused there: their hits
+        # carry no per-leg scores, the mark of the server-side path
+        fused = server.batch_search(QUERIES, k=5, mode="dense+bm25", fusion="rrf")
+        assert any(hits and not any(h.leg_scores for h in hits) for hits in fused)
+    finally:
+        server.close()
+
+
 def test_leg_scores_equal_the_kernels(searchers):
     """Each leg's full top list (ids and raw scores): sparse = our numba kernel, dense = FAISS flat,
     bm25 = the lexical kernel."""
