@@ -273,8 +273,10 @@ def _existing_numbers(client: Any, name: str, n_docs: int, key: str = "doc_numbe
     have: set[int] = set()
     for lo in range(0, n_docs, MAX_LIMIT):
         hi = min(n_docs, lo + MAX_LIMIT)
+        # Strong: a server must show the rows a killed run inserted seconds ago (its default,
+        # Bounded, may not), or a resume would insert them again
         rows = client.query(name, filter=f"{key} >= {lo} and {key} < {hi}",
-                            output_fields=[key], limit=hi - lo)
+                            output_fields=[key], limit=hi - lo, consistency_level="Strong")
         have.update(int(r[key]) for r in rows)
     return have
 
@@ -409,7 +411,7 @@ def _rows(stored: Any, nums: np.ndarray, contents: Mapping[str, tuple[str, str]]
 
 
 def _count(client: Any, name: str) -> int:
-    rows = client.query(name, filter="", output_fields=["count(*)"])
+    rows = client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")
     return int(rows[0]["count(*)"])
 
 
