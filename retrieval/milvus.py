@@ -307,10 +307,12 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
     if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 64):
         raise InvalidInputError(f"shards must be an integer from 1 to 64, got {shards!r}")
-    long_ids = [d for d in stored.doc_ids if len(d.encode("utf-8")) > ID_MAX_LENGTH]
+    pmap = stored.passages  # a passage collection's ids are doc_id#ordinal, a few bytes longer
+    ids = stored.doc_ids if pmap is None else (pmap.passage_id(r, stored.doc_ids) for r in range(pmap.n_rows))
+    long_ids = [d for d in ids if len(d.encode("utf-8")) > ID_MAX_LENGTH]
     if long_ids:
-        raise InvalidInputError(f"{len(long_ids)} document ids are longer than {ID_MAX_LENGTH} bytes, "
-                                f"e.g. {long_ids[0][:60]!r}...")
+        raise InvalidInputError(f"{len(long_ids)} {'document' if pmap is None else 'passage'} ids are longer than "
+                                f"{ID_MAX_LENGTH} bytes (Milvus' primary key limit), e.g. {long_ids[0][:60]!r}...")
     missing = None
     if contents is not None:
         from alignir.retrieval.export import missing_contents

@@ -375,7 +375,10 @@ def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_mode
         _same(as_hits(folder), as_hits(milvus))
     ev = ("eval", "--index", idx, "--dataset", beir, "--json", "--mode", "all")
     folder = json.loads(run(*ev))
+    closed, real_close = [], MilvusSearcher.close
+    monkeypatch.setattr(MilvusSearcher, "close", lambda self: (closed.append(1), real_close(self))[-1])
     milvus = json.loads(run(*ev, "--backend", "milvus", "--uri", uri))
+    assert closed == [1]  # eval releases the connection (Milvus Lite holds the .db until then)
     assert milvus["backend"] == {"name": "milvus", "uri": str(uri), "collection": "alignir_idx"}
     assert set(milvus["metrics"]) == set(folder["metrics"]) == set(MODES)
     for mode, values in folder["metrics"].items():

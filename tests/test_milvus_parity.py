@@ -171,3 +171,20 @@ def test_passage_search_past_the_topk_limit_is_not_silently_cut(tmp_path, tiny_m
         _same(want, got)
     finally:
         milvus.close()
+
+
+def test_passage_ids_over_the_primary_key_limit_are_refused_before_any_insert(tmp_path, tiny_model):
+    """A document id that fits Milvus' 1,024-byte primary key can still give passage ids
+    (``doc_id#ordinal``) that do not: the export used to fail partway with a Milvus error."""
+    import json
+
+    long_id = "x" * 1023
+    corpus = tmp_path / "corpus.jsonl"
+    with open(corpus, "w", encoding="utf-8") as f:
+        for i, text in enumerate(LONG):
+            f.write(json.dumps({"_id": long_id if i == 0 else f"d{i}", "title": "", "text": text}) + "\n")
+    build_index(corpus, tmp_path / "idx", model="tiny", loaded=tiny_model, cache_dir=tmp_path / "cache",
+                sparse=CONFIG, progress=False, embedder_options={"max_length": 64})
+    uri = str(tmp_path / "long.db")
+    with pytest.raises(InvalidInputError, match="passage ids are longer than 1024 bytes"):
+        export_index(tmp_path / "idx", uri, progress=False)

@@ -92,37 +92,40 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
     data = load_beir(dataset, split=split)
     searcher = Searcher.open(index, instruction=instruction, device=device, passage_agg=passage_agg,
                              **(backend or {}))
-    modes = _modes(mode, modes_for(searcher.index))
-    out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
-                     weights=weights)
-    if bm25:
-        from alignir.retrieval.bm25 import bm25_run
+    try:
+        modes = _modes(mode, modes_for(searcher.index))
+        out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
+                         weights=weights)
+        if bm25:
+            from alignir.retrieval.bm25 import bm25_run
 
-        from alignir.retrieval.metrics import drop_self_hits, self_hits_apply
+            from alignir.retrieval.metrics import drop_self_hits, self_hits_apply
 
-        run_bm25 = bm25_run(_indexed_corpus(searcher.index, data.corpus), data.queries, k=top, show_progress=progress)
-        # the bm25s anchor is "bm25" unless the index's own bm25 leg already is
-        name = "bm25s" if "bm25" in out["runs"] else "bm25"
-        runs_bm25 = {name: drop_self_hits(run_bm25) if self_hits_apply(data.name) else run_bm25}
-        out["metrics"].update(evaluate_runs(data.qrels, runs_bm25))
-        out["runs"].update(runs_bm25)
-    if run is not None:
-        for mode in out["runs"]:
-            path = run if len(out["runs"]) == 1 else run.with_name(f"{run.stem}.{mode}{run.suffix}")
-            write_trec(out["runs"][mode], path, tag=f"alignir-{mode}")
-            typer.secho(f"run written: {path}", err=True)
-    result = {"dataset": data.name, "split": split, "index": str(index), "queries": len(data.queries),
-              "metrics": out["metrics"], "seconds": out["seconds"]}
-    if searcher.index.passages is not None:
-        result["passages"] = {**searcher.index.manifest.get("build", {}).get("passages", {}),
-                              "aggregate": searcher.passage_agg}
-    cal = searcher.calibration
-    result["fusion"] = {"requested": fusion, "alpha": alpha, "weights": weights,
-                        # what the leg sets with bm25 use when nothing is requested
-                        "leg_set_default": searcher.fusion_in_force(LEG_SET_FUSION),
-                        # the index's own fusion: "hybrid" and the leg sets without bm25
-                        "index": searcher.fusion.to_dict(),
-                        "calibration": None if cal is None else cal.to_dict()}
+            run_bm25 = bm25_run(_indexed_corpus(searcher.index, data.corpus), data.queries, k=top, show_progress=progress)
+            # the bm25s anchor is "bm25" unless the index's own bm25 leg already is
+            name = "bm25s" if "bm25" in out["runs"] else "bm25"
+            runs_bm25 = {name: drop_self_hits(run_bm25) if self_hits_apply(data.name) else run_bm25}
+            out["metrics"].update(evaluate_runs(data.qrels, runs_bm25))
+            out["runs"].update(runs_bm25)
+        if run is not None:
+            for mode in out["runs"]:
+                path = run if len(out["runs"]) == 1 else run.with_name(f"{run.stem}.{mode}{run.suffix}")
+                write_trec(out["runs"][mode], path, tag=f"alignir-{mode}")
+                typer.secho(f"run written: {path}", err=True)
+        result = {"dataset": data.name, "split": split, "index": str(index), "queries": len(data.queries),
+                  "metrics": out["metrics"], "seconds": out["seconds"]}
+        if searcher.index.passages is not None:
+            result["passages"] = {**searcher.index.manifest.get("build", {}).get("passages", {}),
+                                  "aggregate": searcher.passage_agg}
+        cal = searcher.calibration
+        result["fusion"] = {"requested": fusion, "alpha": alpha, "weights": weights,
+                            # what the leg sets with bm25 use when nothing is requested
+                            "leg_set_default": searcher.fusion_in_force(LEG_SET_FUSION),
+                            # the index's own fusion: "hybrid" and the leg sets without bm25
+                            "index": searcher.fusion.to_dict(),
+                            "calibration": None if cal is None else cal.to_dict()}
+    finally:
+        searcher.close()  # Milvus: the connection (Milvus Lite keeps its .db open until closed)
     return result
 
 
