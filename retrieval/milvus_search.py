@@ -177,11 +177,7 @@ class MilvusSearcher(Searcher):
         if "bm25" in legs:
             self._lexical()
         batch = encoded if encoded is not None else self.encode(texts, legs)
-        if "bm25" in legs and batch.lexical is None:
-            batch.lexical = self._lexical()[1](texts)
-        for leg, part in (("dense", batch.dense), ("sparse", batch.sparse), ("bm25", batch.lexical)):
-            if leg in legs and (part is None or part.shape[0] != len(texts)):
-                raise InvalidInputError(f"encoded batch lacks the {leg} vectors of {len(texts)} queries")
+        self._complete_batch(texts, batch, legs)
         vectors = {"dense": None if batch.dense is None else self.index.dense.transform_queries(batch.dense),
                    "sparse": batch.sparse, "bm25": batch.lexical}
         whole = [i for i in range(len(texts)) if all(_usable(vectors[leg], i, leg) for leg in legs)]

@@ -578,20 +578,25 @@ class Searcher:
         return self._leg_lists(queries, batch, legs, min(self.index.n_docs, k), allowed_ids,
                                threads, Timings(), passage_agg=passage_agg)
 
+    def _complete_batch(self, queries, batch: QueryBatch, legs: Sequence[str]) -> None:
+        """Check that ``batch`` holds one row per query for each of ``legs``, first encoding the
+        legs that need no model pass (e.g. BM25 term counts, made from the texts)."""
+        n = len(queries)
+        for name in legs:
+            leg = self._leg(name)
+            rows = batch.legs.get(name)
+            if rows is None and not leg.needs_model:
+                rows = batch.legs[name] = leg.encode(QueryContext(_check_queries(queries), None))
+            if rows is None or rows.shape[0] != n:
+                raise InvalidInputError(f"encoded batch lacks the {name} vectors of {n} queries")
+
     def _leg_lists(self, queries, batch: QueryBatch, legs: Sequence[str], side_k: int, allowed_ids,
                    threads, tm: Timings, search: Sequence[str] | None = None,
                    passage_agg: str | None = None) -> dict[str, list[dict[int, float]]]:
         """Check (and complete, for legs without a model pass) ``batch`` for ``legs``, then
         search the legs in ``search`` (default: ``legs``); passage legs aggregate by
         ``passage_agg`` (None: the searcher's)."""
-        n = len(queries)
-        for name in legs:
-            leg = self._leg(name)
-            rows = batch.legs.get(name)
-            if rows is None and not leg.needs_model:  # e.g. BM25 term counts: made from the texts
-                rows = batch.legs[name] = leg.encode(QueryContext(_check_queries(queries), None))
-            if rows is None or rows.shape[0] != n:
-                raise InvalidInputError(f"encoded batch lacks the {name} vectors of {n} queries")
+        self._complete_batch(queries, batch, legs)
         allowed = self._allowed_numbers(allowed_ids)
         tm.encode = batch.seconds
         lists: dict[str, list[dict[int, float]]] = {}

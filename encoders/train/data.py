@@ -167,14 +167,15 @@ def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int =
     return pairs
 
 
-def bm25_top(folder: str | Path, texts: list[str], queries: list[str], k: int) -> list[list[int]]:
-    """For each query, the rows of ``texts`` in BM25 order (bm25s, English stopwords), top ``k``."""
+def bm25_top(source: str | Path, texts: list[str], queries: list[str], k: int) -> list[list[int]]:
+    """For each query, the rows of ``texts`` in BM25 order (bm25s, English stopwords), top ``k``;
+    ``source`` names where the texts come from in the error when none has an indexable word."""
     import bm25s
 
     retriever = bm25s.BM25()
     tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
     if not tokens.vocab:
-        raise InvalidInputError(f"{folder}: no document has a word BM25 indexes (all empty, one letter or "
+        raise InvalidInputError(f"{source}: no document has a word BM25 indexes (all empty, one letter or "
                                 f"stopwords): no hard negatives can be mined (use --negatives 0)")
     retriever.index(tokens, show_progress=False)
     res, _ = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k, show_progress=False)

@@ -18,7 +18,10 @@ MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25
               "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
               "bm25 and its fused sets when the index has the lexical leg).")
 WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm25=0.4 "
-                "(relative; default for sets with bm25: the calibrated z-score fusion, BM25 at 0.6 and the LLM legs at 0.4 between them, each gated by its agreement with BM25 (an index of a shipped model may bring its own, e.g. v3 dense=0.25,sparse=0.25,bm25=0.5; alignir info shows them); else equal).")
+                "(relative; default for sets with bm25: the calibrated z-score fusion, BM25 at 0.6 and "
+                "the LLM legs at 0.4 between them, each gated by its agreement with BM25 (an index of a "
+                "shipped model may bring its own, e.g. v3 dense=0.25,sparse=0.25,bm25=0.5; alignir info "
+                "shows them); else equal).")
 PASSAGES_HELP = ("Split long documents into overlapping passages, each encoded and stored as its own "
                  "dense and sparse row (searches return documents): auto (default: when some document "
                  "exceeds the encoder's window, with WINDOW = that window) | off (truncate as before) | "

@@ -13,7 +13,7 @@ from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
                                                PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
                                                setup_logging, user_errors)
-from alignir.retrieval.commands.evaluate import FUSION_HELP, PASSAGE_AGG_HELP, PASSAGES_HELP
+from alignir.retrieval.commands.evaluate import FUSION_HELP, PASSAGE_AGG_HELP, PASSAGES_HELP, WEIGHTS_HELP
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 
@@ -134,8 +134,7 @@ def search_cmd(
     instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
     fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
     alpha: Optional[float] = typer.Option(None, help="Weight of the dense side in minmax/zscore fusion."),
-    weights: Optional[str] = typer.Option(None, help="Per-leg weights of a fused leg set, e.g. "
-                                          "dense=0.4,sparse=0.2,bm25=0.4 (default for sets with bm25: the calibrated z-score fusion, BM25 at 0.6 and the LLM legs at 0.4 between them, each gated by its agreement with BM25 (an index of a shipped model may bring its own, e.g. v3 dense=0.25,sparse=0.25,bm25=0.5; alignir info shows them); else equal)."),
+    weights: Optional[str] = typer.Option(None, help=WEIGHTS_HELP),
     model: Optional[str] = typer.Option(None, help="Override the model location recorded in the index."),
     passage_agg: Optional[str] = typer.Option(None, "--passage-agg", help=PASSAGE_AGG_HELP),
     backend: str = BACKEND_OPT,
