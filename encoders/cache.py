@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 __all__ = ["EmbeddingCache", "encode_cached", "fingerprint_key", "text_key", "shard_rows"]
 
 ROLES = ("query", "document")
+#: texts per written part: on a CPU a part is minutes of work; beside a GPU a part is one step of
+#: the embedder's tokenizer/GPU pipeline, and a small part would leave the GPU idle
+CPU_SHARD_TEXTS = 256
+GPU_SHARD_TEXTS = 8192
 _KEY_BYTES = 20  # sha1
 
 
@@ -235,14 +239,16 @@ class EmbeddingCache:
         embedder: Embedder,
         texts: Sequence[str],
         role: str,
-        shard_size: int = 256,
+        shard_size: int | None = None,
         shard_id: int | None = None,
         shard_num: int | None = None,
         progress: bool = True,
     ) -> np.ndarray:
         """Vectors of ``texts`` (float32 [n, d], input order), encoding only what is not cached.
 
-        New vectors are written every ``shard_size`` texts, so an interrupted call resumes.
+        New vectors are written every ``shard_size`` texts, so an interrupted call resumes
+        (default: :data:`CPU_SHARD_TEXTS` on a CPU, where a part is minutes of work, and
+        :data:`GPU_SHARD_TEXTS` beside a GPU, where a small part would starve it).
         Uncached texts are encoded longest first (by characters): a part holds texts of similar
         length, which keeps the padding in the embedder's length-sorted batches small.
         With ``shard_id``/``shard_num`` only the rows ``shard_rows(n, shard_id, shard_num)`` are
@@ -251,6 +257,9 @@ class EmbeddingCache:
         """
         _check_role(role)
         texts = _check_texts(texts)
+        if shard_size is None:
+            on_gpu = getattr(getattr(getattr(embedder, "loaded", None), "device", None), "type", "cpu") == "cuda"
+            shard_size = GPU_SHARD_TEXTS if on_gpu else CPU_SHARD_TEXTS
         if not isinstance(shard_size, int) or shard_size < 1:
             raise InvalidInputError(f"shard_size must be a positive int, got {shard_size!r}")
         if (shard_id is None) != (shard_num is None):

@@ -286,7 +286,6 @@ def backbone(model: torch.nn.Module) -> torch.nn.Module:
 # --------------------------------------------------------------------------- loaders
 
 def _hf_load(source: str, *, dtype: torch.dtype, revision: str | None = None, gguf_file: str | None = None):
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kw: dict[str, Any] = {}
@@ -453,12 +452,28 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
     raise ModelNotFoundError(f"cannot load model {spec!r}; tried: " + "; ".join(tried))
 
 
+_PARALLELISM = "TOKENIZERS_PARALLELISM"
+_parallelism_set_here = False
+
+
+def _tokenizer_threads(dev: torch.device) -> None:
+    """The tokenizer's own threads: on beside a GPU (tokenizing would otherwise be the
+    bottleneck), off on a CPU whose cores the model's matmuls already use. A value the user set
+    wins; the value set here follows the device of the model loaded last."""
+    global _parallelism_set_here
+    if _PARALLELISM in os.environ and not _parallelism_set_here:
+        return
+    os.environ[_PARALLELISM] = "true" if dev.type == "cuda" else "false"
+    _parallelism_set_here = True
+
+
 def wrap_model(name: str, tok, model: torch.nn.Module, identity: dict, dev: str | torch.device = "cpu") -> LoadedModel:
     """Wrap an already-built tokenizer + causal LM as a LoadedModel (moved to ``dev``, eval mode).
 
     ``identity`` should say where the weights came from (used in fingerprints).
     """
     dev = resolve_device(dev)
+    _tokenizer_threads(dev)
     model = model.to(dev).eval()
     if tok.pad_token_id is None:  # needed only to fill padded positions; they are masked out
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)

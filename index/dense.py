@@ -28,6 +28,7 @@ from alignir.checks import doc_numbers_for_add, int_ids
 from alignir.errors import InvalidInputError
 
 import json
+import logging
 import math
 import threading
 from dataclasses import asdict, dataclass, field
@@ -39,6 +40,8 @@ import numpy as np
 
 from alignir.index.io import save_npy
 from alignir.index.parts import check_empty_folder
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 KINDS = ("flat", "hnsw", "ivfpq")
@@ -123,6 +126,17 @@ class Transform:
         if whiten == "zca":
             w = w @ u_r.T
         return Transform(mean=mean.astype(np.float32), matrix=w.astype(np.float32))
+
+
+
+_SAID: set[str] = set()
+
+
+def _say_cpu_once(reason: str) -> None:
+    """Log why a GPU request searches on the CPU, once per process and reason."""
+    if reason not in _SAID:
+        _SAID.add(reason)
+        log.warning("dense index: GPU requested but %s", reason)
 
 
 def _l2_normalize(x: np.ndarray) -> np.ndarray:
@@ -319,7 +333,12 @@ class DenseIndex:
             self._use_gpu = bool(enabled)
             if not enabled:
                 self._gpu_index = None
-        return bool(enabled) and self.params.kind != "hnsw" and faiss.get_num_gpus() > 0
+        on_gpu = bool(enabled) and self.params.kind != "hnsw" and faiss.get_num_gpus() > 0
+        if enabled and not on_gpu:
+            _say_cpu_once("an HNSW index searches on the CPU" if self.params.kind == "hnsw" else
+                          "faiss sees no GPU here (faiss-cpu, or no device): the dense leg searches on the CPU; "
+                          "for FAISS on the GPU: pip install 'alignir[gpu]'")
+        return on_gpu
 
     def transform_queries(self, Q: np.ndarray) -> np.ndarray:
         """The exact vectors the index compares documents with: T(q), normalised if set."""

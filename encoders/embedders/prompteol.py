@@ -24,7 +24,8 @@ Mechanics shared by all of them:
   ``last_stats["n_empty"]``; with ``empty="error"`` they raise ValueError naming their positions.
 - Dynamic batching: prompts sorted by token length, batches filled up to ``batch_tokens``
   padded tokens (and ``max_batch_size`` rows; a prompt longer than the budget runs alone);
-  vectors come back in input order.
+  vectors come back in input order. Unset, both follow the device (encoders.batching: a fixed
+  small budget on the CPU, a share of the free memory on a GPU).
 - ``prefix_cache=True`` (off by default): the fixed prompt prefix (instruction + template head)
   runs once per role and its KV cache is reused by every text (encoders.prefix_cache); vectors
   equal the full forward's up to float rounding, so it is not part of the fingerprint.
@@ -34,14 +35,17 @@ from __future__ import annotations
 
 from alignir.errors import InvalidInputError
 
+import itertools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from alignir.encoders.batching import batch_budget
 from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder, clean_text
 from alignir.encoders.models import LoadedModel, backbone
 from alignir.encoders.pooling import POOLINGS, pool
@@ -74,6 +78,9 @@ FAMILY_DEFAULTS: dict[str, tuple[str, str]] = {
 
 ROLES = ("query", "document")
 
+#: texts tokenized per step beside a GPU (the next step's on a thread while the GPU runs)
+GPU_STEP_TEXTS = 2048
+
 
 class PromptEmbedder(Embedder):
     """A frozen causal LM read out through a template and a pooling. See the module docstring."""
@@ -89,8 +96,8 @@ class PromptEmbedder(Embedder):
         instruction: str | None = None,
         document_instruction: str | None = None,
         max_length: int = 512,
-        batch_tokens: int = 4096,
-        max_batch_size: int = 64,
+        batch_tokens: int | None = None,
+        max_batch_size: int | None = None,
         padding_side: str = "right",
         empty: str = "zero",
         progress: bool = True,
@@ -119,6 +126,9 @@ class PromptEmbedder(Embedder):
             "query": resolve_instruction(instruction),
             "document": resolve_instruction(document_instruction),
         }
+        auto_tokens, auto_rows = batch_budget(loaded.model, loaded.device)
+        batch_tokens = auto_tokens if batch_tokens is None else batch_tokens
+        max_batch_size = auto_rows if max_batch_size is None else max_batch_size
         for nm, v in (("max_length", max_length), ("batch_tokens", batch_tokens), ("max_batch_size", max_batch_size)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidInputError(f"{nm} must be a positive int, got {v!r}")
@@ -249,22 +259,26 @@ class PromptEmbedder(Embedder):
         return out
 
     def collate(self, ids: list[list[int]], pos: list[list[int]]):
-        """Pad prompts into (input_ids, attention mask, position ids, pooled-position mask) [B, L]."""
-        L = max(len(x) for x in ids)
+        """Pad prompts into (input_ids, attention mask, position ids, pooled-position mask) [B, L]
+        (built with numpy in one pass, so the CPU keeps ahead of a GPU)."""
         B = len(ids)
-        input_ids = torch.full((B, L), self._pad_id, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        pmask = torch.zeros((B, L), dtype=torch.bool)
-        for r, (x, p) in enumerate(zip(ids, pos)):
-            off = L - len(x) if self.padding_side == "left" else 0
-            input_ids[r, off : off + len(x)] = torch.tensor(x, dtype=torch.long)
-            attn[r, off : off + len(x)] = 1
-            if p:
-                pmask[r, torch.tensor(p, dtype=torch.long) + off] = True
-            else:  # text span not found (should not happen for non-empty text): use all real tokens
-                pmask[r, off : off + len(x)] = True
-        position_ids = (attn.cumsum(1) - 1).clamp(min=0)
-        return input_ids, attn, position_ids, pmask
+        lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=B)
+        L = int(lens.max())
+        offs = L - lens if self.padding_side == "left" else np.zeros(B, dtype=np.int64)
+        cols = np.arange(L)
+        real = (cols[None, :] >= offs[:, None]) & (cols[None, :] < (offs + lens)[:, None])
+        input_ids = np.full((B, L), self._pad_id, dtype=np.int64)
+        input_ids[real] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lens.sum()))
+        plens = np.fromiter((len(p) for p in pos), dtype=np.int64, count=B)
+        pmask = np.zeros((B, L), dtype=bool)
+        rows = np.repeat(np.arange(B), plens)
+        pmask[rows, np.fromiter(itertools.chain.from_iterable(pos), dtype=np.int64, count=int(plens.sum())) + offs[rows]] = True
+        none = plens == 0  # text span not found (should not happen for non-empty text): use all real tokens
+        pmask[none] = real[none]
+        attn = real.astype(np.int64)
+        position_ids = np.clip(attn.cumsum(1) - 1, 0, None)
+        return (torch.from_numpy(input_ids), torch.from_numpy(attn), torch.from_numpy(position_ids),
+                torch.from_numpy(pmask))
 
     _prepare = prepare  # older private names, kept for callers outside the package
     _collate = collate
@@ -330,51 +344,81 @@ class PromptEmbedder(Embedder):
         t0 = time.perf_counter()
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)
-        stats = {"n_texts": n, "n_empty": 0, "n_truncated": 0, "n_tokens": 0, "n_padded_tokens": 0, "n_batches": 0}
+        stats = {"n_texts": n, "n_empty": 0, "n_truncated": 0, "n_tokens": 0, "n_padded_tokens": 0, "n_batches": 0,
+                 "n_prefix_cached": 0}
         if n == 0:
             self.last_stats = {**stats, "seconds": 0.0}
             return out
-        ids, pos, empty, n_trunc = self.prepare([clean_text(t) for t in texts], role)
+        cleaned = [clean_text(t) for t in texts]
+        empty = np.array([not t.strip() for t in cleaned], dtype=bool)
         stats["n_empty"] = int(empty.sum())
-        stats["n_truncated"] = n_trunc
         if stats["n_empty"] and self.empty == "error":
             where = np.flatnonzero(empty)[:10].tolist()
             raise InvalidInputError(f"{stats['n_empty']} empty or whitespace-only texts (positions {where}...)")
-        if n_trunc and self.warn_truncation:
-            log.warning(TRUNCATION_WARNING, n_trunc, n, role, self.max_length)
-        live = np.flatnonzero(~empty)
-        lengths = np.array([len(x) for x in ids])
-        order = live[np.argsort(-lengths[live], kind="stable")]
-        batches = self._batches(lengths, order)
+        # beside a GPU the texts are tokenized in steps, the next step on a thread while the GPU
+        # encodes this one; on a CPU the model's matmuls take the cores, so one step
+        size = self._step_texts(n)
+        steps = [(a, min(n, a + size)) for a in range(0, n, size)]
         show = self.progress if progress is None else progress
-        bar = tqdm(total=len(live), desc=f"encode {role}s ({self.family})", unit="text", disable=not show or len(batches) < 2)
-        stats["n_prefix_cached"] = 0
-        with torch.inference_mode():
+        bar = tqdm(total=int((~empty).sum()), desc=f"encode {role}s ({self.family})", unit="text",
+                   disable=not show or n <= self.max_batch_size)
+        pending: list[tuple[np.ndarray, torch.Tensor]] = []  # pooled rows not yet copied back
+
+        def copy_back() -> None:
+            for rows_done, vectors in pending:
+                out[rows_done] = vectors.float().cpu().numpy()
+            pending.clear()
+
+        with ThreadPoolExecutor(max_workers=1) as tokenizer_thread, torch.inference_mode():
             pc = self._prefix_cache(role) if self.prefix_cache else None
-            for batch in batches:
-                cached = np.array([pc is not None and pc.covers(ids[i], pos[i]) for i in batch], dtype=bool)
-                for b, on_cache in ((batch[cached], True), (batch[~cached], False)):
-                    if not b.size:
-                        continue
-                    rows, rpos = [ids[i] for i in b], [pos[i] for i in b]
-                    if on_cache:  # only the tokens after the fixed prefix run
-                        input_ids, attn, _, pmask = self.collate([x[pc.n:] for x in rows],
-                                                                  [[j - pc.n for j in p] for p in rpos])
-                        hidden = pc.forward(self._backbone, input_ids, attn)
-                        stats["n_prefix_cached"] += len(b)
-                    else:
-                        input_ids, attn, position_ids, pmask = self.collate(rows, rpos)
-                        hidden = self._forward(input_ids, attn, position_ids)
-                    h = pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))
-                    out[b] = h.cpu().numpy()
-                    stats["n_tokens"] += int(attn.sum())
-                    stats["n_padded_tokens"] += int(attn.numel())
-                    stats["n_batches"] += 1
-                bar.update(len(batch))
+            ahead = tokenizer_thread.submit(self.prepare, cleaned[steps[0][0]:steps[0][1]], role)
+            for k, (first, _last) in enumerate(steps):
+                ids, pos, step_empty, n_trunc = ahead.result()
+                if k + 1 < len(steps):
+                    ahead = tokenizer_thread.submit(self.prepare, cleaned[steps[k + 1][0]:steps[k + 1][1]], role)
+                stats["n_truncated"] += n_trunc
+                live = np.flatnonzero(~step_empty)
+                lengths = np.array([len(x) for x in ids])
+                order = live[np.argsort(-lengths[live], kind="stable")]
+                for batch in self._batches(lengths, order):
+                    self._run_batch(batch, first, ids, pos, pc, out, pending, copy_back, stats)
+                    bar.update(len(batch))
+            copy_back()
         bar.close()
+        if stats["n_truncated"] and self.warn_truncation:
+            log.warning(TRUNCATION_WARNING, stats["n_truncated"], n, role, self.max_length)
         stats["seconds"] = time.perf_counter() - t0
         self.last_stats = stats
         return out
+
+    def _step_texts(self, n: int) -> int:
+        """Texts tokenized per step of an encode of ``n`` texts (see :meth:`_encode`)."""
+        return GPU_STEP_TEXTS if self.loaded.device.type == "cuda" else n
+
+    def _run_batch(self, batch: np.ndarray, first: int, ids: list[list[int]], pos: list[list[int]],
+                   pc: PrefixCache | None, out: np.ndarray, pending: list, copy_back, stats: dict) -> None:
+        """Encode one batch (rows ``batch`` of a step starting at text ``first``): prompts that
+        begin with the cached prefix run on it, the others in full."""
+        cached = np.array([pc is not None and pc.covers(ids[i], pos[i]) for i in batch], dtype=bool)
+        for b, on_cache in ((batch[cached], True), (batch[~cached], False)):
+            if not b.size:
+                continue
+            rows, rpos = [ids[i] for i in b], [pos[i] for i in b]
+            if on_cache:  # only the tokens after the fixed prefix run
+                input_ids, attn, _, pmask = self.collate([x[pc.n:] for x in rows], [[j - pc.n for j in p] for p in rpos])
+                hidden = pc.forward(self._backbone, input_ids, attn)
+                stats["n_prefix_cached"] += len(b)
+            else:
+                input_ids, attn, position_ids, pmask = self.collate(rows, rpos)
+                hidden = self._forward(input_ids, attn, position_ids)
+            h = pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))
+            # the previous batch is copied back while this one runs (a GPU works
+            # asynchronously; on a CPU this is the same as copying at once)
+            copy_back()
+            pending.append((b + first, h))
+            stats["n_tokens"] += int(attn.sum())
+            stats["n_padded_tokens"] += int(attn.numel())
+            stats["n_batches"] += 1
 
 
 class PromptEOLEmbedder(PromptEmbedder):
