@@ -310,3 +310,29 @@ def test_registered_names_resolve_to_the_pretrained_family():
     model, family, opts = resolve_shipped("org/e5", "pretrained", {"lm_head_from": "org/base"}, "prompteol")
     assert parse_spec(model) == ("org/e5", {"lm_head_from": "org/base"}) and opts == {}
     assert json.loads(json.dumps(PRETRAINED["e5-mistral-7b-instruct"].lm_head_from)) == "mistralai/Mistral-7B-v0.1"
+
+
+def test_cli_build_index_with_lm_head_from(tmp_path, tiny_tokenizer):
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+    from alignir.retrieval.searcher import Searcher
+
+    emb_folder, _ = _save(tmp_path, "embedder", "mistral", tiny_tokenizer, tie=False, with_head=False, seed=5)
+    base, _ = _save(tmp_path, "base", "mistral", tiny_tokenizer, tie=False, with_head=True, seed=6)
+    corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
+    runner = CliRunner()
+    args = ["build-index", str(corpus), "--index", str(tmp_path / "idx"), "--model", str(emb_folder),
+            "--embedder", "pretrained", "--device", "cpu", "--passages", "off", "--no-lexical",
+            "--cache-dir", str(tmp_path / "cache"), "--embedder-option", "pooling=mean",
+            "--embedder-option", "bidirectional=true"]
+    failed = runner.invoke(app, args)
+    assert failed.exit_code != 0 and "--lm-head-from" in failed.output
+    done = runner.invoke(app, [*args, "--lm-head-from", str(base)])
+    assert done.exit_code == 0, done.output
+    s = Searcher.open(tmp_path / "idx", device="cpu")
+    assert torch.equal(torch.as_tensor(s.sparsifier.lm_head), _tensor(base, "lm_head.weight"))
+    assert s.embedder.bidirectional and s.embedder.pooling == "mean"
+    hit = runner.invoke(app, ["search", TINY_CORPUS[3], "--index", str(tmp_path / "idx"), "--mode", "dense", "-k", "1",
+                              "--device", "cpu"])
+    assert hit.exit_code == 0 and "d3" in hit.output, hit.output
