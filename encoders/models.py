@@ -294,7 +294,11 @@ def _hf_load(source: str, *, dtype: torch.dtype, revision: str | None = None, gg
     if gguf_file:
         kw["gguf_file"] = gguf_file
     tok = AutoTokenizer.from_pretrained(source, **kw)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kw)
+    model, info = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, output_loading_info=True, **kw)
+    from alignir.encoders.pretrained import head_missing, missing_head_error
+
+    if head_missing(model, info):  # an untied AutoModel checkpoint: its head would be random
+        raise missing_head_error(source)
     return tok, model
 
 
@@ -374,16 +378,23 @@ def _tokenizer_sha256(folder: Path) -> str | None:
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+(@[\w.\-/]+)?$")
 
 
-def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None) -> LoadedModel:
+def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torch.dtype | None = None,
+               lm_head_from: str | os.PathLike | None = None) -> LoadedModel:
     """Resolve ``spec`` (registered name, .gguf file, HF folder, hub id) and load it in eval mode.
 
+    A public LLM embedder (encoders.pretrained: a registered profile name, or a spec with
+    ``?lm_head_from=BASE``) loads with its own LM head; ``lm_head_from`` takes the head of BASE.
     Raises ModelNotFoundError (a ValueError) naming every interpretation that was tried.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidInputError(f"model spec must be a non-empty string, got {spec!r}")
-    spec = spec.strip()
+    from alignir.encoders.pretrained import is_pretrained_spec, load_pretrained, with_lm_head
+
+    spec = with_lm_head(spec.strip(), lm_head_from)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    if is_pretrained_spec(spec):
+        return load_pretrained(spec, dev, dt)
     tried: list[str] = []
 
     key = spec.lower()

@@ -99,7 +99,7 @@ def resolve_shipped(model: str, embedder: str, options: dict[str, Any] | None,
     opts = dict(options or {})
     shipped = SHIPPED.get(model) if isinstance(model, str) else None
     if shipped is None:
-        return model, embedder, opts
+        return _resolve_pretrained(model, embedder, opts, default_embedder)
     if embedder not in (default_embedder, shipped.family):
         raise InvalidInputError(f"model {model!r} is a trained {shipped.family!r} embedder; "
                                 f"leave --embedder unset (got {embedder!r})")
@@ -107,6 +107,27 @@ def resolve_shipped(model: str, embedder: str, options: dict[str, Any] | None,
         raise InvalidInputError(f"model {model!r} brings its own adapter; leave --adapter unset")
     opts["adapter"] = BUILTIN_PREFIX + shipped.name
     return shipped.base_model, shipped.family, opts
+
+
+def _resolve_pretrained(model: str, embedder: str, opts: dict[str, Any],
+                        default_embedder: str) -> tuple[str, str, dict[str, Any]]:
+    """A public LLM embedder (encoders.pretrained): its registered name reads through the
+    ``pretrained`` family with its profile; an ``lm_head_from`` option moves into the model spec
+    (``SPEC?lm_head_from=BASE``), which the index records and its searcher loads."""
+    from alignir.encoders.pretrained import parse_spec, profile_of, with_lm_head
+
+    if not isinstance(model, str):
+        return model, embedder, opts
+    head = opts.pop("lm_head_from", None)
+    model = with_lm_head(model, head)
+    profile = profile_of(parse_spec(model)[0])
+    if profile is not None:
+        if embedder not in (default_embedder, "pretrained"):
+            raise InvalidInputError(f"model {model!r} is the public embedder {profile.name!r}, read by the "
+                                    f"'pretrained' family; leave --embedder unset (got {embedder!r})")
+        embedder = "pretrained"
+        opts.setdefault("profile", profile.name)
+    return model, embedder, opts
 
 
 def hybrid_fusion(model: str) -> tuple[str, float] | None:

@@ -29,6 +29,8 @@ EMBEDDERS: dict[str, str] = {
     "gircse": "alignir.encoders.embedders.gircse:GircseEmbedder",
     # PromptEOL read through an InfoNCE-trained LoRA adapter (the contrastive baseline)
     "infonce": "alignir.encoders.embedders.infonce:InfoNCEEmbedder",
+    # public retrieval-trained LLM embedders read as published (encoders.pretrained)
+    "pretrained": "alignir.encoders.embedders.pretrained:PretrainedEmbedder",
 }
 
 

@@ -22,7 +22,13 @@ EMBEDDER_OPTION_HELP = ("KEY=VALUE option of the embedder family, repeatable (e.
 
 #: options the commands set from their own flags: --embedder-option may not give them
 _OWN_FLAGS = {"max_length": "--max-length", "batch_tokens": "--batch-tokens", "adapter": "--adapter",
-              "instruction": "--instruction", "precision": "--precision", "progress": "(always set)"}
+              "instruction": "--instruction", "precision": "--precision", "progress": "(always set)",
+              "lm_head_from": "--lm-head-from"}
+
+#: --lm-head-from of the commands that load a model for an index
+LM_HEAD_HELP = ("The model whose LM head reads the aligned tokens (folder, hub id or registered name), for an "
+                "embedder saved without lm_head and untied (e5-mistral: its base Mistral-7B-v0.1); 'input' = its "
+                "own input embeddings. Recorded in the index's model spec.")
 
 #: exit code for bad input / a failed operation (typer uses 2 for usage errors)
 EXIT_FAILURE = 1

@@ -11,7 +11,7 @@ import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
-                                               PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
+                                               LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
                                                setup_logging, user_errors)
 
 MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
@@ -198,6 +198,7 @@ def beir_cmd(
     embedder: str = typer.Option("prompteol", help="Embedder family."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train)."),
     embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
+    lm_head_from: Optional[str] = typer.Option(None, "--lm-head-from", help=LM_HEAD_HELP),
     instruction: Optional[str] = typer.Option(None, help="Default query instruction (task name, e.g. scifact, "
                                               "or text), stored with the index as build-index does."),
     split: str = typer.Option("test", help="qrels split."),
@@ -243,6 +244,7 @@ def beir_cmd(
         tag += "".join(f"-{key}{value}" for key, value in sorted(family_options.items()))
         tag += "" if instruction is None else "-instr-" + (instruction if instruction.isidentifier() else
                                                          hashlib.sha256(instruction.encode()).hexdigest()[:8])
+        tag += "" if lm_head_from is None else f"-head-{Path(lm_head_from).name}"
         tag += "" if precision == "fp32" else f"-{precision}"
         tag += "" if max_length == 512 else f"-len{max_length}"
         tag += "" if passage_cfg.split == "auto" and passage_cfg.window is None else (
@@ -253,6 +255,8 @@ def beir_cmd(
             options["adapter"] = str(adapter)
         if instruction is not None:
             options["instruction"] = instruction
+        if lm_head_from is not None:  # moves into the model spec (encoders.shipped.resolve_shipped)
+            options["lm_head_from"] = lm_head_from
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
                     embedder_options=options, lexical=lexical, precision=precision, passages=passage_cfg,
                     on_stage=lambda s: typer.secho(f"• {s}", err=True))

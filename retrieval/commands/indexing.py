@@ -11,7 +11,7 @@ import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
-                                               PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
+                                               LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
                                                setup_logging, user_errors)
 from alignir.retrieval.commands.evaluate import FUSION_HELP, PASSAGE_AGG_HELP, PASSAGES_HELP, WEIGHTS_HELP
 
@@ -44,14 +44,17 @@ def build_index_cmd(
     model: str = typer.Option(DEFAULT_MODEL, help="Model: registered name (smollm2-135m-alignir-v3, the default = "
                               "SmolLM2 with the shipped trained adapter; smollm2-135m-alignir and -v2, the earlier "
                               "ones; "
-                              "smollm2-135m, gemma3-270m untrained), "
+                              "smollm2-135m, gemma3-270m untrained; public LLM embedders: qwen3-embedding-0.6b|4b|8b, "
+                              "gte-qwen2-1.5b-instruct, gte-qwen2-7b-instruct, e5-mistral-7b-instruct, gritlm-7b, "
+                              "llm2vec-mistral-7b-supervised, see docs/models.md), "
                               "local HF folder, .gguf file, or hub id."),
     embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
-                                 "weighted-mean, echo, autoregembed, llm2comp, gircse (with a model "
+                                 "weighted-mean, echo, autoregembed, llm2comp, gircse, pretrained (with a model "
                                  "that is not a shipped trained one, e.g. --model smollm2-135m)."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train; with a "
                                            "model that is not a shipped trained one)."),
     embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
+    lm_head_from: Optional[str] = typer.Option(None, "--lm-head-from", help=LM_HEAD_HELP),
     k: Optional[int] = typer.Option(None, "--k", help="K: aligned tokens kept per document (eq.15)."),
     m: Optional[int] = typer.Option(None, "--m", help="M: aligned tokens added to each query (eq.16)."),
     lam: Optional[float] = typer.Option(None, "--lambda", help="λ of the PC1 adjustment h + λ·u1 (eq.14); 0 = off."),
@@ -94,7 +97,7 @@ def build_index_cmd(
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
-        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction)
+        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
         dense_opts = {"center": center or whiten is not None, "whiten": whiten, "normalize": normalize}
         manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
@@ -112,7 +115,7 @@ def build_index_cmd(
 
 
 def _encoder_options(embedder_option: list[str], max_length: int, batch_tokens: int, adapter: Optional[Path],
-                     instruction: Optional[str]) -> dict:
+                     instruction: Optional[str], lm_head_from: Optional[str] = None) -> dict:
     """The embedder options of build-index's (and encode's) flags: the same flags give the same
     encoder fingerprint, so build-index finds what encode cached."""
     opts = {**embedder_options(embedder_option), "max_length": max_length, "batch_tokens": batch_tokens}
@@ -120,6 +123,8 @@ def _encoder_options(embedder_option: list[str], max_length: int, batch_tokens: 
         opts["adapter"] = str(adapter)
     if instruction is not None:
         opts["instruction"] = instruction
+    if lm_head_from is not None:  # moves into the model spec (encoders.shipped.resolve_shipped)
+        opts["lm_head_from"] = lm_head_from
     return opts
 
 
@@ -394,6 +399,7 @@ def encode_cmd(
     embedder: str = typer.Option("prompteol", help="Embedder family (as for build-index)."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (as for build-index)."),
     embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
+    lm_head_from: Optional[str] = typer.Option(None, "--lm-head-from", help=LM_HEAD_HELP),
     instruction: Optional[str] = typer.Option(None, help="Default query instruction (as for build-index: "
                                               "part of the encoder fingerprint)."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
@@ -425,7 +431,7 @@ def encode_cmd(
         from alignir.retrieval.indexer import CHECKPOINT_EVERY, DEFAULT_EMBEDDER, _passages, read_source
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
-        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction)
+        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
         texts = read_source(source, skip_bad=skip_bad).texts()
         model, embedder, opts = resolve_shipped(model, embedder, opts, DEFAULT_EMBEDDER)
         enc = get_embedder(embedder, load_model(model, device=device), precision=precision, **opts)
