@@ -50,11 +50,10 @@ from alignir.encoders.aligned import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
-from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
+from alignir.retrieval.config import FusionConfig, IndexConfig
 from alignir.index.passages import parse_aggregation
 from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.passage_leg import PassageLeg
-from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
 from alignir.retrieval.sparsify import Sparsifier
 
 #: the built-in legs (retrieval/legs.py), in the order a mode lists them
@@ -354,8 +353,7 @@ class Searcher:
             raise InvalidInputError("uri / collection are options of backend='milvus'")
         if passage_agg is not None:
             parse_aggregation(passage_agg)  # before the model loads
-        from alignir.encoders.embedders import get_embedder
-        from alignir.encoders.models import load_model
+        from alignir.retrieval.encoder import Encoder
 
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:
@@ -363,31 +361,36 @@ class Searcher:
         remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
         if remote is not None:  # reach the collection and check it before the model loads (seconds)
             remote.check(stored, uri, collection)
-        spec = embedder_spec(stored.manifest, path)
-        if loaded is None:
-            from alignir.encoders.shipped import SHIPPED
-
-            model = SHIPPED[model].base_model if model in SHIPPED else model
-            loaded = load_model(model or spec["model"], device=device)
-        options = dict(spec.get("options", {}))
-        if instruction is not None:
-            options["instruction"] = instruction
-        if precision is not None:
-            options["precision"] = precision
-        embedder = get_embedder(spec["family"], loaded, progress=False, **options)
-        check_encoder(stored, embedder, allow_precision_mismatch)
+        encoder = Encoder.for_stored(stored, path, model=model, loaded=loaded, instruction=instruction,
+                                     precision=precision, device=device,
+                                     allow_precision_mismatch=allow_precision_mismatch)
         stored.dense.use_gpu(dense_on_gpu(device))
-        params = stored.params
-        config = SparseConfig.from_dict(params.get("sparse", {}))
-        term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
-        sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
-        searcher = cls(stored, embedder, sparsifier, fusion or IndexConfig.from_manifest(stored.manifest).fusion,
-                       passage_agg=passage_agg)
+        searcher = cls(stored, encoder.embedder, encoder.sparsifier,
+                       fusion or IndexConfig.from_manifest(stored.manifest).fusion, passage_agg=passage_agg)
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
 
     def close(self) -> None:
         """Release what the searcher holds beyond the mmapped folder (the Milvus connection of a
         ``backend="milvus"`` searcher; nothing for the folder), so code can close either."""
+
+    def __enter__(self) -> "Searcher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def doc(self, doc_id: str) -> dict[str, str]:
+        """The stored document ``doc_id`` as ``{"_id", "title", "text"}`` (an index built with
+        ``store_text=True`` / ``--store-text``; others raise InvalidInputError)."""
+        texts = self.index.parts.get("texts")
+        if texts is None:
+            raise InvalidInputError(f"{self.index.path}: this index does not store its texts; rebuild it with "
+                                    f"--store-text (build_index(store_text=True)) or read the corpus")
+        number = self._numbers.get(doc_id) if isinstance(doc_id, str) else None
+        if number is None:
+            raise InvalidInputError(f"no document {doc_id!r} in {self.index.path}")
+        title, text = texts.get(number)
+        return {"_id": doc_id, "title": title, "text": text}
 
     # ------------------------------------------------------------------ encoding
     def encode(self, queries: Sequence[str], legs: Iterable[str] | None = None) -> QueryBatch:
