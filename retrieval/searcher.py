@@ -41,12 +41,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from alignir.encoders.aligned import TermContribution
+from alignir.encoders.terms import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
@@ -54,7 +54,9 @@ from alignir.retrieval.config import FusionConfig, IndexConfig
 from alignir.index.passages import parse_aggregation
 from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.passage_leg import PassageLeg
-from alignir.retrieval.sparsify import Sparsifier
+
+if TYPE_CHECKING:
+    from alignir.retrieval.sparsify import Sparsifier
 
 #: the built-in legs (retrieval/legs.py), in the order a mode lists them
 LEGS = ("dense", "sparse", "bm25")
@@ -361,11 +363,18 @@ class Searcher:
         remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
         if remote is not None:  # reach the collection and check it before the model loads (seconds)
             remote.check(stored, uri, collection)
-        encoder = Encoder.for_stored(stored, path, model=model, loaded=loaded, instruction=instruction,
-                                     precision=precision, device=device,
-                                     allow_precision_mismatch=allow_precision_mismatch)
+        def load() -> Encoder:
+            return Encoder.for_stored(stored, path, model=model, loaded=loaded, instruction=instruction,
+                                      precision=precision, device=device,
+                                      allow_precision_mismatch=allow_precision_mismatch)
+
+        # the query encoder loads on the first query that needs it (a bm25 search needs none);
+        # a model given by the caller (or another precision) is checked against the index now
+        encoder = _LazyEncoder(load)
+        if loaded is not None or model is not None or precision is not None:
+            encoder.get()
         stored.dense.use_gpu(dense_on_gpu(device))
-        searcher = cls(stored, encoder.embedder, encoder.sparsifier,
+        searcher = cls(stored, _Deferred(encoder, "embedder"), _Deferred(encoder, "sparsifier"),
                        fusion or IndexConfig.from_manifest(stored.manifest).fusion, passage_agg=passage_agg)
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
 
@@ -636,6 +645,43 @@ class Searcher:
         if unknown:
             raise InvalidInputError(f"{len(unknown)} allowed ids are not in the index, e.g. {unknown[:5]}")
         return np.array(sorted(self._numbers[d] for d in ids), dtype=np.int64)
+
+
+class _LazyEncoder:
+    """A query encoder (retrieval.encoder.Encoder) made on first use, once (thread-safe)."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self._load, self._value, self._lock = load, None, threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._value is not None
+
+    def get(self) -> Any:
+        if self._value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = self._load()
+        return self._value
+
+
+class _Deferred:
+    """Stands for ``getattr(encoder, attr)`` (the embedder or the sparsifier) and loads the
+    encoder when first used, so that opening a searcher loads no model."""
+
+    def __init__(self, encoder: _LazyEncoder, attr: str) -> None:
+        object.__setattr__(self, "_encoder", encoder)
+        object.__setattr__(self, "_attr", attr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(self._encoder.get(), self._attr), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(getattr(self._encoder.get(), self._attr), name, value)
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._encoder.loaded else "not loaded yet"
+        return f"<{self._attr} of the index's query encoder, {state}>"
 
 
 def dense_on_gpu(device: str) -> bool:
