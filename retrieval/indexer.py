@@ -16,25 +16,28 @@ from __future__ import annotations
 
 from alignir.errors import AlignirError, InvalidInputError
 
+import dataclasses
 import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
+from alignir.index.texts import DocTexts
 from alignir.index.store import (NotAnIndexError, open_index, read_manifest, replace_part, replace_parts,
                                  update_params, write_index)
-from alignir.retrieval.beir import Corpus, read_corpus_jsonl
+from alignir.retrieval.beir import Corpus, Document, Skipped, read_corpus_jsonl
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig, SparseConfig
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
                                        normalize_fingerprint, term_map_arrays, term_map_from_arrays)
-from alignir.retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
+from alignir.retrieval.encoder import Encoder
+from alignir.retrieval.sparsify import Sparsifier, resolve_lambda
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +46,67 @@ DEFAULT_EMBEDDER = "prompteol"
 #: to 0.57 on MED and 0.22 to 0.36 on ADI (benchmarks/results/quality.json, dense_centering.json);
 #: the defaults of retrieval.config.DenseConfig
 DEFAULT_DENSE_OPTIONS = {"center": True, "normalize": True}
-#: texts encoded between two cache checkpoints (a kill loses at most this many)
-CHECKPOINT_EVERY = 128
 
 
-def read_source(source: str | Path, skip_bad: bool = False) -> Corpus:
-    """A BEIR folder (its corpus.jsonl) or a corpus .jsonl file (``_id``, ``title``, ``text``)."""
-    p = Path(source)
-    if not p.exists():
-        raise FileNotFoundError(f"source {p} does not exist (give a BEIR folder or a corpus .jsonl)")
-    if p.is_dir():
-        corpus_file = p / "corpus.jsonl"
-        if not corpus_file.is_file():
-            raise InvalidInputError(f"{p} is a folder without corpus.jsonl: not a BEIR folder")
-        p = corpus_file
-    # Documents with empty title and text carry nothing to retrieve by (Cranfield has two):
-    # they are skipped and reported rather than indexed as zero vectors.
-    return read_corpus_jsonl(p, skip_bad=skip_bad, empty="skip")
+#: what build_index / add_documents read documents from
+DocSource = Any  # str | Path | Iterable[Mapping[str, str]] | pyarrow.Table
+
+
+def read_source(source: DocSource, skip_bad: bool = False) -> Corpus:
+    """Documents from a BEIR folder (its corpus.jsonl), a corpus .jsonl file, a pyarrow table
+    or any iterable of mappings with ``_id``, optional ``title`` and ``text`` (the corpus.jsonl
+    fields). Documents with empty title and text are skipped and reported (``Corpus.skipped``);
+    other bad records are an error naming them, or skipped too with ``skip_bad``."""
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.exists():
+            raise FileNotFoundError(f"source {p} does not exist (give a BEIR folder or a corpus .jsonl)")
+        if p.is_dir():
+            corpus_file = p / "corpus.jsonl"
+            if not corpus_file.is_file():
+                raise InvalidInputError(f"{p} is a folder without corpus.jsonl: not a BEIR folder")
+            p = corpus_file
+        # Documents with empty title and text carry nothing to retrieve by (Cranfield has two):
+        # they are skipped and reported rather than indexed as zero vectors.
+        return read_corpus_jsonl(p, skip_bad=skip_bad, empty="skip")
+    if isinstance(source, (bytes, Mapping)):
+        raise InvalidInputError("documents must be a path, a pyarrow table or an iterable of "
+                                "{'_id', 'title', 'text'} records")
+    if hasattr(source, "to_batches") and hasattr(source, "column_names"):  # a pyarrow table
+        source = (row for batch in source.to_batches() for row in batch.to_pylist())
+    return _corpus_of_records(source, skip_bad)
+
+
+def _corpus_of_records(records: Iterable[Any], skip_bad: bool) -> Corpus:
+    """A :class:`Corpus` of ``{"_id", "title"?, "text"}`` records (record numbers from 1)."""
+    docs: dict[str, Document] = {}
+    problems: list[Skipped] = []
+    for i, rec in enumerate(records, start=1):
+        why = None
+        if not isinstance(rec, Mapping):
+            why = f"record {i} is {type(rec).__name__}, expected a mapping with _id, title, text"
+        else:
+            doc_id, title, text = rec.get("_id"), rec.get("title") or "", rec.get("text")
+            if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+                doc_id = str(doc_id)
+            if not isinstance(doc_id, str) or not doc_id.strip():
+                why = f"record {i} has no _id (a non-empty string)"
+            elif not isinstance(text, str) or not isinstance(title, str):
+                why = f"record {i} ({doc_id!r}) needs a string text (and title, when given)"
+            elif doc_id in docs:
+                why = f"record {i} repeats the _id {doc_id!r}"
+            elif not f"{title} {text}".strip():
+                problems.append(Skipped(i, f"document {doc_id!r} has empty title and text"))
+                continue
+            else:
+                docs[doc_id] = Document(title=title, text=text)
+                continue
+        if not skip_bad:
+            raise InvalidInputError(why)
+        problems.append(Skipped(i, why))
+    if not docs:
+        raise InvalidInputError("no documents to index" + (f" ({problems[0].reason}, ...)" if problems else ""))
+    return Corpus(docs, skipped=problems)
 
 
 def check_target(index_dir: str | Path) -> None:
@@ -76,16 +123,12 @@ def check_target(index_dir: str | Path) -> None:
 def encode_corpus(embedder: Any, texts: list[str], cache_dir: str | Path | None,
                   use_cache: bool = True, progress: bool = True) -> np.ndarray:
     """Dense document vectors, through the embedding cache (resumes a killed encode)."""
-    if not use_cache:
-        return embedder.encode_documents(texts)
-    from alignir.encoders.cache import EmbeddingCache
-
-    return EmbeddingCache(cache_dir).encode_cached(embedder, texts, "document",
-                                                   shard_size=CHECKPOINT_EVERY, progress=progress)
+    return Encoder(embedder, None, None, model="", family="", options={}, cache_dir=cache_dir,
+                   use_cache=use_cache).dense(texts, "document", progress=progress)
 
 
 def build_index(
-    source: str | Path,
+    source: DocSource,
     index_dir: str | Path,
     *,
     model: str = DEFAULT_MODEL,
@@ -107,8 +150,14 @@ def build_index(
     precision: str | None = None,
     passages: str | PassageConfig = UNSET,
     calibrate: bool = True,
+    store_text: bool = False,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
+
+    ``source``: a BEIR folder, a corpus .jsonl, a pyarrow table or any iterable of
+    ``{"_id", "title"?, "text"}`` records (read whole before encoding). ``store_text``: keep
+    every document's title and text in the index (its ``texts`` part: ``Searcher.doc``, and
+    ``add_documents`` / calibration without the corpus file).
 
     ``config``: the whole :class:`IndexConfig` (sparse, dense, lexical, fusion; default
     ``IndexConfig()``, whose fusion a shipped model replaces by its own "hybrid" fusion and
@@ -145,7 +194,7 @@ def build_index(
     model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
         check_target(index_dir)
-        stage(f"reading {source}")
+        stage(f"reading {source if isinstance(source, (str, Path)) else 'the documents'}")
         corpus = read_source(source, skip_bad=skip_bad)
         doc_ids, texts = corpus.ids(), corpus.texts()
         t0 = time.perf_counter()
@@ -154,17 +203,19 @@ def build_index(
         opts = dict(embedder_options or {})
         if precision is not None and precision != "fp32":
             opts["precision"] = precision
-        enc = get_embedder(embedder, loaded, progress=progress, **opts)
+        encoder = Encoder.from_embedder(get_embedder(embedder, loaded, progress=progress, **opts), loaded,
+                                        cfg.sparse, model=model, family=embedder, options=opts,
+                                        cache_dir=cache_dir, use_cache=use_cache)
+        enc = encoder.embedder
         plan, pmap = _passages(cfg.passages, texts, enc, stage)
         stage(f"encoding {len(plan.texts)} {'passages' if pmap is not None else 'documents'}")
-        H = encode_corpus(enc, plan.texts, cache_dir, use_cache=use_cache, progress=progress)
+        H = encoder.dense(plan.texts, "document", progress=progress)
         t_enc = time.perf_counter() - t0
         stage("projecting onto the vocabulary (aligned tokens)")
-        pc1 = fit_corpus_pc1(H)
-        sparse = resolve_lambda(cfg.sparse, H, pc1)
+        encoder.fit(H)  # u1 and λ of eq.14 from this corpus
+        sparse, sparsifier, pc1 = encoder.config, encoder.sparsifier, encoder.sparsifier.pc1
         cfg = replace(cfg, sparse=sparse)  # with the λ derived from the corpus
-        sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1)
-        sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=sparse.quantize)
+        sparse_index = SparseIndex.from_csr(encoder.sparse_documents(H), quantize=sparse.quantize)
         stage(f"building the dense index ({cfg.dense.kind})")
         dense_index = DenseIndex.build(H, **cfg.dense.build_options())
         leg = None
@@ -178,13 +229,15 @@ def build_index(
             "encoder": doc_encoder_fingerprint(enc),
             "embedder": {"family": embedder, "model": model, "options": opts},
             "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind, "config": cfg.to_dict()},
-            "build": {"source": str(Path(source).absolute()), "encode_seconds": round(t_enc, 3),
+            "build": {"source": str(Path(source).absolute()) if isinstance(source, (str, Path)) else None,
+                      "encode_seconds": round(t_enc, 3),
                       "skipped_lines": [[s.line, s.reason] for s in corpus.skipped],
                       "passages": plan.stats},
         }
         stage(f"writing {index_dir}")
         write_index(index_dir, manifest, doc_ids, H,
-                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg, "passages": pmap},
+                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg, "passages": pmap,
+                           "texts": DocTexts.of(list(corpus.values())) if store_text else None},
                     pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map))
         if calibrate:
             stage("calibrating the fusion (pseudo-queries from the corpus)")
@@ -424,3 +477,119 @@ def delete_documents(index_dir: str | Path, ids: Iterable[str], *, wait: bool = 
             changed["lexical"] = stored.lexical
         replace_parts(index_dir, changed, expected=stored.manifest)
         return read_manifest(index_dir)
+
+
+def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = False,
+                  source: str | Path | None = None, loaded: Any = None, device: str = "auto",
+                  cache_dir: str | Path | None = None, use_cache: bool = True, progress: bool = True,
+                  skip_bad: bool = False, wait: bool = False, calibrate: bool = True,
+                  on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Add ``docs`` (anything :func:`read_source` reads) to the index at ``index_dir``: only
+    they are encoded (their dense vectors through the embedding cache); every part is then made
+    from the stored dense vectors plus theirs, exactly as :func:`build_index` makes it from a
+    corpus: u1 and λ (eq.14) and the dense centring are re-fitted on the whole collection and
+    the aligned tokens re-projected (no model forward for the stored documents), the BM25 part
+    recomputed with the new N, document frequencies and average length, the passage map
+    extended, the calibration re-measured. The result ranks as ``build_index`` over the
+    documents it now holds (in this order) with the same dense vectors. Deleted documents are
+    purged. An id already indexed is an error unless ``replace`` (the document then
+    moves to the end with its new text). One atomic write under the writer lock.
+
+    The BM25 part and the calibration need the texts of the stored documents: from the index's
+    stored texts (``store_text``), else ``source`` or the corpus the manifest records."""
+    from alignir.index.passages import PassageMap
+
+    stage = on_stage or (lambda s: log.info(s))
+    new = read_source(docs, skip_bad=skip_bad)
+    with writer_lock(index_dir, wait=wait):
+        stored = open_index(index_dir, mmap=False)
+        manifest = stored.manifest
+        cfg = IndexConfig.from_manifest(manifest)
+        dead = set(deleted_numbers(stored).tolist())
+        live = [n for n in range(stored.n_docs) if n not in dead]
+        clash = [stored.doc_ids[n] for n in live if stored.doc_ids[n] in new]
+        if clash and not replace:
+            raise InvalidInputError(f"{len(clash)} document(s) are already in the index, e.g. {clash[:5]}: "
+                                    "pass replace=True (--replace) to replace them")
+        keep = [n for n in live if stored.doc_ids[n] not in new]
+        old_ids = [stored.doc_ids[n] for n in keep]
+        texts_part = stored.parts.get("texts")
+        need_texts = cfg.lexical is not None or texts_part is not None
+        old_docs = _stored_documents(index_dir, stored, keep, source) if need_texts else None
+        encoder = Encoder.for_stored(stored, index_dir, loaded=loaded, device=device, progress=progress)
+        encoder.cache_dir, encoder.use_cache = cache_dir, use_cache
+        plan, _ = _passages(cfg.passages, new.texts(), encoder.embedder, stage)
+        stage(f"encoding {len(plan.texts)} new rows of {len(new)} documents")
+        H_new = encoder.dense(plan.texts, "document", progress=progress)
+        pm = stored.passages
+        if pm is None:
+            rows = np.asarray(keep, dtype=np.int64)
+            counts, starts, ends = [1] * len(keep), [0] * len(keep), [len(d.contents) for d in (old_docs or [])]
+        else:
+            rows = pm.rows_of(np.asarray(keep, dtype=np.int64))
+            counts = np.asarray(pm.counts)[keep].tolist()
+            starts = None if pm.start is None else np.asarray(pm.start)[rows].tolist()
+            ends = None if pm.end is None else np.asarray(pm.end)[rows].tolist()
+        H = np.concatenate([np.asarray(stored.dense_vectors, dtype=np.float32)[rows], H_new])
+        counts += list(plan.counts)
+        pmap = None
+        if pm is not None or plan.split:
+            if pm is None:  # the stored documents were one row each: spans are their whole texts
+                if old_docs is None:
+                    raise InvalidInputError("the new documents are split into passages but the stored ones' "
+                                            "texts are unknown; pass source=")
+                starts, ends = [0] * len(keep), [len(d.contents) for d in old_docs]
+            pmap = (PassageMap.from_counts(counts) if starts is None
+                    else PassageMap.from_counts(counts, starts + list(plan.starts), ends + list(plan.ends)))
+        stage("re-fitting u1/λ and projecting onto the vocabulary (aligned tokens)")
+        encoder.fit(H)
+        sparse = encoder.config
+        cfg = dataclasses.replace(cfg, sparse=sparse)
+        sparse_index = SparseIndex.from_csr(encoder.sparse_documents(H), quantize=sparse.quantize)
+        dense_index = DenseIndex.build(H, **cfg.dense.build_options())
+        all_docs = [*(old_docs or []), *new.values()]
+        texts = [d.contents for d in all_docs] if old_docs is not None else None
+        leg = None
+        if cfg.lexical is not None:
+            from alignir.retrieval.bm25 import lexical_leg
+
+            stage("rebuilding the lexical leg (BM25) with the new collection statistics")
+            leg = lexical_leg(texts, k1=cfg.lexical.k1, b=cfg.lexical.b, stem=cfg.lexical.stem,
+                              stopwords=cfg.lexical.stopwords)
+        build = dict(manifest.get("build", {}))
+        build["added"] = [*build.get("added", []), {"documents": len(new), "replaced": len(clash),
+                                                    "purged_deleted": len(dead),
+                                                    "skipped_lines": [[s.line, s.reason] for s in new.skipped]}]
+        out = {"encoder": manifest["encoder"], "embedder": manifest["embedder"],
+               "params": {"sparse": sparse.to_dict(), "term_map": encoder.sparsifier.term_map.kind,
+                          "config": cfg.to_dict()},
+               "build": build}
+        stage(f"writing {index_dir}")
+        write_index(index_dir, out, [*old_ids, *new.ids()], H,
+                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg, "passages": pmap,
+                           "texts": DocTexts.of(all_docs) if texts_part is not None else None},
+                    pc1=encoder.sparsifier.pc1, extra_arrays=term_map_arrays(encoder.sparsifier.term_map))
+        if calibrate:
+            stage("calibrating the fusion (pseudo-queries from the corpus)")
+        store_calibration(index_dir, texts if calibrate else None, encoder.loaded)
+        return read_manifest(index_dir)
+
+
+def _stored_documents(index_dir: str | Path, stored: Any, numbers: Sequence[int],
+                      source: str | Path | None) -> list[Document]:
+    """The documents ``numbers`` of an index: from its stored texts, else from ``source`` or
+    the corpus its manifest records (an error naming the way out when neither has them)."""
+    part = stored.parts.get("texts")
+    if part is not None:
+        return [Document(*part.get(n)) for n in numbers]
+    src = source or stored.manifest.get("build", {}).get("source")
+    if not src:
+        raise InvalidInputError(f"{index_dir}: the texts of its documents are not stored and no corpus is "
+                                "recorded; pass the corpus it was built from (source=, --source)")
+    corpus = read_source(src, skip_bad=True)
+    ids = [stored.doc_ids[n] for n in numbers]
+    missing = [d for d in ids if d not in corpus]
+    if missing:
+        raise InvalidInputError(f"{src} lacks {len(missing)} indexed document(s), e.g. {missing[:5]}: not the "
+                                "corpus of this index (pass it with source=, --source)")
+    return [corpus[d] for d in ids]

@@ -32,7 +32,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
-from alignir.encoders.aligned import TermContribution, explain as explain_terms
+from alignir.encoders.terms import TermContribution, explain as explain_terms
 from alignir.errors import InvalidInputError
 
 __all__ = ["Leg", "QueryContext", "DenseLeg", "SparseLeg", "BM25Leg", "register_leg", "unregister_leg",

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from alignir.encoders.aligned import TermMap
+from alignir.encoders.terms import TermMap
 from alignir.index.store import CorruptIndexError, FingerprintMismatch, check_fingerprint
 
 log = logging.getLogger(__name__)

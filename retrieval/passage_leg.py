@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from alignir.encoders.aligned import TermContribution
+from alignir.encoders.terms import TermContribution
 from alignir.index.passages import PassageMap, parse_aggregation, search_documents
 
 __all__ = ["PassageLeg", "PassageMatch"]

@@ -41,21 +41,22 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from alignir.encoders.aligned import TermContribution
+from alignir.encoders.terms import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
-from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
+from alignir.retrieval.config import FusionConfig, IndexConfig
 from alignir.index.passages import parse_aggregation
 from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.passage_leg import PassageLeg
-from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
-from alignir.retrieval.sparsify import Sparsifier
+
+if TYPE_CHECKING:
+    from alignir.retrieval.sparsify import Sparsifier
 
 #: the built-in legs (retrieval/legs.py), in the order a mode lists them
 LEGS = ("dense", "sparse", "bm25")
@@ -354,8 +355,7 @@ class Searcher:
             raise InvalidInputError("uri / collection are options of backend='milvus'")
         if passage_agg is not None:
             parse_aggregation(passage_agg)  # before the model loads
-        from alignir.encoders.embedders import get_embedder
-        from alignir.encoders.models import load_model
+        from alignir.retrieval.encoder import Encoder
 
         stored = open_index(path, verify=verify)
         if stored.sparse is None or stored.dense is None:
@@ -363,31 +363,43 @@ class Searcher:
         remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
         if remote is not None:  # reach the collection and check it before the model loads (seconds)
             remote.check(stored, uri, collection)
-        spec = embedder_spec(stored.manifest, path)
-        if loaded is None:
-            from alignir.encoders.shipped import SHIPPED
+        def load() -> Encoder:
+            return Encoder.for_stored(stored, path, model=model, loaded=loaded, instruction=instruction,
+                                      precision=precision, device=device,
+                                      allow_precision_mismatch=allow_precision_mismatch)
 
-            model = SHIPPED[model].base_model if model in SHIPPED else model
-            loaded = load_model(model or spec["model"], device=device)
-        options = dict(spec.get("options", {}))
-        if instruction is not None:
-            options["instruction"] = instruction
-        if precision is not None:
-            options["precision"] = precision
-        embedder = get_embedder(spec["family"], loaded, progress=False, **options)
-        check_encoder(stored, embedder, allow_precision_mismatch)
+        # the query encoder loads on the first query that needs it (a bm25 search needs none);
+        # a model given by the caller (or another precision) is checked against the index now
+        encoder = _LazyEncoder(load)
+        if loaded is not None or model is not None or precision is not None:
+            encoder.get()
         stored.dense.use_gpu(dense_on_gpu(device))
-        params = stored.params
-        config = SparseConfig.from_dict(params.get("sparse", {}))
-        term_map = term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
-        sparsifier = Sparsifier.for_model(loaded, config, pc1=stored.pc1, term_map=term_map)
-        searcher = cls(stored, embedder, sparsifier, fusion or IndexConfig.from_manifest(stored.manifest).fusion,
-                       passage_agg=passage_agg)
+        searcher = cls(stored, _Deferred(encoder, "embedder"), _Deferred(encoder, "sparsifier"),
+                       fusion or IndexConfig.from_manifest(stored.manifest).fusion, passage_agg=passage_agg)
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
 
     def close(self) -> None:
         """Release what the searcher holds beyond the mmapped folder (the Milvus connection of a
         ``backend="milvus"`` searcher; nothing for the folder), so code can close either."""
+
+    def __enter__(self) -> "Searcher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def doc(self, doc_id: str) -> dict[str, str]:
+        """The stored document ``doc_id`` as ``{"_id", "title", "text"}`` (an index built with
+        ``store_text=True`` / ``--store-text``; others raise InvalidInputError)."""
+        texts = self.index.parts.get("texts")
+        if texts is None:
+            raise InvalidInputError(f"{self.index.path}: this index does not store its texts; rebuild it with "
+                                    f"--store-text (build_index(store_text=True)) or read the corpus")
+        number = self._numbers.get(doc_id) if isinstance(doc_id, str) else None
+        if number is None:
+            raise InvalidInputError(f"no document {doc_id!r} in {self.index.path}")
+        title, text = texts.get(number)
+        return {"_id": doc_id, "title": title, "text": text}
 
     # ------------------------------------------------------------------ encoding
     def encode(self, queries: Sequence[str], legs: Iterable[str] | None = None) -> QueryBatch:
@@ -633,6 +645,43 @@ class Searcher:
         if unknown:
             raise InvalidInputError(f"{len(unknown)} allowed ids are not in the index, e.g. {unknown[:5]}")
         return np.array(sorted(self._numbers[d] for d in ids), dtype=np.int64)
+
+
+class _LazyEncoder:
+    """A query encoder (retrieval.encoder.Encoder) made on first use, once (thread-safe)."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self._load, self._value, self._lock = load, None, threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._value is not None
+
+    def get(self) -> Any:
+        if self._value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = self._load()
+        return self._value
+
+
+class _Deferred:
+    """Stands for ``getattr(encoder, attr)`` (the embedder or the sparsifier) and loads the
+    encoder when first used, so that opening a searcher loads no model."""
+
+    def __init__(self, encoder: _LazyEncoder, attr: str) -> None:
+        object.__setattr__(self, "_encoder", encoder)
+        object.__setattr__(self, "_attr", attr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(self._encoder.get(), self._attr), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(getattr(self._encoder.get(), self._attr), name, value)
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._encoder.loaded else "not loaded yet"
+        return f"<{self._attr} of the index's query encoder, {state}>"
 
 
 def dense_on_gpu(device: str) -> bool:

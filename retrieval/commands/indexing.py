@@ -82,6 +82,8 @@ def build_index_cmd(
                                              "(default $ALIGNIR_CACHE/embeddings, ~/.cache/alignir)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
+    store_text: bool = typer.Option(False, "--store-text", help="Keep each document's title and text in "
+                                    "the index (Searcher.doc; add and calibrate without the corpus file)."),
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -103,7 +105,8 @@ def build_index_cmd(
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
                                device=device, lexical=lexical, wait=wait, precision=precision,
-                               passages=passage_cfg, on_stage=lambda s: typer.secho(f"• {s}", err=True))
+                               passages=passage_cfg, store_text=store_text,
+                               on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
             typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
@@ -393,6 +396,36 @@ def delete_cmd(
         typer.echo(f"deleted {len(set(ids))} documents from {index}")
 
 
+def add_cmd(
+    corpus: Path = typer.Argument(..., help="The documents to add: a BEIR folder or a corpus .jsonl."),
+    index: Path = INDEX_OPT,
+    replace_existing: bool = typer.Option(False, "--replace", help="Replace documents whose id is already "
+                                          "indexed (else they are an error)."),
+    source: Optional[Path] = typer.Option(None, help="The corpus the index was built from (its texts make the "
+                                          "BM25 part and the calibration; default: the stored texts, else the "
+                                          "corpus the index records)."),
+    skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines (reported) instead of stopping."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse cached dense vectors."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Add documents to an index: only they are encoded; every part is made again from the stored
+    vectors plus theirs (u1/λ and the dense centring re-fitted, BM25 statistics updated), so the
+    index ranks as a rebuild over all its documents would. Deleted documents are purged. Atomic."""
+    setup_logging(verbose)
+    with user_errors(verbose):
+        from alignir.retrieval.indexer import add_documents
+
+        manifest = add_documents(index, corpus, replace=replace_existing, source=source,
+                                 skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume, device=device,
+                                 wait=wait, on_stage=lambda s: typer.secho(f"• {s}", err=True))
+        added = manifest["build"]["added"][-1]
+        typer.echo(f"added {added['documents']} documents ({added['replaced']} replaced) to {index}: "
+                   f"{manifest['counts']['docs']} documents")
+
+
 def encode_cmd(
     source: Path = typer.Argument(..., help="A BEIR folder or a corpus .jsonl."),
     model: str = typer.Option(DEFAULT_MODEL, help="Model spec (as for build-index)."),
@@ -428,7 +461,8 @@ def encode_cmd(
         from alignir.encoders.models import load_model
         from alignir.encoders.shipped import resolve_shipped
         from alignir.retrieval.config import PassageConfig
-        from alignir.retrieval.indexer import CHECKPOINT_EVERY, DEFAULT_EMBEDDER, _passages, read_source
+        from alignir.retrieval.encoder import CHECKPOINT_EVERY
+        from alignir.retrieval.indexer import DEFAULT_EMBEDDER, _passages, read_source
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
@@ -464,4 +498,5 @@ def register(app: typer.Typer) -> None:
     app.command("add-lexical")(add_lexical_cmd)
     app.command("calibrate")(calibrate_cmd)
     app.command("delete")(delete_cmd)
+    app.command("add")(add_cmd)
     app.command("info")(info_cmd)

@@ -3,6 +3,8 @@
 The public surface, imported lazily so that ``import alignir`` stays light (no torch, no numba)::
 
     import alignir
+    enc = alignir.Encoder.from_pretrained("smollm2-135m-alignir-v3")
+    vectors = enc.encode_documents(["a text"])   # .dense [n, d], .sparse CSR, .decode(i)
     alignir.build_index("datasets/adi", "indexes/adi", model="smollm2-135m")
     searcher = alignir.Searcher.open("indexes/adi")
     hits = searcher.search("information retrieval systems", k=10, mode="hybrid")
@@ -24,10 +26,13 @@ except PackageNotFoundError:  # a source tree that is not installed
 
 #: public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "Encoder": "alignir.retrieval.encoder",
+    "Encoded": "alignir.retrieval.encoder",
     "build_index": "alignir.retrieval.indexer",
     "resparsify": "alignir.retrieval.indexer",
     "add_lexical": "alignir.retrieval.indexer",
     "delete_documents": "alignir.retrieval.indexer",
+    "add_documents": "alignir.retrieval.indexer",
     "Searcher": "alignir.retrieval.searcher",
     "Hit": "alignir.retrieval.searcher",
     "IndexConfig": "alignir.retrieval.config",
