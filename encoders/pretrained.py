@@ -327,7 +327,6 @@ def load_pretrained(spec: str, device: torch.device, dtype: torch.dtype):
     head_from: str | None = params.get("lm_head_from")
     adapters: tuple[str, ...] = tuple(params.get("adapters") or ())
 
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     repo, _, rev = source.partition("@")

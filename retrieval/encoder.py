@@ -36,8 +36,15 @@ __all__ = ["Encoder", "Encoded", "DEFAULT_EMBEDDER", "DEFAULT_BATCH_SIZE"]
 DEFAULT_EMBEDDER = "prompteol"
 #: texts per batch of encode_queries / encode_documents (bounds the memory of one projection)
 DEFAULT_BATCH_SIZE = 64
-#: texts encoded between two embedding-cache checkpoints (a kill loses at most this many)
+#: texts encoded between two embedding-cache checkpoints on a CPU (a kill loses at most this many)
 CHECKPOINT_EVERY = 128
+
+
+def checkpoint_every(embedder: Any) -> int | None:
+    """Texts between two embedding-cache checkpoints: :data:`CHECKPOINT_EVERY` on a CPU; beside a
+    GPU the cache's own default (a larger part, so the GPU is not starved: encoders.cache)."""
+    device = getattr(getattr(embedder, "loaded", None), "device", None)
+    return None if getattr(device, "type", "cpu") == "cuda" else CHECKPOINT_EVERY
 
 
 @dataclass
@@ -231,7 +238,8 @@ class Encoder:
             from alignir.encoders.cache import EmbeddingCache
 
             return EmbeddingCache(self.cache_dir).encode_cached(self.embedder, texts, role,
-                                                                shard_size=CHECKPOINT_EVERY, progress=progress)
+                                                                shard_size=checkpoint_every(self.embedder),
+                                                                progress=progress)
         if role == "query":
             return self.embedder.encode_queries(texts)
         return self.embedder.encode_documents(texts)

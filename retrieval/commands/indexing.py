@@ -70,7 +70,8 @@ def build_index_cmd(
     whiten: Optional[str] = typer.Option(None, help="Whiten the dense vectors: zca | pca."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
     passages: str = typer.Option("auto", help=PASSAGES_HELP),
-    batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
+    batch_tokens: Optional[int] = typer.Option(None, help="Padded tokens per encoder batch (default: 4096 on a CPU, "
+                                               "sized to the free memory on a GPU)."),
     instruction: Optional[str] = typer.Option(None, help="Default query instruction (task name or text); "
                                               "can be overridden at search time."),
     skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines (reported) instead of stopping."),
@@ -117,11 +118,13 @@ def build_index_cmd(
                    f"({postings} postings, {len(skipped)} lines skipped)")
 
 
-def _encoder_options(embedder_option: list[str], max_length: int, batch_tokens: int, adapter: Optional[Path],
+def _encoder_options(embedder_option: list[str], max_length: int, batch_tokens: Optional[int], adapter: Optional[Path],
                      instruction: Optional[str], lm_head_from: Optional[str] = None) -> dict:
     """The embedder options of build-index's (and encode's) flags: the same flags give the same
     encoder fingerprint, so build-index finds what encode cached."""
-    opts = {**embedder_options(embedder_option), "max_length": max_length, "batch_tokens": batch_tokens}
+    opts = {**embedder_options(embedder_option), "max_length": max_length}
+    if batch_tokens is not None:  # unset: the embedder's budget for its device (encoders.batching)
+        opts["batch_tokens"] = batch_tokens
     if adapter is not None:
         opts["adapter"] = str(adapter)
     if instruction is not None:
@@ -437,7 +440,8 @@ def encode_cmd(
                                               "part of the encoder fingerprint)."),
     max_length: int = typer.Option(512, help="Truncate prompts to this many tokens."),
     passages: str = typer.Option("auto", help=PASSAGES_HELP + " Give build-index the same value."),
-    batch_tokens: int = typer.Option(8192, help="Token budget per encoder batch."),
+    batch_tokens: Optional[int] = typer.Option(None, help="Padded tokens per encoder batch (default: 4096 on a CPU, "
+                                               "sized to the free memory on a GPU)."),
     shard_id: Optional[int] = typer.Option(None, help="Encode only this shard (0-based) ..."),
     shard_num: Optional[int] = typer.Option(None, help="... of this many contiguous shards."),
     skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines."),
@@ -461,7 +465,7 @@ def encode_cmd(
         from alignir.encoders.models import load_model
         from alignir.encoders.shipped import resolve_shipped
         from alignir.retrieval.config import PassageConfig
-        from alignir.retrieval.encoder import CHECKPOINT_EVERY
+        from alignir.retrieval.encoder import checkpoint_every
         from alignir.retrieval.indexer import DEFAULT_EMBEDDER, _passages, read_source
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
@@ -471,7 +475,7 @@ def encode_cmd(
         enc = get_embedder(embedder, load_model(model, device=device), precision=precision, **opts)
         # the rows build-index encodes: the passages of long documents (same plan, same texts)
         plan, pmap = _passages(passage_cfg, texts, enc, lambda s: typer.secho(f"• {s}", err=True))
-        H = EmbeddingCache(cache_dir).encode_cached(enc, plan.texts, "document", shard_size=CHECKPOINT_EVERY,
+        H = EmbeddingCache(cache_dir).encode_cached(enc, plan.texts, "document", shard_size=checkpoint_every(enc),
                                                     shard_id=shard_id, shard_num=shard_num)
         what = "passages" if pmap is not None else "documents"
         typer.echo(f"encoded {H.shape[0]} of {len(plan.texts)} {what} into the cache")
