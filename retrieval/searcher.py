@@ -54,6 +54,7 @@ from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
 from alignir.index.passages import parse_aggregation
 from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.passage_leg import PassageLeg
+from alignir.retrieval.preflight import check_before_loading
 from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
 from alignir.retrieval.sparsify import Sparsifier
 
@@ -364,6 +365,7 @@ class Searcher:
         if remote is not None:  # reach the collection and check it before the model loads (seconds)
             remote.check(stored, uri, collection)
         spec = embedder_spec(stored.manifest, path)
+        check_before_loading(stored.manifest, spec, model if loaded is None else None, precision)
         if loaded is None:
             from alignir.encoders.shipped import SHIPPED
 
