@@ -490,12 +490,13 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
             raise IncompleteCollection(f"collection {name} at {uri} holds {count} rows after the export of "
                                        f"{len(live)}: its storage lost or duplicated rows; export it again "
                                        f"with --recreate")
-        client.alter_collection_properties(name, {COMPLETE: json.dumps({"rows": int(count)})})  # last: whole
+        # last: whole (and owned by this folder, also when an older export recorded no owner)
+        client.alter_collection_properties(name, {COMPLETE: json.dumps({"rows": int(count)}), OWNER: owner})
         if clipped:
             warnings.warn(f"{len(clipped)} stored texts were longer than Milvus' {TEXT_MAX_LENGTH:,} bytes and were "
                           f"cut (e.g. {clipped[0]!r}); the index scores them whole", stacklevel=2)
     except _client_errors() as e:
-        raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
+        raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}{_damaged_hint(uri, recreate)}") from None
     finally:
         client.close()
     unit = {} if stored.passages is None else {"passages": int(len(live)),
@@ -547,6 +548,16 @@ def _rows(stored: Any, nums: np.ndarray, contents: Mapping[str, tuple[str, str]]
 def _count(client: Any, name: str) -> int:
     rows = client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")
     return int(rows[0]["count(*)"])
+
+
+def _damaged_hint(uri: str, recreate: bool) -> str:
+    """What to do when Milvus Lite fails on a collection's files (a server's errors are its own)."""
+    if "://" in uri:
+        return ""
+    if recreate:
+        return ("; Milvus Lite cannot read (nor drop) this collection's damaged files: export into another "
+                "collection (--collection NAME) or a new .db")
+    return "; if its files are damaged, export it again with --recreate (or into another collection: --collection NAME)"
 
 
 def _properties(client: Any, name: str) -> dict[str, Any]:
@@ -659,7 +670,7 @@ class MilvusCollection:
             raise
         except _client_errors() as e:
             client.close()
-            raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
+            raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}{_damaged_hint(uri, False)}") from None
         return cls(client, name, uri, manifest, count)
 
     @property
@@ -687,7 +698,8 @@ class MilvusCollection:
                 raise
             except _client_errors() as e:
                 client.close()
-                raise MilvusError(f"Milvus at {self.uri} ({self.name}): {_one_line(e)}") from None
+                raise MilvusError(f"Milvus at {self.uri} ({self.name}): {_one_line(e)}"
+                                  f"{_damaged_hint(self.uri, False)}") from None
             self.client = client
         return self.client
 
