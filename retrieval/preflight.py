@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from alignir.errors import InvalidInputError
+from alignir.errors import AlignirError, InvalidInputError
 from alignir.index.store import CorruptIndexError
 
-__all__ = ["check_search_options", "check_manifest_model", "check_before_loading"]
+__all__ = ["check_search_options", "check_manifest_model", "check_adapter_base", "check_before_loading"]
 
 
 def check_search_options(mode: str, *, fusion: str | None = None, alpha: float | None = None,
@@ -72,3 +72,28 @@ def check_before_loading(manifest: Mapping[str, Any], spec: Mapping[str, Any], m
 
         check_precision(precision)
     check_manifest_model(manifest.get("encoder", {}), spec, model)
+    check_adapter_base(spec, model)
+
+
+def check_adapter_base(spec: Mapping[str, Any], model: str | None = None) -> None:
+    """Refuse, before loading it, a registered model that is not the registered model the
+    index's adapter (``spec["options"]["adapter"]``) was trained on, as its ``alignir_train.json``
+    records (an adapter without that record, or not readable here, is checked after loading)."""
+    from alignir.encoders.embedders.adapters import read_meta
+    from alignir.encoders.models import REGISTERED_MODELS
+    from alignir.encoders.shipped import SHIPPED
+
+    adapter = (spec.get("options") or {}).get("adapter")
+    name = model or spec.get("model")
+    name = SHIPPED[name].base_model if name in SHIPPED else name
+    if not adapter or name not in REGISTERED_MODELS:
+        return
+    try:
+        base = (read_meta(adapter).get("base_model") or {}).get("name")
+    except (OSError, ValueError, AlignirError):
+        return
+    if base in REGISTERED_MODELS and base != name:
+        what = f"--model {model!r}" if model else f"the index's manifest (embedder.model {name!r})"
+        error = InvalidInputError if model else CorruptIndexError
+        raise error(f"the adapter {adapter!r} was trained on {base!r}, but {what} names {name!r}: refused before "
+                    f"loading it")

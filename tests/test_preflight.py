@@ -14,7 +14,7 @@ from alignir.index.store import CorruptIndexError
 from alignir.retrieval.cli import app
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, delete_documents
-from alignir.retrieval.preflight import check_manifest_model, check_search_options
+from alignir.retrieval.preflight import check_adapter_base, check_manifest_model, check_search_options
 
 from conftest import TINY_CORPUS, write_corpus
 
@@ -97,3 +97,15 @@ def test_info_shows_live_and_deleted_documents(idx, tmp_path):
     assert r.exit_code == 0, r.output
     n = len(TINY_CORPUS)
     assert f"documents  {n} ({n - 2} live, 2 deleted)" in r.output
+
+
+def test_an_adapter_trained_on_another_registered_model_is_refused_before_loading(no_model_load):
+    """The shipped adapters record their base (smollm2-135m): naming gemma3-270m with one is
+    refused before the GGUF is converted (it took minutes, then failed on the adapter)."""
+    spec = {"model": "gemma3-270m", "options": {"adapter": "builtin:smollm2-135m-alignir-v3"}}
+    with pytest.raises(CorruptIndexError, match="trained on 'smollm2-135m'"):
+        check_adapter_base(spec)
+    with pytest.raises(InvalidInputError, match="--model 'gemma3-270m'"):
+        check_adapter_base({**spec, "model": "smollm2-135m"}, "gemma3-270m")
+    check_adapter_base({**spec, "model": "smollm2-135m"})
+    check_adapter_base({"model": "gemma3-270m", "options": {}})
