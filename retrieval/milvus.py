@@ -150,6 +150,13 @@ def check_uri(uri: Any, must_exist: bool = False) -> bool:
                                 f"a server is http(s)://host:port")
     parent = os.path.dirname(os.path.abspath(uri))
     if not os.path.isdir(parent):
+        try:
+            os.stat(parent)
+        except PermissionError:
+            raise MilvusError(f"cannot open the Milvus Lite database {uri}: its folder {parent} cannot be reached "
+                              f"(permission denied)") from None
+        except OSError:
+            pass
         raise InvalidInputError(f"Milvus URI {uri!r}: the folder {parent} does not exist")
     if must_exist and not os.path.exists(uri):
         raise MilvusError(f"no Milvus Lite database at {uri}: export the index first "

@@ -271,20 +271,41 @@ def test_connection_errors_name_their_cause(tmp_path):
         connect("http://127.0.0.1:9", timeout=2)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only folders")
-def test_a_read_only_folder_is_named(tmp_path):
-    ro = tmp_path / "ro"
+def test_a_folder_this_user_cannot_write_is_named():
+    """A .db in a folder the user cannot write (root runs the check as nobody: root writes anywhere)."""
+    import tempfile
+    from pathlib import Path
+
+    top = Path(tempfile.mkdtemp(prefix="alignir-ro-"))  # pytest's own tmp folders are private to their user
+    top.chmod(0o755)
+    ro = top / "ro"
     ro.mkdir()
     ro.chmod(0o555)
+    script = ("import sys\nfrom alignir.retrieval.milvus import MilvusError, connect\n"
+              f"try:\n    connect({str(ro / 'x.db')!r})\nexcept MilvusError as e:\n    print(e)\n    sys.exit(3)\n")
+    user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    if user and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv to drop to another user")
     try:
-        with pytest.raises(MilvusError, match="not writable"):
-            connect(str(ro / "x.db"))
+        proc = subprocess.run([*user, sys.executable, "-c", script], cwd="/", capture_output=True, text=True,
+                              timeout=300)
+        hidden = top / "hidden"
+        hidden.mkdir(mode=0o700)
+        unreachable = subprocess.run([*user, sys.executable, "-c", script.replace(str(ro), str(hidden / "in"))],
+                                     cwd="/", capture_output=True, text=True, timeout=300)
     finally:
         ro.chmod(0o755)
+        shutil.rmtree(top)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "is not writable (permission denied)" in proc.stdout and proc.stdout.count("\n") == 1
+    if user:  # the folder exists but cannot be reached: not "does not exist"
+        assert unreachable.returncode == 3 and "cannot be reached (permission denied)" in unreachable.stdout, \
+            unreachable.stdout + unreachable.stderr[-1000:]
 
 
 def test_a_read_only_file_system_is_named(tmp_path, monkeypatch):
-    """statvfs says read-only (a read-only mount): the error says so, not "another process"."""
+    """statvfs says read-only (a read-only mount; none can be made here without privileges the
+    tests do not take, so the file system's answer is simulated): the error says so."""
     from alignir.retrieval import milvus as mv
 
     monkeypatch.setattr(mv.os, "access", lambda *a, **kw: False)
