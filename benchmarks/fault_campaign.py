@@ -1,11 +1,16 @@
-"""Fault campaign on a real index (issue 18): damage, kill and race an ADI index and count what
+"""Fault campaign on a real index: damage, kill and race an ADI index and count what
 happened. A case is ``clear_error`` when alignir refused with one of its own errors (or an
 OSError), ``silent_wrong`` when it ran without error but returned rankings different from the
 expected ones, ``data_lost`` when a healthy index could no longer be opened afterwards.
 
     python benchmarks/fault_campaign.py --index INDEX   # an ADI index built with alignir beir/build-index
+    python benchmarks/fault_campaign.py --index INDEX --attacks milvus,inputs   # no model needed
 
-Rows go to benchmarks/results/faults.json: attack, cases, silent_wrong, data_lost, clear_error.
+``--attacks``: ``folder`` (the index folder: damage, kills, concurrent writers; loads the model),
+``milvus`` (the collection exported from it: benchmarks/fault_milvus.py) and ``inputs`` (qrels,
+queries, corpus and training triples of ``--dataset`` mutated line by line:
+benchmarks/fault_inputs.py). Rows go to benchmarks/results/faults.json (the rows of attacks not
+run are kept): attack, cases, silent_wrong, data_lost, clear_error.
 Goal: silent_wrong = 0 and data_lost = 0 in every row.
 """
 from __future__ import annotations
@@ -71,12 +76,53 @@ def main() -> None:
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--kills", type=int, default=8, help="kill points of a resparsify")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--attacks", default="folder,milvus,inputs", help="comma list of folder, milvus, inputs")
+    ap.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" /
+                    "datasets" / "adi", help="BEIR folder whose files the input attacks mutate")
     args = ap.parse_args()
+    attacks = {a.strip() for a in args.attacks.split(",") if a.strip()}
+    if not attacks <= {"folder", "milvus", "inputs"}:
+        ap.error(f"unknown attacks {sorted(attacks - {'folder', 'milvus', 'inputs'})}")
+    rows: dict[str, dict] = {}
+
+    def count(attack: str, outcome: str, lost: bool = False, **flags: bool) -> None:
+        """One case of ``attack``; ``flags``: extra per-attack counters (e.g. how a case recovered)."""
+        r = rows.setdefault(attack, {"attack": attack, "cases": 0, "silent_wrong": 0, "data_lost": 0, "clear_error": 0})
+        r["cases"] += 1
+        r["silent_wrong"] += outcome == "wrong"
+        r["clear_error"] += outcome == "clear"
+        r["data_lost"] += lost
+        for name, hit in flags.items():
+            r[name] = r.get(name, 0) + bool(hit)
+
+    work = Path(tempfile.mkdtemp(prefix="alignir-faults-"))
+    try:
+        if "folder" in attacks:
+            folder_attacks(args, work, count)
+        if "milvus" in attacks:
+            import fault_milvus
+
+            fault_milvus.run(args.index, work, count, kills=args.kills)
+        if "inputs" in attacks:
+            import fault_inputs
+
+            fault_inputs.run(args.dataset, work, count)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    command = "python benchmarks/fault_campaign.py " + " ".join(sys.argv[1:])
+    out = [{**r, "command": command} for r in rows.values()]
+    kept = json.loads(args.out.read_text()) if args.out.is_file() else []
+    merged = [r for r in kept if r["attack"] not in rows] + out
+    args.out.write_text(json.dumps(merged, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+
+
+def folder_attacks(args: argparse.Namespace, work: Path, count) -> None:
+    """Damage, kill and race the index folder (loads its model)."""
     from alignir.encoders.models import load_model
     from alignir.index.store import read_manifest
 
     loaded = load_model(read_manifest(args.index)["embedder"]["model"])
-    work = Path(tempfile.mkdtemp(prefix="alignir-faults-"))
     base = work / "base"
     shutil.copytree(args.index, base)
     subprocess.run(resparsify_cmd(base), check=True, capture_output=True)  # rewritten by this version
@@ -85,14 +131,6 @@ def main() -> None:
     shutil.copytree(base, new)
     subprocess.run(resparsify_cmd(new, "--k", "64"), check=True, capture_output=True)
     expected_new = rankings(new, loaded)
-    rows: dict[str, dict] = {}
-
-    def count(attack: str, outcome: str, lost: bool = False) -> None:
-        r = rows.setdefault(attack, {"attack": attack, "cases": 0, "silent_wrong": 0, "data_lost": 0, "clear_error": 0})
-        r["cases"] += 1
-        r["silent_wrong"] += outcome == "wrong"
-        r["clear_error"] += outcome == "clear"
-        r["data_lost"] += lost
 
     for attack, hurt in damage_cases(base):  # damage: every file, the manifest included
         case = work / "case"
@@ -139,12 +177,6 @@ def main() -> None:
     while not stop.is_set():
         count("reader during writes", classify(case, loaded, [expected, expected_new]))
     t.join()
-    shutil.rmtree(work, ignore_errors=True)
-    out = list(rows.values())
-    for r in out:
-        r["command"] = "python benchmarks/fault_campaign.py " + " ".join(sys.argv[1:])
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ __all__ = [
     "QUERY_WEIGHTINGS",
 ]
 
-from alignir.encoders.terms import TermContribution, TermMap, explain  # noqa: E402  (torch-free, defined there)
+from alignir.encoders.terms import SPACE_MARK, TermContribution, TermMap, explain, token_text  # noqa: E402,F401  (torch-free, defined there)
 from alignir.encoders.weightings import DOC_WEIGHTINGS, QUERY_WEIGHTINGS  # noqa: E402  (defined once there)
 
 #: rows of H processed at once (bounds the [rows, chunk] logit block to ~64 MB at chunk=8192)

@@ -19,7 +19,7 @@ from alignir.checks import int_ids
 from alignir.errors import InvalidInputError
 from alignir.index.io import save_npy
 
-__all__ = ["TermMap", "TermContribution", "explain"]
+__all__ = ["TermMap", "TermContribution", "explain", "token_text", "SPACE_MARK"]
 
 # ----------------------------------------------------------------------------- term map
 
@@ -181,6 +181,56 @@ class TermContribution:
     query_weight: float
     doc_weight: float
     contribution: float
+    #: the text the term stands for, for display (:func:`token_text`; None: ``string`` is text already)
+    text: str | None = None
+    #: the token id the term was read from (None: a word term, e.g. the BM25 leg's)
+    token: int | None = None
+
+
+#: shown for a token's leading space (byte-level BPE "Ġ", SentencePiece "▁")
+SPACE_MARK = "␣"
+
+
+def token_text(tokenizer: Any, token_id: int) -> str:
+    """The text one token stands for, readable: tokenizer-decoded, a leading space shown as
+    :data:`SPACE_MARK` (``Ġculture`` → ``␣culture``), other unprintable characters escaped
+    (``\\n``, ``\\x07``); a token that is
+    only part of a UTF-8 character (byte-level BPE splits emoji: ``ðŁ``) is shown as its bytes
+    (``⟨bytes f0 9f⟩``), or as ``⟨id N⟩`` when they cannot be told."""
+    text = tokenizer.decode([int(token_id)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if "\ufffd" in text:
+        raw = _token_bytes(tokenizer, int(token_id))
+        return f"⟨bytes {raw.hex(' ')}⟩" if raw else f"⟨id {int(token_id)}⟩"
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    # a SentencePiece tokenizer drops the leading space of a lone "▁word" when decoding it
+    lead = text.startswith(" ") or (isinstance(piece, str) and piece.startswith("▁"))
+    body = text[1:] if text.startswith(" ") else text
+    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in body)
+    return (SPACE_MARK if lead else "") + shown
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Byte-level BPE's printable stand-ins for bytes (each byte one character), reversed."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, n = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(keep, chars)}
+
+
+def _token_bytes(tokenizer: Any, token_id: int) -> bytes | None:
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if not isinstance(piece, str):
+        return None
+    if piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:  # SentencePiece byte fallback
+        return bytes([int(piece[3:5], 16)])
+    table = _byte_decoder()
+    if all(ch in table for ch in piece):
+        return bytes(table[ch] for ch in piece)
+    return None
 
 
 def _row(x: Any, name: str) -> sp.csr_matrix:

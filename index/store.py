@@ -668,6 +668,9 @@ class StoredIndex:
 
 #: the manifest's own checksum: sha256 of its canonical JSON without this key
 MANIFEST_CHECKSUM = "manifest_sha256"
+#: the first format whose manifests always carry that checksum (format 1 predates it: only there
+#: may it be missing)
+FIRST_SEALED_VERSION = 2
 
 
 def manifest_digest(manifest: Mapping[str, Any]) -> str:
@@ -761,8 +764,13 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
             f"{path} uses index format {version}, newer than this alignir supports "
             f"({FORMAT_VERSION}); upgrade alignir to open it")
     stored_digest = manifest.get(MANIFEST_CHECKSUM)
+    if stored_digest is None and version >= FIRST_SEALED_VERSION:
+        raise CorruptIndexError(f"{mpath} lacks its own checksum ({MANIFEST_CHECKSUM!r}), which every format-{version} "
+                                f"manifest carries: it was edited or damaged; the index is corrupt (restore the "
+                                f"manifest, or rebuild the index)")
     if stored_digest is None:
-        log.warning("%s has no checksum of its own (written by an older alignir); re-sparsify to add one", mpath)
+        log.warning("%s has no checksum of its own (format 1, written by an older alignir); re-sparsify to add one",
+                    mpath)
     elif stored_digest != manifest_digest(manifest):
         raise CorruptIndexError(f"{mpath} fails its own checksum: it was edited or damaged; the index is corrupt "
                                 f"(restore the manifest, or rebuild the index)")

@@ -32,7 +32,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
-from alignir.encoders.terms import TermContribution, explain as explain_terms
+from alignir.encoders.terms import TermContribution, explain as explain_terms, token_text
 from alignir.errors import InvalidInputError
 
 __all__ = ["Leg", "QueryContext", "DenseLeg", "SparseLeg", "BM25Leg", "register_leg", "unregister_leg",
@@ -134,7 +134,24 @@ class SparseLeg:
     def explain(self, query_row: sp.csr_matrix, doc_number: int) -> list[TermContribution]:
         terms, weights = self.index.doc_vector(int(doc_number))
         doc_row = sp.csr_matrix((weights, terms, [0, len(terms)]), shape=(1, self.index.n_terms))
-        return explain_terms(query_row, doc_row, self.sparsifier.term_map)
+        found = explain_terms(query_row, doc_row, self.sparsifier.term_map)
+        tokenizer = getattr(self.sparsifier, "tokenizer", None)
+        if tokenizer is None:
+            return found
+        first = self._first_tokens()
+        return [replace(c, token=int(first[c.term]), text=token_text(tokenizer, int(first[c.term])))
+                if first[c.term] >= 0 else c for c in found]
+
+    def _first_tokens(self) -> np.ndarray:
+        """Term id -> the first token id mapped to it (-1: none), computed once."""
+        first = getattr(self, "_first", None)
+        if first is None:
+            t2t = np.asarray(self.sparsifier.term_map.token_to_term)
+            terms, idx = np.unique(t2t, return_index=True)
+            first = np.full(self.sparsifier.term_map.n_terms, -1, dtype=np.int64)
+            first[terms] = idx
+            self._first = first
+        return first
 
 
 class BM25Leg:

@@ -55,12 +55,17 @@ import scipy.sparse as sp
 
 from alignir.errors import AlignirError, InvalidInputError
 
-__all__ = ["MilvusError", "CollectionMismatch", "MilvusCollection", "check_uri", "connect", "export_index",
+__all__ = ["MilvusError", "CollectionMismatch", "IncompleteCollection", "MilvusCollection", "check_uri", "connect", "export_index",
            "index_manifest", "default_collection_name"]
 
 FORMAT = "alignir-milvus"
 FORMAT_VERSION = 1
 PROPERTY = "alignir.manifest"
+#: the index folder that exported the collection (its resolved path): --recreate drops only its own
+OWNER = "alignir.folder"
+#: written last, after every insert and the flush: ``{"rows": N}`` (a collection without it is
+#: an interrupted export)
+COMPLETE = "alignir.complete"
 #: Milvus' largest top-k / query window (real Milvus: topk <= 16384)
 MAX_LIMIT = 16384
 ID_MAX_LENGTH = 1024
@@ -79,12 +84,38 @@ class CollectionMismatch(AlignirError, ValueError):
     """The collection was exported from another index (or by another encoder)."""
 
 
+class IncompleteCollection(MilvusError):
+    """The collection is not whole: an interrupted export, or storage that lost rows."""
+
+
+#: the loggers of the Milvus client, Milvus Lite and gRPC (and their children)
+CLIENT_LOGGERS = ("pymilvus", "milvus_lite", "grpc")
+_client_log_level: int | None = None
+
+
+def set_client_log_level(level: int | None) -> None:
+    """Set the Milvus libraries' log level (the CLI: their tracebacks and warnings only with -v),
+    now and again after pymilvus configures its own loggers at import."""
+    global _client_log_level
+    _client_log_level = level
+    _apply_client_log_level()
+
+
+def _apply_client_log_level() -> None:
+    if _client_log_level is None:
+        return
+    names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in CLIENT_LOGGERS]
+    for name in {*CLIENT_LOGGERS, *names}:
+        logging.getLogger(name).setLevel(_client_log_level)
+
+
 def _milvus() -> Any:
     try:
         import pymilvus
     except ImportError:
         raise MilvusError("the Milvus backend needs pymilvus (and milvus-lite for local .db files): "
                           "pip install 'alignir[milvus]'") from None
+    _apply_client_log_level()  # pymilvus sets its loggers' levels when first imported
     return pymilvus
 
 
@@ -119,6 +150,13 @@ def check_uri(uri: Any, must_exist: bool = False) -> bool:
                                 f"a server is http(s)://host:port")
     parent = os.path.dirname(os.path.abspath(uri))
     if not os.path.isdir(parent):
+        try:
+            os.stat(parent)
+        except PermissionError:
+            raise MilvusError(f"cannot open the Milvus Lite database {uri}: its folder {parent} cannot be reached "
+                              f"(permission denied)") from None
+        except OSError:
+            pass
         raise InvalidInputError(f"Milvus URI {uri!r}: the folder {parent} does not exist")
     if must_exist and not os.path.exists(uri):
         raise MilvusError(f"no Milvus Lite database at {uri}: export the index first "
@@ -126,11 +164,19 @@ def check_uri(uri: Any, must_exist: bool = False) -> bool:
     return True
 
 
+#: gRPC keepalive for a local Milvus Lite: its Python gRPC server answers pings more often than
+#: every 5 minutes on an idle channel with GOAWAY "too_many_pings" (pymilvus pings every 10 s),
+#: which broke a connection left idle while queries were encoded
+LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_permit_without_calls": False}
 def connect(uri: str, timeout: float = 10.0, must_exist: bool = False) -> Any:
     """A ``pymilvus.MilvusClient`` for ``uri`` (``*.db`` → Milvus Lite, ``http(s)://`` → a
     server); token / user + password from ``MILVUS_TOKEN`` / ``MILVUS_USER`` + ``MILVUS_PASSWORD``.
-    Any failure is one :class:`MilvusError` line naming the URI (see :func:`check_uri`)."""
+    Any failure is one :class:`MilvusError` line naming the URI and the cause when it can be told
+    (a read-only file system, a path that is not a Milvus Lite database, the pid holding its lock,
+    a server that does not answer; see :func:`check_uri`)."""
     local = check_uri(uri, must_exist)
+    if local:
+        _check_local(uri)
     pm = _milvus()
     kw: dict[str, Any] = {}
     if os.environ.get("MILVUS_TOKEN"):
@@ -138,23 +184,106 @@ def connect(uri: str, timeout: float = 10.0, must_exist: bool = False) -> Any:
     elif os.environ.get("MILVUS_USER"):
         kw["user"] = os.environ["MILVUS_USER"]
         kw["password"] = os.environ.get("MILVUS_PASSWORD", "")
+    if local:
+        kw["grpc_options"] = dict(LITE_GRPC_OPTIONS)
     lite_log = logging.getLogger("milvus_lite.server_manager")  # logs its own traceback when a .db cannot open
     was = lite_log.disabled
     lite_log.disabled = True
     try:
-        return pm.MilvusClient(uri=uri, timeout=timeout, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return pm.MilvusClient(uri=uri, timeout=timeout, **kw)
     except Exception as e:  # pymilvus raises MilvusException and grpc errors alike
-        hint = (" (Milvus Lite serves a .db to one process at a time: is another process using it? "
-                "For concurrent clients run a Milvus server)") if local else ""
-        raise MilvusError(f"cannot connect to Milvus at {uri}: {_one_line(e)}{hint}") from None
+        cause = _local_cause(uri) if local else _server_cause(uri, e)
+        raise MilvusError(f"cannot connect to Milvus at {uri}: {cause or _one_line(e)}") from None
     finally:
         lite_log.disabled = was
 
 
+def _check_local(uri: str) -> None:
+    """Refuse, before connecting, a local database Milvus Lite cannot open, naming why."""
+    cause = _local_cause(uri, locked=False)
+    if cause:
+        raise MilvusError(f"cannot open the Milvus Lite database {uri}: {cause}")
+
+
+def _local_cause(uri: str, locked: bool = True) -> str | None:
+    """Why Milvus Lite cannot open the database folder ``uri`` (None: no cause found)."""
+    path = os.path.abspath(uri)
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "it is not a Milvus Lite database (a file; Milvus Lite keeps a database in a folder)"
+    if os.path.isdir(path):
+        entries = set(os.listdir(path))
+        if entries and not entries & {"LOCK", "collections", "databases"}:
+            return f"it is not a Milvus Lite database (a folder without its LOCK or collections/: {sorted(entries)[:3]})"
+    target = path if os.path.exists(path) else os.path.dirname(path)
+    if not os.access(target, os.W_OK):
+        ro = _read_only_fs(target)
+        return (f"{target} is on a read-only file system" if ro else f"{target} is not writable (permission denied)") + \
+            " (Milvus Lite writes its lock and log beside the data even to search)"
+    if locked:
+        pid = _lock_holder(os.path.join(path, "LOCK"))
+        if pid is not None:
+            return (f"the database is locked by pid {pid} (Milvus Lite serves a .db to one process at a time; "
+                    f"for concurrent clients run a Milvus server)")
+    return None
+
+
+def _read_only_fs(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _lock_holder(lock_path: str) -> int | None:
+    """The pid holding a flock on ``lock_path`` (Linux /proc/locks), else None."""
+    try:
+        st = os.stat(lock_path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        cols = line.split()
+        if len(cols) < 6 or "->" in cols[1]:
+            continue
+        try:
+            pid, dev_ino = int(cols[4]), cols[5].split(":")
+            if int(dev_ino[2]) == st.st_ino and pid != os.getpid():
+                return pid
+        except (ValueError, IndexError):
+            continue
+    return None
+
+
+def _server_cause(uri: str, e: Exception) -> str:
+    """A server connection failure in words: "unreachable" when nothing answers at host:port."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    host, port = parts.hostname or "localhost", parts.port or 19530
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as err:
+        return f"the server is unreachable ({host}:{port}: {err.strerror or err})"
+    return _one_line(e)
+
+
+def folder_identity(index_dir: Any) -> str:
+    """The index folder as a collection records its owner: its resolved absolute path."""
+    return os.path.realpath(os.path.abspath(str(index_dir)))
+
+
 def default_collection_name(index_dir: Any) -> str:
-    """A valid collection name from the index folder's name (letters, digits, underscores)."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(os.path.abspath(str(index_dir))))
-    return ("alignir_" + name)[:255]
+    """A valid collection name unique to the index folder: ``alignir_`` + the folder's name
+    (letters, digits, underscores) + ``_`` + 8 hex digits of the sha256 of its resolved path
+    (``x/adi-v1`` and ``x/adi_v1`` sanitise alike but hash apart)."""
+    ident = folder_identity(index_dir)
+    name = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(ident))
+    digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return ("alignir_" + name)[:255 - 9] + "_" + digest
 
 
 # ----------------------------------------------------------------------------- the manifest
@@ -322,9 +451,12 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         missing = missing_contents(stored.doc_ids, docs, contents, "title and text")
     name = collection or default_collection_name(index_dir)
     manifest = index_manifest(stored)
+    owner = folder_identity(index_dir)
     client = connect(uri)
     try:
         created = False
+        if client.has_collection(name):
+            _check_owner(client, name, uri, owner, recreate)
         if recreate and client.has_collection(name):
             client.drop_collection(name)
         if client.has_collection(name):
@@ -337,7 +469,7 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
             schema, ip = _schema(client, int(stored.dense.dim), stored.lexical is not None, store_text,
                                  passages=stored.passages is not None)
             client.create_collection(name, schema=schema, index_params=ip,
-                                     properties={PROPERTY: json.dumps(manifest, sort_keys=True)},
+                                     properties={PROPERTY: json.dumps(manifest, sort_keys=True), OWNER: owner},
                                      **({} if shards is None else {"num_shards": shards}))
             created = True
         if store_text and contents is None:
@@ -350,6 +482,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         bar = tqdm(total=len(live), initial=len(live) - len(todo), desc=f"export to Milvus {name}",
                    unit="doc", disable=not progress)
         clipped: list[str] = []
+        if len(todo) and not created and _properties(client, name).get(COMPLETE) is not None:
+            client.drop_collection_properties(name, [COMPLETE])  # rows went missing: whole again only at the end
         for start in range(0, len(todo), batch_size):
             nums = todo[start:start + batch_size]
             rows = _rows(stored, nums, contents if store_text else None, clipped)
@@ -359,11 +493,17 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         if len(todo):
             client.flush(name)
         count = _count(client, name)
+        if count != len(live):
+            raise IncompleteCollection(f"collection {name} at {uri} holds {count} rows after the export of "
+                                       f"{len(live)}: its storage lost or duplicated rows; export it again "
+                                       f"with --recreate")
+        # last: whole (and owned by this folder, also when an older export recorded no owner)
+        client.alter_collection_properties(name, {COMPLETE: json.dumps({"rows": int(count)}), OWNER: owner})
         if clipped:
             warnings.warn(f"{len(clipped)} stored texts were longer than Milvus' {TEXT_MAX_LENGTH:,} bytes and were "
                           f"cut (e.g. {clipped[0]!r}); the index scores them whole", stacklevel=2)
     except _client_errors() as e:
-        raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
+        raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}{_damaged_hint(uri, recreate)}") from None
     finally:
         client.close()
     unit = {} if stored.passages is None else {"passages": int(len(live)),
@@ -417,8 +557,63 @@ def _count(client: Any, name: str) -> int:
     return int(rows[0]["count(*)"])
 
 
+def _damaged_hint(uri: str, recreate: bool) -> str:
+    """What to do when Milvus Lite fails on a collection's files (a server's errors are its own)."""
+    if "://" in uri:
+        return ""
+    if recreate:
+        return ("; Milvus Lite cannot read (nor drop) this collection's damaged files: export into another "
+                "collection (--collection NAME) or a new .db")
+    return "; if its files are damaged, export it again with --recreate (or into another collection: --collection NAME)"
+
+
+def _properties(client: Any, name: str) -> dict[str, Any]:
+    return client.describe_collection(name).get("properties", {}) or {}
+
+
+def _check_owner(client: Any, name: str, uri: str, owner: str, recreate: bool) -> None:
+    """Refuse to resume or drop a collection that another index folder exported (its OWNER
+    property names it); with ``recreate``, also one alignir did not export."""
+    props = _properties(client, name)
+    theirs = props.get(OWNER)
+    if theirs is not None and theirs != owner:
+        raise CollectionMismatch(f"collection {name} at {uri} belongs to the index folder {theirs}, not {owner}: "
+                                 f"{'--recreate would drop it; ' if recreate else ''}export this index into "
+                                 f"another collection (--collection NAME, or the default name)")
+    if recreate and props.get(PROPERTY) is None:
+        raise CollectionMismatch(f"collection {name} at {uri} was not exported by alignir: --recreate does not "
+                                 f"drop it; export into another collection (--collection NAME)")
+
+
+def expected_rows(stored: Any) -> int:
+    """The rows a whole export of the opened index folder holds (its live documents or passages)."""
+    return int(len(_live_numbers(stored)))
+
+
+def _check_whole(client: Any, name: str, uri: str, props: Mapping[str, Any], rows: int | None) -> int:
+    """The collection's live row count (Strong consistency), checked against the completion
+    property and the folder's ``rows``: an interrupted export or damaged storage is refused."""
+    count = _count(client, name)
+    done = props.get(COMPLETE)
+    want = rows
+    if done is None:
+        total = want if want is not None else "?"
+        raise IncompleteCollection(f"collection {name} at {uri}: export was interrupted at {count} of {total} rows; "
+                                   f"re-run `alignir export milvus` to resume")
+    try:
+        marked = int(json.loads(done)["rows"])
+    except (ValueError, TypeError, KeyError):
+        raise IncompleteCollection(f"collection {name} at {uri}: its {COMPLETE} property is not valid "
+                                   f"({done!r}); export it again with --recreate") from None
+    if count != marked or (want is not None and marked != want):
+        raise IncompleteCollection(f"collection {name} at {uri} holds {count} rows, but its export completed with "
+                                   f"{marked}{'' if want is None else f' of the folder’s {want}'}: its storage was "
+                                   f"damaged or changed; export it again with --recreate")
+    return count
+
+
 def _read_manifest(client: Any, name: str, uri: str) -> dict[str, Any]:
-    props = client.describe_collection(name).get("properties", {}) or {}
+    props = _properties(client, name)
     raw = props.get(PROPERTY)
     if raw is None:
         raise CollectionMismatch(f"collection {name} at {uri} was not exported by alignir (no {PROPERTY} property)")
@@ -458,6 +653,8 @@ class MilvusCollection:
     name: str
     uri: str
     manifest: dict[str, Any]
+    #: the live rows the collection held when opened (checked whole)
+    rows: int | None = None
 
     @property
     def key(self) -> str:
@@ -465,42 +662,73 @@ class MilvusCollection:
         return "row" if self.manifest.get("passages") else "doc_number"
 
     @classmethod
-    def open(cls, uri: str, name: str, expect: Mapping[str, Any] | None = None) -> "MilvusCollection":
-        """Connect, check that ``name`` exists and (with ``expect``, an :func:`index_manifest`)
-        holds the same index; load it for search."""
+    def open(cls, uri: str, name: str, expect: Mapping[str, Any] | None = None,
+             rows: int | None = None) -> "MilvusCollection":
+        """Connect, check that ``name`` exists, (with ``expect``, an :func:`index_manifest`)
+        holds the same index and is whole: its export completed (the ``alignir.complete``
+        property) and its live row count, read at Strong consistency, equals the completed
+        export's and the folder's ``rows`` (else :class:`IncompleteCollection`); load it for search."""
         client = connect(uri, must_exist=True)
         try:
-            if not client.has_collection(name):
-                raise MilvusError(f"no collection {name!r} at {uri}: export the index first "
-                                  f"(alignir export milvus --index DIR --uri {uri} --collection {name})")
+            count = _open_checked(client, uri, name, expect, rows)
             manifest = _read_manifest(client, name, uri)
-            if expect is not None:
-                _check_manifest(manifest, expect, name, uri)
-            client.load_collection(name)
         except AlignirError:
             client.close()
             raise
         except _client_errors() as e:
             client.close()
-            raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}") from None
-        return cls(client, name, uri, manifest)
+            raise MilvusError(f"Milvus at {uri} ({name}): {_one_line(e)}{_damaged_hint(uri, False)}") from None
+        return cls(client, name, uri, manifest, count)
 
     @property
     def has_lexical(self) -> bool:
         return self.manifest.get("lexical") is not None
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def release(self) -> None:
+        """Close the connection until the next search reconnects (a searcher checks the
+        collection at open, then encodes its queries before it needs Milvus again)."""
+        self.close()
+
+    def _connected(self) -> Any:
+        """The client, reconnected (and the collection checked whole again) when released or dropped."""
+        if self.client is None:
+            client = connect(self.uri, must_exist=True)
+            try:
+                _open_checked(client, self.uri, self.name, None, self.rows)
+            except AlignirError:
+                client.close()
+                raise
+            except _client_errors() as e:
+                client.close()
+                raise MilvusError(f"Milvus at {self.uri} ({self.name}): {_one_line(e)}"
+                                  f"{_damaged_hint(self.uri, False)}") from None
+            self.client = client
+        return self.client
+
+    def _call(self, what: str, fn: Any) -> Any:
+        """``fn(client)``, reconnecting once when the call fails (a dropped channel: an idle
+        connection closed by the server, a restarted Milvus Lite); a second failure is one line."""
+        try:
+            return fn(self._connected())
+        except _client_errors():
+            self.close()
+        try:
+            return fn(self._connected())
+        except _client_errors() as e:
+            raise MilvusError(f"Milvus {what} at {self.uri} ({self.name}): {_one_line(e)}") from None
 
     # ---- low level
     def _search(self, field: str, data: list, limit: int, flt: str) -> list[dict[int, float]]:
         if not data:
             return []
-        try:
-            res = self.client.search(self.name, data=data, anns_field=field, limit=int(limit), filter=flt,
-                                     output_fields=[self.key], search_params=_params(field))
-        except _client_errors() as e:
-            raise MilvusError(f"Milvus search at {self.uri} ({self.name}.{field}): {_one_line(e)}") from None
+        res = self._call(f"search ({field})", lambda c: c.search(
+            self.name, data=data, anns_field=field, limit=int(limit), filter=flt, output_fields=[self.key],
+            search_params=_params(field)))
         return [{int(h["entity"][self.key]): float(h["distance"]) for h in hits} for hits in res]
 
     # ---- legs
@@ -577,12 +805,21 @@ class MilvusCollection:
         flt = _filter(allowed)
         reqs = [pm.AnnSearchRequest(data=data, anns_field=field, param=_params(field), limit=int(depth),
                                     expr=flt or None) for field, data in requests]
-        try:
-            res = self.client.hybrid_search(self.name, reqs, pm.RRFRanker(int(rrf_k)), limit=int(limit),
-                                            output_fields=["doc_number"])
-        except _client_errors() as e:
-            raise MilvusError(f"Milvus hybrid search at {self.uri} ({self.name}): {_one_line(e)}") from None
+        res = self._call("hybrid search", lambda c: c.hybrid_search(
+            self.name, reqs, pm.RRFRanker(int(rrf_k)), limit=int(limit), output_fields=["doc_number"]))
         return [{int(h["entity"]["doc_number"]): float(h["distance"]) for h in hits} for hits in res]
+
+
+def _open_checked(client: Any, uri: str, name: str, expect: Mapping[str, Any] | None, rows: int | None) -> int:
+    """Check the collection ``name`` (exists, same index as ``expect``, whole) and load it; its row count."""
+    if not client.has_collection(name):
+        raise MilvusError(f"no collection {name!r} at {uri}: export the index first "
+                          f"(alignir export milvus --index DIR --uri {uri} --collection {name})")
+    props = _properties(client, name)
+    if expect is not None:
+        _check_manifest(_read_manifest(client, name, uri), expect, name, uri)
+    client.load_collection(name)
+    return _check_whole(client, name, uri, props, rows)
 
 
 def _params(field: str) -> dict[str, Any]:

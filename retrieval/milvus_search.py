@@ -39,7 +39,8 @@ from alignir.errors import InvalidInputError
 from alignir.index.passages import parse_aggregation, search_documents
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.config import FusionConfig
-from alignir.retrieval.milvus import MAX_LIMIT, MilvusCollection, default_collection_name, index_manifest
+from alignir.retrieval.milvus import (MAX_LIMIT, MilvusCollection, default_collection_name, expected_rows,
+                                     index_manifest)
 from alignir.retrieval.searcher import (LEG_SET_DEFAULTS, Hit, QueryBatch, Searcher, Timings, _check_queries,
                                         _leg_weights, parse_mode)
 
@@ -70,6 +71,7 @@ class MilvusSearcher(Searcher):
         model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
         self = cls(base.index, base.embedder, base.sparsifier, base.fusion, passage_agg=base.passage_agg)
         self.milvus = open_collection(base.index, uri, collection)
+        self.milvus.release()  # reconnected by the first search, after its queries are encoded
         self.server_fusion = server_fusion
         return self
 
@@ -235,7 +237,7 @@ def open_collection(stored: Any, uri: str | None, collection: str | None = None)
     if not uri:
         raise InvalidInputError("the milvus backend needs a uri: a local .db file (Milvus Lite) or http(s)://host:port")
     name = collection or default_collection_name(stored.path)
-    return MilvusCollection.open(uri, name, expect=index_manifest(stored))
+    return MilvusCollection.open(uri, name, expect=index_manifest(stored), rows=expected_rows(stored))
 
 
 def check(stored: Any, uri: str | None, collection: str | None = None) -> None:

@@ -28,7 +28,10 @@ __all__ = ["PassageLeg", "PassageMatch"]
 class PassageMatch:
     """The passage of a document that scored best for a query in one leg: its id
     (``doc_id#ordinal``, as Pyserini names passages), ordinal, row, score and character span
-    [start, end) in the document's text (None when the index keeps no spans)."""
+    [start, end) (None when the index keeps no spans). The span counts characters (Python str
+    indices, end excluded) of the text that was encoded, ``f"{title} {text}".strip()`` (BEIR's
+    contents, retrieval.beir.Document.contents), not of the ``text`` field alone: with a non-empty
+    title (no surrounding spaces), offsets into ``text`` are ``start - len(title) - 1``."""
 
     id: str
     ordinal: int

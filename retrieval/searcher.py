@@ -54,6 +54,8 @@ from alignir.retrieval.config import FusionConfig, IndexConfig
 from alignir.index.passages import parse_aggregation
 from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.passage_leg import PassageLeg
+from alignir.retrieval.manifest import embedder_spec
+from alignir.retrieval.preflight import check_before_loading
 
 if TYPE_CHECKING:
     from alignir.retrieval.sparsify import Sparsifier
@@ -363,7 +365,11 @@ class Searcher:
         remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
         if remote is not None:  # reach the collection and check it before the model loads (seconds)
             remote.check(stored, uri, collection)
+
         def load() -> Encoder:
+            # what can be checked without the model is checked before it loads (or converts)
+            check_before_loading(stored.manifest, embedder_spec(stored.manifest, path),
+                                 model if loaded is None else None, precision)
             return Encoder.for_stored(stored, path, model=model, loaded=loaded, instruction=instruction,
                                       precision=precision, device=device,
                                       allow_precision_mismatch=allow_precision_mismatch)

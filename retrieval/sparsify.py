@@ -30,6 +30,8 @@ class Sparsifier:
     term_map: TermMap
     config: SparseConfig
     pc1: np.ndarray | None = None
+    #: the model's tokenizer (explanations show the text a term's token stands for), when known
+    tokenizer: Any = None
 
     @classmethod
     def for_model(cls, loaded: Any, config: SparseConfig, pc1: np.ndarray | None = None,
@@ -38,7 +40,8 @@ class Sparsifier:
         if term_map is None:
             term_map = TermMap.from_tokenizer(loaded.tokenizer, vocab_size=loaded.vocab_size,
                                               fold=config.fold)
-        return cls(loaded.lm_head, np.asarray(loaded.special_ids), term_map, config, pc1)
+        return cls(loaded.lm_head, np.asarray(loaded.special_ids), term_map, config, pc1,
+                   getattr(loaded, "tokenizer", None))
 
     def _adjusted(self, H: np.ndarray) -> np.ndarray:
         """h + λ·u1 (eq.14) when λ ≠ 0; the vectors untouched otherwise."""

@@ -21,7 +21,7 @@ PUBLIC: dict[str, list[str]] = {
     "alignir.encoders.embedders": ["get_embedder", "register_embedder"],
     "alignir.encoders.cache": ["EmbeddingCache", "EmbeddingCache.encode_cached"],
     "alignir.encoders.aligned": ["project_topk", "doc_vectors", "doc_vectors_from_topk", "query_vectors",
-                                 "fit_pc1", "adjust", "explain"],
+                                 "fit_pc1", "adjust", "explain", "token_text"],
     "alignir.index.io": ["sha256_file", "save_npy", "fsync_path", "atomic_write", "atomic_write_json",
                          "atomic_save_npy", "replace_dir"],
     "alignir.index.parts": ["register_part", "part_spec", "registered_parts"],
@@ -57,6 +57,7 @@ PUBLIC: dict[str, list[str]] = {
                                  "MilvusCollection.search_dense", "MilvusCollection.search_sparse",
                                  "MilvusCollection.hybrid_rrf"],
     "alignir.retrieval.milvus_search": ["MilvusSearcher.open", "MilvusSearcher.from_searcher"],
+    "alignir.retrieval.preflight": ["check_search_options", "check_before_loading"],
 }
 
 

@@ -449,17 +449,28 @@ def test_a_manifest_path_outside_the_index_is_refused(tmp_path):
         open_index(path)
 
 
-def test_an_index_without_a_manifest_checksum_still_opens(tmp_path, caplog):
-    """Indexes written before the checksum existed open (with a warning), and a re-sparsify adds it."""
-    path = build(tmp_path / "idx")
+def test_a_format1_manifest_without_its_checksum_opens_with_a_warning(tmp_path, caplog):
+    """Format 1 predates the manifest checksum: such a manifest opens (with a warning), and the
+    next write adds the checksum."""
+    path = shutil.copytree(FORMAT1 / "index", tmp_path / "idx")
     m = json.loads((path / "manifest.json").read_text())
     del m["manifest_sha256"]
     (path / "manifest.json").write_text(json.dumps(m))
     with caplog.at_level("WARNING"):
-        assert open_index(path).doc_ids == IDS
+        st = open_index(path)
     assert "no checksum" in caplog.text
-    replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 9})
+    replace_part(path, "lexical", st.lexical)
     assert "manifest_sha256" in json.loads((path / "manifest.json").read_text())
+
+
+def test_a_sealed_format_without_its_checksum_is_corrupt(tmp_path):
+    """Every format-2 manifest carries its checksum: deleting it (to hide an edit) is refused."""
+    path = build(tmp_path / "idx")
+    m = json.loads((path / "manifest.json").read_text())
+    del m["manifest_sha256"]
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(CorruptIndexError, match="lacks its own checksum"):
+        open_index(path)
 
 
 def test_an_open_racing_a_swap_opens_the_new_version(tmp_path, monkeypatch):

@@ -52,6 +52,11 @@ def normal_query(text: str) -> str:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
+    return [row for _, row in _numbered_jsonl(path)]
+
+
+def _numbered_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(line number, record) of a jsonl file; blank lines skipped."""
     out = []
     with open(path, encoding="utf-8-sig") as fh:  # -sig: a byte order mark is not part of line 1
         for n, line in enumerate(fh, 1):
@@ -64,7 +69,7 @@ def _read_jsonl(path: Path) -> list[dict]:
                 raise InvalidInputError(f"{path}:{n}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise InvalidInputError(f"{path}:{n}: a record must be a JSON object, got {type(row).__name__}")
-            out.append(row)
+            out.append((n, row))
     return out
 
 
@@ -78,10 +83,12 @@ def _beir(folder: Path, split: str):
         raise InvalidInputError(f"no qrels for split {split!r} in {folder} (have: {have})")
     corpus = {_id(d, folder / "corpus.jsonl", n): doc_text(d) for n, d in enumerate(_read_jsonl(folder / "corpus.jsonl"), 1)}
     queries = {}
-    for n, q in enumerate(_read_jsonl(folder / "queries.jsonl"), 1):
+    for n, q in _numbered_jsonl(folder / "queries.jsonl"):
         text = q.get("text", "")
         if not isinstance(text, str):
             raise InvalidInputError(f"{folder / 'queries.jsonl'}:{n}: 'text' must be a string, got {type(text).__name__}")
+        if not text.strip():
+            raise InvalidInputError(f"{folder / 'queries.jsonl'}:{n}: the query text is empty (nothing to train on)")
         queries[_id(q, folder / "queries.jsonl", n)] = text
     return corpus, queries, read_qrels(qrels_file)
 
@@ -183,9 +190,10 @@ def bm25_top(source: str | Path, texts: list[str], queries: list[str], k: int) -
 
 
 def load_triples(path: str | Path) -> list[Pair]:
-    """Pairs from a jsonl of {"query", "positive"/"pos", "negatives"/"negative"/"neg"}."""
+    """Pairs from a jsonl of {"query", "positive"/"pos", "negatives"/"negative"/"neg"}; a record
+    with an empty text is refused naming its line."""
     out = []
-    for n, r in enumerate(_read_jsonl(Path(path)), 1):
+    for n, r in _numbered_jsonl(Path(path)):
         q = r.get("query")
         p = r.get("positive", r.get("pos"))
         neg = r.get("negatives", r.get("negative", r.get("neg", [])))
@@ -196,6 +204,10 @@ def load_triples(path: str | Path) -> list[Pair]:
         negs = [neg] if isinstance(neg, str) else neg if isinstance(neg, list) else [] if neg is None else None
         if negs is None or not all(isinstance(x, str) for x in negs):
             raise InvalidInputError(f"{path}:{n}: 'negatives' must be a string or a list of strings")
+        empty = [name for name, text in (("query", q), ("positive", p), *(("negative", x) for x in negs))
+                 if not text.strip()]
+        if empty:
+            raise InvalidInputError(f"{path}:{n}: empty {empty[0]} text (a triple needs non-empty texts)")
         out.append(Pair(q, p, list(negs)))
     if not out:
         raise InvalidInputError(f"{path}: no triples")

@@ -128,6 +128,29 @@ class TrainConfig:
             raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
 
+def negative_candidates(batch: list[Pair]) -> int:
+    """How many (query, document) pairs of a batch a contrastive loss can use as negatives: hard
+    negatives and other examples' documents that are not relevant to the query (base.in_batch_candidates)."""
+    from alignir.encoders.train.base import in_batch_candidates, pair_texts
+
+    _, docs, _ = pair_texts(batch)
+    cand = in_batch_candidates(batch, docs)
+    return sum(1 for i, p in enumerate(batch) for j, d in enumerate(docs)
+               if j != i and d != p.positive and (cand is None or bool(cand[i, j])))
+
+
+def check_negatives(data: list[Pair], batch_size: int) -> None:
+    """Refuse pair data on which no batch can hold a negative (every loss 0, nothing learnt):
+    no example has hard negatives and a batch holds one example, or one positive for all."""
+    if any(p.negatives for p in data):
+        return
+    if batch_size < 2 or len({p.positive for p in data}) < 2:
+        raise InvalidInputError(f"none of the {len(data)} training examples has a hard negative and "
+                                f"{'batch_size is 1' if batch_size < 2 else 'they share one positive'}: no batch "
+                                f"holds a negative candidate, so the contrastive loss would be 0 with no "
+                                f"gradient; add negatives (or --negatives N with BEIR data) or more examples")
+
+
 def _seed_all(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -294,6 +317,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     kind = cls.STAGES[cfg.stage]
     examples, data_desc = _load_data(cfg, kind)
     data, held = split_heldout(examples, cfg.eval_examples, cfg.seed)
+    if kind == "pairs":
+        check_negatives(data, cfg.batch_size)
     data_desc = {**data_desc, "train": len(data), "heldout": len(held)}
     data_sha = examples_sha256(data, held)
     out = Path(cfg.out)
@@ -397,6 +422,10 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
             agg: dict[str, float] = {}
             for _ in range(cfg.grad_accum):
                 batch = [data[i] for i in next(batches)]
+                if kind == "pairs" and not negative_candidates(batch):
+                    raise InvalidInputError(f"step {step}: no example of this batch has a negative candidate (no hard "
+                                            f"negatives, every other document relevant to it): its contrastive loss "
+                                            f"is 0 with no gradient; add negatives or raise batch_size")
                 loss, logs = method.loss(batch)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}: {logs}")

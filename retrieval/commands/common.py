@@ -81,6 +81,10 @@ def setup_logging(verbose: bool = False) -> None:
         for f in [f for f in logger.filters if isinstance(f, _BelowLevel)]:
             logger.removeFilter(f)
         logger.addFilter(_BelowLevel(level))
+    from alignir.retrieval.milvus import set_client_log_level  # pymilvus itself is imported when used
+
+    # the Milvus client's, Milvus Lite's and gRPC's tracebacks and warnings: -v only (our errors are one line)
+    set_client_log_level(logging.DEBUG if verbose else logging.CRITICAL + 1)
     if not verbose:  # transformers' per-load progress bars are noise in a CLI
         from transformers.utils import logging as hf_logging
 
@@ -141,7 +145,7 @@ URI_OPT = typer.Option(None, help="With --backend milvus: a local .db file (Milv
 DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda: the query encoder's device; the dense (FAISS) leg "
                           "searches on the GPU with cuda, or auto when faiss-gpu sees one (the [gpu] extra).")
 COLLECTION_OPT = typer.Option(None, help="With --backend milvus: the collection (default: alignir_ + the "
-                              "index folder's name).")
+                              "index folder's name + _ + 8 hex digits of its path's sha256).")
 
 
 def backend_options(backend: str, uri: Optional[str], collection: Optional[str]) -> dict:

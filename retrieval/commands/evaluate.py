@@ -175,13 +175,16 @@ def eval_cmd(
     BEIR and Pyserini do. --backend milvus searches the collection exported from the index."""
     setup_logging(verbose)
     with user_errors(verbose):
-        from alignir.index.passages import parse_aggregation
+        from alignir.retrieval.preflight import check_search_options
 
         opts = backend_options(backend, uri, collection)
-        if passage_agg is not None:
-            parse_aggregation(passage_agg)
+        leg_weights = parse_weights(weights)
+        modes = _modes(mode)
+        for m in modes:  # every option checked before the model loads
+            check_search_options(m, fusion=fusion, alpha=alpha, passage_agg=passage_agg,
+                                 weights=leg_weights if len(modes) == 1 and "+" in m else None)
         result = _evaluate(index, dataset, split, mode, run, top, instruction, fusion,
-                           alpha, bm25, progress=not as_json, weights=parse_weights(weights), backend=opts,
+                           alpha, bm25, progress=not as_json, weights=leg_weights, backend=opts,
                            device=device, passage_agg=passage_agg)
         if opts:
             from alignir.retrieval.milvus import default_collection_name

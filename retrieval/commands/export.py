@@ -72,9 +72,10 @@ def export_milvus_cmd(
     index: Path = typer.Option(..., "--index", "-i", help="Index folder."),
     uri: str = typer.Option(..., "--uri", help=URI_HELP),
     collection: Optional[str] = typer.Option(None, help="Collection name (default: alignir_ + the "
-                                             "index folder's name)."),
-    recreate: bool = typer.Option(False, "--recreate", help="Drop the collection first and export "
-                                  "everything again (default: resume, inserting only missing documents)."),
+                                             "index folder's name + _ + 8 hex digits of its path's sha256)."),
+    recreate: bool = typer.Option(False, "--recreate", help="Drop this folder's collection first and export "
+                                  "everything again (default: resume, inserting only missing documents); a "
+                                  "collection another folder exported is never dropped."),
     store_text: bool = typer.Option(False, "--store-text", help="Also store each document's title and "
                                     "text (from --corpus)."),
     corpus: Optional[Path] = typer.Option(None, help="BEIR folder or corpus .jsonl with the texts "

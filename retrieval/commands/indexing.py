@@ -140,7 +140,11 @@ def search_cmd(
     mode: str = typer.Option("hybrid", help="hybrid | sparse | dense | bm25 | a '+'-joined leg set "
                              "(dense+bm25, sparse+bm25, dense+sparse+bm25)."),
     top: int = typer.Option(10, "--top", "-k", help="Number of hits."),
-    explain: bool = typer.Option(False, help="Show the matched tokens and their contributions."),
+    explain: bool = typer.Option(False, help="Show the matched tokens (as the text they stand for, ␣ = a "
+                                 "leading space; --json adds the raw piece and token id) and their contributions; "
+                                 "with passages, the best passage's span [start:end): character offsets (end "
+                                 "excluded) into the text that was encoded, title + ' ' + text stripped, "
+                                 "not into the text field alone."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"query\", \"hits\": [...]} as JSON."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
     fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
@@ -161,19 +165,18 @@ def search_cmd(
     """Search an index from the shell (its legs in the folder, or in Milvus with --backend milvus)."""
     setup_logging(verbose)
     with user_errors(verbose):
-        from alignir.index.passages import parse_aggregation
         from alignir.retrieval.commands.evaluate import parse_weights
-        from alignir.retrieval.searcher import Searcher, parse_mode
+        from alignir.retrieval.preflight import check_search_options
+        from alignir.retrieval.searcher import Searcher
 
         # every argument is checked before the model loads (which takes seconds)
         if not query.strip():
             raise InvalidInputError("the query is empty")
         if top < 1:
             raise InvalidInputError(f"--top must be at least 1, got {top}")
-        parse_mode(mode)
-        if passage_agg is not None:
-            parse_aggregation(passage_agg)
         leg_weights = parse_weights(weights)
+        check_search_options(mode, fusion=fusion, alpha=alpha, weights=leg_weights, precision=precision,
+                             passage_agg=passage_agg)
         searcher = Searcher.open(index, model=model, instruction=instruction, device=device,
                                  precision=precision, allow_precision_mismatch=allow_precision_mismatch,
                                  passage_agg=passage_agg, **backend_options(backend, uri, collection))
@@ -210,8 +213,10 @@ def _hit_json(hit) -> dict:
          "sparse_score": hit.sparse_score, "dense_score": hit.dense_score,
          "bm25_score": hit.bm25_score}
     if hit.explanation is not None:
-        d["matched"] = [{"term": c.string, "query_weight": c.query_weight,
-                         "doc_weight": c.doc_weight, "contribution": c.contribution}
+        d["matched"] = [{"term": c.string, "text": c.text if c.text is not None else c.string,
+                         **({} if c.token is None else {"token_id": c.token}),
+                         "query_weight": c.query_weight, "doc_weight": c.doc_weight,
+                         "contribution": c.contribution}
                         for c in hit.explanation]
     if hit.passages is not None:
         d["passages"] = {leg: vars(m) for leg, m in hit.passages.items()}
@@ -243,8 +248,8 @@ def _print_hits(query: str, hits, explain: bool) -> None:
         row = [str(h.rank), h.id, fmt(h.score), fmt(h.sparse_score), fmt(h.dense_score),
                fmt(h.bm25_score)]
         if explain:
-            row.append(_passage_note(h) + ", ".join(f"{c.string}: {c.contribution:.3g}"
-                                                     for c in (h.explanation or [])[:8]))
+            row.append(_passage_note(h) + ", ".join(f"{c.text if c.text is not None else c.string}: "
+                                                     f"{c.contribution:.3g}" for c in (h.explanation or [])[:8]))
         table.add_row(*row)
     Console().print(table)
     if not hits:
@@ -283,18 +288,27 @@ def info_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
     verify: bool = typer.Option(True, "--verify/--no-verify",
                                 help="Check every file against the manifest's sizes and sha256 (default)."),
+    backend: str = BACKEND_OPT,
+    uri: Optional[str] = URI_OPT,
+    collection: Optional[str] = COLLECTION_OPT,
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """What is inside an index: counts, sizes, parameters, encoder fingerprint. Verifies the
-    manifest's own checksum and, unless --no-verify, every file it lists."""
-    with user_errors():
+    manifest's own checksum and, unless --no-verify, every file it lists. With --backend milvus,
+    also checks its collection: the same index, whole (an interrupted export or damaged storage
+    is refused)."""
+    setup_logging(verbose)
+    with user_errors(verbose):
         from alignir.index.store import read_manifest, verify_index
 
+        opts = backend_options(backend, uri, collection)
         manifest = read_manifest(index)
         if verify:
             verify_index(index, manifest)
+        remote = _milvus_summary(index, opts) if opts else None
         size = sum(f.stat().st_size for f in Path(index).rglob("*") if f.is_file())
         if as_json:
-            echo_json({**manifest, "bytes": size})
+            echo_json({**manifest, "bytes": size, **({"milvus": remote} if remote else {})})
             return
         enc, emb = manifest["encoder"], manifest.get("embedder", {})
         parts = manifest["parts"]
@@ -304,7 +318,7 @@ def info_cmd(
             f"format     {manifest['format']} v{manifest['format_version']} (created {manifest.get('created')})",
             f"documents  {manifest['counts']['docs']}" + (
                 f" as {manifest['counts']['rows']} passages ({_passage_summary(manifest)})"
-                if "rows" in manifest["counts"] else ""),
+                if "rows" in manifest["counts"] else "") + _live_summary(manifest),
             f"postings   {sparse.get('n_postings', '-')} over {sparse.get('n_terms', '-')} terms",
             f"dense      {manifest['dims']['dense']} dims, {dense.get('kind', '-')}"
             f", stored {manifest.get('dense_dtype')}",
@@ -320,8 +334,31 @@ def info_cmd(
               if name not in ("sparse", "dense", "lexical")),
             f"encoder    hash {manifest['encoder_hash'][:16]}",
             f"size       {size / 1e6:.1f} MB",
+            *([f"milvus     {remote['collection']} at {remote['uri']}: {remote['rows']} rows, whole"] if remote else []),
         ]
         typer.echo("\n".join(lines))
+
+
+def _live_summary(manifest) -> str:
+    """", 80 live, 2 deleted": rows (documents, or passages) still searched and deleted ones."""
+    dense = manifest["parts"].get("dense", {})
+    total, live = manifest["counts"].get("rows", manifest["counts"].get("docs")), dense.get("n_live")
+    if not isinstance(live, int) or not isinstance(total, int):
+        return ""
+    unit = " passages" if "rows" in manifest["counts"] else ""
+    return f" ({live}{unit} live, {total - live} deleted)"
+
+
+def _milvus_summary(index: Path, opts: dict) -> dict:
+    """The collection of ``index`` at the Milvus URI, opened as a search opens it (same index, whole)."""
+    from alignir.index.store import open_index
+    from alignir.retrieval.milvus_search import open_collection
+
+    c = open_collection(open_index(index, verify=False), opts["uri"], opts["collection"])
+    try:
+        return {"uri": c.uri, "collection": c.name, "rows": c.rows}
+    finally:
+        c.close()
 
 
 def _passage_summary(manifest) -> str:

@@ -1,0 +1,340 @@
+"""A Milvus collection is searched only when whole and this index folder's: an export killed
+part-way is refused until resumed, damaged Milvus Lite storage is refused in one line, two
+folders whose names sanitise alike get their own collections (and --recreate never drops the
+other's), a dropped connection is reconnected once, and connection failures name their cause.
+On a tiny random Llama and a local Milvus Lite database."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("pymilvus")
+pytest.importorskip("milvus_lite")
+
+from alignir.retrieval.config import SparseConfig  # noqa: E402
+from alignir.retrieval.indexer import build_index  # noqa: E402
+from alignir.retrieval.milvus import (COMPLETE, CollectionMismatch, IncompleteCollection, MilvusError,  # noqa: E402
+                                      connect, default_collection_name, export_index)
+from alignir.retrieval.searcher import Searcher  # noqa: E402
+
+from conftest import ROOT, TINY_CORPUS, write_corpus  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TEXTS = TINY_CORPUS + [t.upper() for t in TINY_CORPUS]
+QUERIES = ["light and carbon in plants", "supersonic wind tunnel", "proteins fold"]
+CONFIG = SparseConfig().with_changes(doc_k=24, query_m=5)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_model):
+    root = tmp_path_factory.mktemp("milvus-rel")
+    corpus = write_corpus(root / "corpus.jsonl", TEXTS)
+    build_index(corpus, root / "idx", model="tiny", sparse=CONFIG, loaded=tiny_model, cache_dir=root / "cache",
+                progress=False)
+    return root
+
+
+def _ids(hits):
+    return [(h.id, round(h.score, 4)) for h in hits]
+
+
+def _killed_export(index, uri, after: int, method: str = "insert") -> subprocess.CompletedProcess:
+    """Run ``export_index`` (one row per insert) in a child that SIGKILLs itself before its call
+    number ``after`` of ``pymilvus.MilvusClient.<method>``."""
+    script = textwrap.dedent(f"""
+        import os, signal
+        import pymilvus
+        from alignir.retrieval.milvus import export_index
+        calls = []
+        real = pymilvus.MilvusClient.{method}
+        def wrapped(self, *a, **kw):
+            if len(calls) == {after}:
+                os.kill(os.getpid(), signal.SIGKILL)
+            calls.append(1)
+            return real(self, *a, **kw)
+        pymilvus.MilvusClient.{method} = wrapped
+        export_index({str(index)!r}, {uri!r}, batch_size=1, progress=False)
+    """)
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("after,method", [(0, "insert"), (3, "insert"), (len(TEXTS), "alter_collection_properties")])
+def test_an_interrupted_export_is_refused_until_resumed(built, tiny_model, tmp_path, after, method):
+    """Killed after 0, 3 or all inserts (before the completion mark): search names the rows it
+    holds and how to resume; the resumed export is searched as the folder."""
+    uri = str(tmp_path / "k.db")
+    proc = _killed_export(built / "idx", uri, after if method == "insert" else 0, method)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    with pytest.raises(IncompleteCollection, match=rf"interrupted at {after} of {len(TEXTS)} rows; re-run "
+                                                  r"`alignir export milvus` to resume") as e:
+        Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
+    assert "\n" not in str(e.value)
+    summary = export_index(built / "idx", uri, progress=False)
+    assert summary["already_there"] == after and summary["count"] == len(TEXTS)
+    folder = Searcher.open(built / "idx", loaded=tiny_model)
+    milvus = Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
+    try:
+        for a, b in zip(folder.batch_search(QUERIES, k=5, mode="dense"), milvus.batch_search(QUERIES, k=5, mode="dense")):
+            assert _ids(a) == _ids(b)
+    finally:
+        milvus.close()
+
+
+def test_info_backend_milvus_refuses_an_interrupted_export(built, tmp_path):
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+
+    uri = str(tmp_path / "k.db")
+    assert _killed_export(built / "idx", uri, 2).returncode == -signal.SIGKILL
+    res = CliRunner().invoke(app, ["info", "--index", str(built / "idx"), "--no-verify", "--backend", "milvus",
+                                   "--uri", uri])
+    assert res.exit_code == 1
+    assert f"export was interrupted at 2 of {len(TEXTS)} rows" in res.output
+    export_index(built / "idx", uri, progress=False)
+    res = CliRunner().invoke(app, ["info", "--index", str(built / "idx"), "--no-verify", "--backend", "milvus",
+                                   "--uri", uri])
+    assert res.exit_code == 0, res.output
+    assert f"milvus     {default_collection_name(built / 'idx')} at {uri}: {len(TEXTS)} rows, whole" in res.output
+
+
+def _collection_dir(uri: str, name: str):
+    found = [p for p in (os.path.join(uri, "collections", name),) if os.path.isdir(p)]
+    assert found, os.listdir(os.path.join(uri, "collections"))
+    return found[0]
+
+
+def _fresh(built, tmp_path, tag):
+    """A whole export at a new .db, its Milvus Lite server stopped (as when the exporting process ends)."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    uri = str(tmp_path / f"{tag}.db")
+    export_index(built / "idx", uri, progress=False)
+    server_manager_instance.release_server(uri)
+    return uri, default_collection_name(built / "idx")
+
+
+@pytest.mark.parametrize("damage", ["empty-manifest", "delete-data", "truncate-data", "garbage-manifest"])
+def test_damaged_lite_storage_is_refused_in_one_line(built, tiny_model, tmp_path, damage):
+    """Damaged storage files of the collection never answer (fewer) hits successfully."""
+    uri, name = _fresh(built, tmp_path, damage)
+    root = _collection_dir(uri, name)
+    files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+    data = [f for f in files if f.endswith(".parquet") and "delta" not in os.path.basename(f)]
+    manifests = [f for f in files if os.path.basename(f) == "manifest.json"]
+    if damage == "empty-manifest":
+        open(manifests[0], "w").close()
+    elif damage == "garbage-manifest":
+        with open(manifests[0], "w") as fh:
+            fh.write("{not json")
+    elif damage == "delete-data":
+        for f in data:
+            os.remove(f)
+    else:
+        for f in data:
+            with open(f, "r+b") as fh:
+                fh.truncate(os.path.getsize(f) // 2)
+    with pytest.raises((MilvusError, CollectionMismatch)) as e:
+        s = Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
+        try:
+            s.search(QUERIES[0], k=5, mode="dense")
+        finally:
+            s.close()
+    assert "\n" not in str(e.value)
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(uri)
+    proc = _cli("info", "--index", built / "idx", "--no-verify", "--backend", "milvus", "--uri", uri)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
+    assert "damaged" in proc.stderr or "Parquet" in proc.stderr
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    alignir = os.path.join(os.path.dirname(sys.executable), "alignir")
+    return subprocess.run([alignir, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_folders_with_colliding_names_get_their_own_collections(built, tiny_model, tmp_path):
+    """x/adi-v1 and x/adi_v1 sanitise alike; each gets its collection, and --recreate from one
+    never drops the other's (it names the owner)."""
+    a, b = tmp_path / "x" / "adi-v1", tmp_path / "x" / "adi_v1"
+    a.parent.mkdir()
+    shutil.copytree(built / "idx", a)
+    shutil.copytree(built / "idx", b)
+    assert default_collection_name(a) != default_collection_name(b)
+    assert default_collection_name(a).startswith("alignir_adi_v1_")
+    uri = str(tmp_path / "c.db")
+    sa = export_index(a, uri, progress=False)
+    sb = export_index(b, uri, progress=False)
+    assert sa["collection"] != sb["collection"] and sb["created"]
+    with pytest.raises(CollectionMismatch, match=f"belongs to the index folder {a.resolve()}"):
+        export_index(b, uri, sa["collection"], recreate=True, progress=False)
+    with pytest.raises(CollectionMismatch, match="belongs to the index folder"):
+        export_index(b, uri, sa["collection"], progress=False)
+    Searcher.open(a, loaded=tiny_model, backend="milvus", uri=uri).close()  # a's collection is intact
+    again = export_index(a, uri, recreate=True, progress=False)  # its own: dropped and exported again
+    assert again["created"] and again["count"] == len(TEXTS)
+
+
+def test_recreate_refuses_a_collection_alignir_did_not_export(built, tmp_path):
+    uri = str(tmp_path / "f.db")
+    client = connect(uri)
+    client.create_collection("theirs", dimension=4)
+    client.close()
+    with pytest.raises(CollectionMismatch, match="not exported by alignir"):
+        export_index(built / "idx", uri, "theirs", recreate=True, progress=False)
+    client = connect(uri)
+    assert client.has_collection("theirs")
+    client.close()
+
+
+def test_a_completed_collection_that_lost_rows_is_refused(built, tiny_model, tmp_path):
+    """The live row count is checked against the completion mark at open (Strong consistency)."""
+    uri, name = _fresh(built, tmp_path, "lost")
+    client = connect(uri)
+    client.delete(name, filter="doc_number in [0, 1]")
+    client.close()
+    with pytest.raises(IncompleteCollection, match=rf"holds {len(TEXTS) - 2} rows, but its export completed "
+                                                  rf"with {len(TEXTS)}"):
+        Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
+    export_index(built / "idx", uri, progress=False)  # a resume puts them back and marks it whole again
+    client = connect(uri)
+    props = client.describe_collection(name)["properties"]
+    client.close()
+    assert json.loads(props[COMPLETE]) == {"rows": len(TEXTS)}
+    Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri).close()
+
+
+def test_a_dropped_connection_is_reconnected_once(built, tiny_model, tmp_path):
+    """The Milvus Lite server behind the connection stops between two searches (a dropped
+    channel): the next search reconnects once and answers as before."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    uri, _ = _fresh(built, tmp_path, "drop")
+    milvus = Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
+    try:
+        first = milvus.search(QUERIES[0], k=5, mode="dense")
+        server_manager_instance.release_server(uri)
+        assert _ids(milvus.search(QUERIES[0], k=5, mode="dense")) == _ids(first)
+    finally:
+        milvus.close()
+
+
+def test_the_connection_is_opened_after_the_queries_are_encoded(built, tiny_model, tmp_path, monkeypatch):
+    """A searcher holds no Milvus connection while it encodes queries (an idle channel was
+    dropped during a long encoding)."""
+    from alignir.retrieval import milvus as mv
+
+    uri, _ = _fresh(built, tmp_path, "late")
+    milvus = Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
+    assert milvus.milvus.client is None
+    events = []
+    real_encode, real_connect = type(milvus).encode, mv.connect
+    monkeypatch.setattr(type(milvus), "encode", lambda self, *a, **kw: events.append("encode") or real_encode(self, *a, **kw))
+    monkeypatch.setattr(mv, "connect", lambda *a, **kw: events.append("connect") or real_connect(*a, **kw))
+    try:
+        milvus.search(QUERIES[0], k=5, mode="dense")
+    finally:
+        milvus.close()
+    assert events == ["encode", "connect"]
+
+
+def test_lite_connections_use_keepalive_settings_its_server_accepts(tmp_path):
+    client = connect(str(tmp_path / "ka.db"))
+    try:
+        opts = client._get_connection()._grpc_options
+    finally:
+        client.close()
+    assert opts["grpc.keepalive_time_ms"] >= 300_000 and opts["grpc.keepalive_permit_without_calls"] is False
+
+
+def test_connection_errors_name_their_cause(tmp_path):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(os.urandom(64))
+    with pytest.raises(MilvusError, match="not a Milvus Lite database"):
+        connect(str(garbage))
+    other = tmp_path / "other.db"
+    other.mkdir()
+    (other / "notes.txt").write_text("x")
+    with pytest.raises(MilvusError, match="not a Milvus Lite database"):
+        connect(str(other))
+    with pytest.raises(MilvusError, match=r"server is unreachable \(127\.0\.0\.1:9: "):
+        connect("http://127.0.0.1:9", timeout=2)
+
+
+def test_a_folder_this_user_cannot_write_is_named():
+    """A .db in a folder the user cannot write (root runs the check as nobody: root writes anywhere)."""
+    import tempfile
+    from pathlib import Path
+
+    top = Path(tempfile.mkdtemp(prefix="alignir-ro-"))  # pytest's own tmp folders are private to their user
+    top.chmod(0o755)
+    ro = top / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    script = ("import sys\nfrom alignir.retrieval.milvus import MilvusError, connect\n"
+              f"try:\n    connect({str(ro / 'x.db')!r})\nexcept MilvusError as e:\n    print(e)\n    sys.exit(3)\n")
+    user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    if user and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv to drop to another user")
+    try:
+        proc = subprocess.run([*user, sys.executable, "-c", script], cwd="/", capture_output=True, text=True,
+                              timeout=300)
+        hidden = top / "hidden"
+        hidden.mkdir(mode=0o700)
+        unreachable = subprocess.run([*user, sys.executable, "-c", script.replace(str(ro), str(hidden / "in"))],
+                                     cwd="/", capture_output=True, text=True, timeout=300)
+    finally:
+        ro.chmod(0o755)
+        shutil.rmtree(top)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "is not writable (permission denied)" in proc.stdout and proc.stdout.count("\n") == 1
+    if user:  # the folder exists but cannot be reached: not "does not exist"
+        assert unreachable.returncode == 3 and "cannot be reached (permission denied)" in unreachable.stdout, \
+            unreachable.stdout + unreachable.stderr[-1000:]
+
+
+def test_a_read_only_file_system_is_named(tmp_path, monkeypatch):
+    """statvfs says read-only (a read-only mount; none can be made here without privileges the
+    tests do not take, so the file system's answer is simulated): the error says so."""
+    from alignir.retrieval import milvus as mv
+
+    monkeypatch.setattr(mv.os, "access", lambda *a, **kw: False)
+    monkeypatch.setattr(mv, "_read_only_fs", lambda path: True)
+    with pytest.raises(MilvusError, match="read-only file system"):
+        connect(str(tmp_path / "x.db"))
+
+
+def test_a_db_held_by_another_process_names_its_pid(tmp_path, capfd):
+    uri = str(tmp_path / "held.db")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom alignir.retrieval.milvus import connect\n"
+                               f"c = connect({uri!r})\nprint('held', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capfd.readouterr()
+        with pytest.raises(MilvusError, match=f"locked by pid {holder.pid}") as e:
+            connect(uri)
+        assert "\n" not in str(e.value)
+        assert "Traceback" not in capfd.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_cli_export_prints_no_library_noise(built, tmp_path):
+    """A successful export prints its JSON summary and nothing from the Milvus libraries."""
+    proc = _cli("export", "milvus", "--index", built / "idx", "--uri", tmp_path / "n.db")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["count"] == len(TEXTS)
+    assert "Traceback" not in proc.stderr and "Method not implemented" not in proc.stderr
+    assert "WARNING" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr
