@@ -237,14 +237,40 @@ def record(rows: list[dict], out: Path = OUT) -> None:
     atomic_write_json(out, kept + rows, indent=1)
 
 
+TABLE_ORDER = ("adi", "med", "cisi", "cran", "scifact")
+
+
+def render(rows: list[dict]) -> str:
+    """Markdown nDCG@10 table of the anchor rows of ``rows`` (quality.json), one line per collection."""
+    got = {(r["dataset"], r["model"], r["method"]): r["ndcg@10"] for r in rows}
+    cols = [("BM25", "alignir-bm25", "bm25")]
+    for _, (label, kind, _, _) in ANCHORS.items():
+        cols += [(f"{label} {kind}", label, kind),
+                 (f"{label} + BM25 (calibrated)", label, f"{kind}+bm25-calibrated"),
+                 (f"{label} + BM25 (z-score 0.5/0.5)", label, f"{kind}+bm25-zscore-0.5")]
+    datasets = sorted({d for d, m, _ in got if m == "alignir-bm25"},
+                      key=lambda d: (TABLE_ORDER.index(d) if d in TABLE_ORDER else len(TABLE_ORDER), d))
+    lines = ["| collection | " + " | ".join(c[0] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for d in datasets:
+        cells = [got.get((d, m, meth)) for _, m, meth in cols]
+        lines.append(f"| {d} | " + " | ".join("–" if v is None else f"{v:.3f}" for v in cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("datasets", nargs="+")
-    ap.add_argument("--anchor", action="append", choices=sorted(ANCHORS), required=True)
+    ap.add_argument("datasets", nargs="*")
+    ap.add_argument("--anchor", action="append", choices=sorted(ANCHORS), default=[])
+    ap.add_argument("--table", action="store_true", help="print the anchors' nDCG@10 table from --out and exit")
     ap.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the anchor's)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.table:
+        print(render(json.loads(args.out.read_text())))
+        return
+    if not args.datasets or not args.anchor:
+        ap.error("give at least one dataset and one --anchor (or --table)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     for dataset in args.datasets:

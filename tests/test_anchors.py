@@ -86,3 +86,11 @@ def test_record_replaces_only_its_rows(tmp_path):
     rows = json.loads(out.read_text())
     assert [(r["model"], r["dataset"], r["ndcg@10"]) for r in rows] == [("x", "adi", 0.2), ("m", "adi", 0.3),
                                                                          ("m", "med", 0.4)]
+
+
+def test_table_renders_the_recorded_rows():
+    rows = [{"dataset": "med", "model": "alignir-bm25", "method": "bm25", "ndcg@10": 0.6668},
+            {"dataset": "med", "model": "all-MiniLM-L6-v2", "method": "dense", "ndcg@10": 0.78754},
+            {"dataset": "adi", "model": "alignir-bm25", "method": "bm25", "ndcg@10": 0.4752}]
+    lines = anchors.render(rows).splitlines()
+    assert lines[2].startswith("| adi | 0.475 | – |") and lines[3].startswith("| med | 0.667 | 0.788 | – |")
