@@ -94,3 +94,13 @@ def test_table_renders_the_recorded_rows():
             {"dataset": "adi", "model": "alignir-bm25", "method": "bm25", "ndcg@10": 0.4752}]
     lines = anchors.render(rows).splitlines()
     assert lines[2].startswith("| adi | 0.475 | – |") and lines[3].startswith("| med | 0.667 | 0.788 | – |")
+
+
+def test_the_documented_table_is_the_recorded_one():
+    """docs/training.md prints the anchors' table as rendered from benchmarks/results/quality.json."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "training.md").read_text()
+    table = anchors.render(json.loads((root / "benchmarks" / "results" / "quality.json").read_text()))
+    assert table in doc
