@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,7 +16,7 @@ from alignir.encoders.train.aligned_loss import sparse_distill_kl
 from alignir.encoders.train.losses import distill_kl, soft_label_kl
 from alignir.encoders.train.trainer import train
 
-from conftest import train_config
+from conftest import train_config, train_losses
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -91,3 +92,19 @@ def test_infonce_with_sparse_distillation_logs_the_term(tiny_model, data_files, 
     assert meta["hp"]["sparse_distill"] == 0.7
     with pytest.raises(ValueError, match="sparse_distill >= 0"):
         train(dataclasses.replace(cfg, out=str(tmp_path / "bad"), hp={"sparse_distill": -1.0}), loaded=tiny_model)
+
+
+def test_a_paused_run_with_both_distillations_resumes_exactly(tiny_model, tiny_bert, data_files, tmp_path):
+    """InfoNCE + teacher distillation through the disk cache + sparse_distill, paused after every
+    step and resumed (as a killed background run is): the same losses and final adapter as one run."""
+    hp = {"teacher": str(tiny_bert), "distill": 1.0, "sparse_distill": 1.0,
+          "teacher_cache": str(tmp_path / "cache")}
+    full = train(train_config(tmp_path / "a", "infonce", "contrastive", data_files["pairs"], steps=3, hp=hp),
+                 loaded=tiny_model)
+    cfg = train_config(tmp_path / "b", "infonce", "contrastive", data_files["pairs"], steps=3, hp=hp, stop_after=1)
+    for _ in range(2):
+        assert train(cfg, loaded=tiny_model).get("interrupted")
+    done = train(cfg, loaded=tiny_model)
+    np.testing.assert_allclose(train_losses(done["out"]), train_losses(full["out"]), rtol=1e-5, atol=1e-6)
+    meta = [json.loads((tmp_path / x / "infonce-contrastive" / "alignir_train.json").read_text()) for x in "ab"]
+    assert meta[0]["final_weights_sha256"] == meta[1]["final_weights_sha256"]

@@ -19,20 +19,6 @@ from conftest import TINY_CORPUS, TRAIN_QUERIES, train_config
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory, tiny_tokenizer):
-    """A real (random-init) BERT sentence embedder saved as a folder, the shape of all-MiniLM-L6-v2."""
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(3)
-    folder = tmp_path_factory.mktemp("bert")
-    BertModel(BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32, max_position_embeddings=128,
-                         pad_token_id=tiny_tokenizer.pad_token_id)).save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
-    return folder
-
-
 class Prompted:
     """A teacher whose roles read texts differently (a prompt per role), counting what it encodes."""
 
