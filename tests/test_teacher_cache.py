@@ -153,3 +153,23 @@ def test_a_sentence_transformers_folder_reads_roles_with_its_prompts(tiny_bert, 
     torch.testing.assert_close(got, want.float(), rtol=1e-5, atol=1e-6)
     assert not torch.allclose(got, teacher.embed(TRAIN_QUERIES[:2], "document"))
     assert teacher.max_length == 64
+
+
+@pytest.mark.slow
+def test_the_embeddinggemma_teacher_ranks_a_paraphrase_first():
+    """`teacher=embeddinggemma-300m` with $ALIGNIR_MODELS holding the reassembled folder
+    (scripts/fetch_embeddinggemma.sh): its query and document prompts, 768-d normalised vectors."""
+    import os
+
+    folder = Path(os.environ.get("ALIGNIR_MODELS", "/nonexistent")) / "embeddinggemma-300m"
+    if not (folder / "config_sentence_transformers.json").is_file():
+        pytest.skip("EmbeddingGemma-300M is not in $ALIGNIR_MODELS (scripts/fetch_embeddinggemma.sh)")
+    pytest.importorskip("sentence_transformers")
+    teacher = make_teacher("embeddinggemma-300m")
+    assert isinstance(teacher, SentenceTransformerTeacher) and teacher.max_length == 128
+    assert teacher.prompt("query") == "task: search result | query: "
+    q = teacher.embed(["how do plants make sugar from light"], "query")
+    d = teacher.embed(["Photosynthesis turns sunlight, water and carbon dioxide into glucose.",
+                       "The stock market fell as interest rates rose.", "Supersonic flow over a wedge."], "document")
+    assert int((q @ d.T).argmax()) == 0 and d.shape == (3, 768)
+    torch.testing.assert_close(d.norm(dim=1), torch.ones(3))
