@@ -173,3 +173,29 @@ def test_the_embeddinggemma_teacher_ranks_a_paraphrase_first():
                        "The stock market fell as interest rates rose.", "Supersonic flow over a wedge."], "document")
     assert int((q @ d.T).argmax()) == 0 and d.shape == (3, 768)
     torch.testing.assert_close(d.norm(dim=1), torch.ones(3))
+
+
+def test_precompute_fills_the_cache_a_run_then_reads(tiny_model, tiny_bert, data_files, tmp_path, capsys):
+    """scripts/precompute_teacher.py caches exactly the mix's (role, text) pairs; a second call
+    finds nothing to do; training on that mix then computes no teacher vector."""
+    import importlib.util
+
+
+    spec = importlib.util.spec_from_file_location("precompute_teacher", Path(__file__).resolve().parents[1]
+                                                  / "scripts" / "precompute_teacher.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = ["--teacher", str(tiny_bert), "--cache", str(tmp_path / "cache"), "--data", data_files["pairs"],
+            "--batch", "4", "--shard-size", "5"]
+    want = mod.mix_texts(data_files["pairs"], None, None, 1, [0])
+    assert {r for r, _ in want} == {"query", "document"} and len(want) == 12  # 6 queries + 6 distinct documents
+    assert mod.main(args) == 0
+    assert "12 to compute" in capsys.readouterr().out
+    assert mod.main(args) == 0
+    assert "0 to compute" in capsys.readouterr().out
+    cache = CachedTeacher(DenseTeacher(str(tiny_bert)), tmp_path / "cache")
+    assert len(cache) == 12 and all(cache.contains(t, r) for r, t in want)
+    hp = {"teacher": str(tiny_bert), "distill": 0.5, "teacher_cache": str(tmp_path / "cache")}
+    run = train(train_config(tmp_path / "run", "infonce", "contrastive", data_files["pairs"], steps=2, hp=hp),
+                loaded=tiny_model, return_method=True)
+    assert run["method_obj"].teacher.misses == 0
