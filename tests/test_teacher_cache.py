@@ -180,7 +180,6 @@ def test_precompute_fills_the_cache_a_run_then_reads(tiny_model, tiny_bert, data
     finds nothing to do; training on that mix then computes no teacher vector."""
     import importlib.util
 
-
     spec = importlib.util.spec_from_file_location("precompute_teacher", Path(__file__).resolve().parents[1]
                                                   / "scripts" / "precompute_teacher.py")
     mod = importlib.util.module_from_spec(spec)
