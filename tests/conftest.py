@@ -242,3 +242,17 @@ def assert_same_ranking(got, want, *, rtol: float, min_scale: float = 1e-6, wher
         ref = want_score.get(doc, want[-1][1])
         assert abs(ref - score) <= tol, (where, f"rank {rank + 1}: {doc} (reference score {ref}) replaces "
                                                 f"{want[rank][0]} ({want[rank][1]}), not a near tie")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory, tiny_tokenizer):
+    """A real (random-init) BERT sentence embedder saved as a folder, the shape of all-MiniLM-L6-v2."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(3)
+    folder = tmp_path_factory.mktemp("bert")
+    BertModel(BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=128,
+                         pad_token_id=tiny_tokenizer.pad_token_id)).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder

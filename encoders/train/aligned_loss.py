@@ -11,6 +11,9 @@ weights, raw-logit query weights, λ = −pc1_remove · mean_i(h_i·u1) — with
 the selected tokens. InfoNCE over these scores (:func:`sparse_info_nce`) is alignir's own
 auxiliary loss, not a seed paper's. Measured on SmolLM2 at the shipped recipe's scale it lowered
 both legs (README "Training recipes"), so it is off by default and not in the shipped recipe.
+:func:`sparse_distill_kl` is the softer signal: the model's own dense in-batch score distribution
+(detached) as the soft label of its sparse scores, so the aligned tokens learn to rank the batch
+as the dense vector does instead of from the hard positive alone.
 
 u1 and λ come from the batch's documents (detached) as the index fits them on the corpus
 (retrieval.sparsify.fit_corpus_pc1 / resolve_lambda), uncentred SVD oriented so the documents
@@ -27,9 +30,10 @@ import torch.nn.functional as F
 
 from alignir.checks import int_ids
 from alignir.encoders.aligned import token_mask
+from alignir.encoders.train.losses import soft_label_kl
 from alignir.errors import InvalidInputError
 
-__all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "sparse_info_nce"]
+__all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "sparse_info_nce", "sparse_distill_kl"]
 
 
 @dataclass(frozen=True)
@@ -113,3 +117,15 @@ def sparse_info_nce(scores: torch.Tensor, pos: torch.Tensor, tau: float = 1.0,
     if candidates is not None:
         logits = logits.masked_fill(~candidates.to(logits.device).bool(), float("-inf"))
     return F.cross_entropy(logits, pos.to(scores.device).long())
+
+
+def sparse_distill_kl(dense_logits: torch.Tensor, scores: torch.Tensor, tau: float = 10.0,
+                      candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over queries of KL(softmax(dense_logits).detach() || softmax(scores / τ)): the model's
+    own dense in-batch scores (e.g. cos(q, d) / τ_dense, [B, M]) as the soft label of its
+    aligned-token scores ``scores`` [B, M] (:func:`aligned_scores`), over the query's candidates
+    (``candidates`` [B, M] bool, as in ``losses.info_nce``; None: every document). Only the sparse
+    side receives a gradient."""
+    if tau <= 0:
+        raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
+    return soft_label_kl(scores / tau, dense_logits.detach(), candidates)

@@ -5,15 +5,21 @@ tokenization, last-token pooling; ``PromptEOLEmbedder.embed_with``) and is fine-
 (AutoRegEmbed eq.1) over in-batch + hard negatives. The embedder that reads the trained adapter is
 ``alignir.encoders.embedders.infonce.InfoNCEEmbedder`` (re-exported here).
 
-Optional distillation (issue #19 item 2): ``teacher`` names a frozen dense embedder
-(encoders.train.teacher, e.g. "all-minilm-l6-v2") and ``distill`` > 0 adds ``distill`` ×
-KL(teacher || student) over the same in-batch candidates (losses.distill_kl, the teacher's
-cosines at ``teacher_tau``) to the InfoNCE loss.
+Optional distillation: ``teacher`` names a frozen dense embedder
+(encoders.train.teacher, e.g. "all-minilm-l6-v2", "embeddinggemma-300m") and ``distill`` > 0 adds
+``distill`` × KL(teacher || student) over the same in-batch candidates (losses.distill_kl, the
+teacher's cosines at ``teacher_tau``) to the InfoNCE loss. The teacher reads queries and documents
+with its own role prompts, cut at ``teacher_max_length`` tokens (None: the teacher's default);
+``teacher_cache`` (a folder) keeps its vectors on disk (teacher.CachedTeacher), so they are computed
+once across runs and resumes.
 
 Optional aligned-token term (alignir's own, not a seed paper's): ``sparse`` > 0 adds ``sparse`` ×
 InfoNCE over the index's sparse-leg scores of the same batch at ``sparse_tau``
 (encoders.train.aligned_loss: eq.14-16 of “A Text is Worth Several Tokens” with the token selection
-held fixed), so training also shapes the aligned tokens the sparse leg searches.
+held fixed), so training also shapes the aligned tokens the sparse leg searches. ``sparse_distill`` > 0 adds
+``sparse_distill`` × KL(softmax(cos(q, d)/tau).detach() || softmax(sparse scores/sparse_tau)) over the
+same candidates (aligned_loss.sparse_distill_kl): the dense leg's own ranking of the batch teaches
+the sparse leg, and no gradient reaches the dense scores through this term.
 """
 from __future__ import annotations
 
@@ -23,9 +29,9 @@ import torch
 
 from alignir.encoders.embedders.infonce import InfoNCEEmbedder
 from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
-from alignir.encoders.train.aligned_loss import aligned_scores, sparse_info_nce
+from alignir.encoders.train.aligned_loss import aligned_scores, sparse_distill_kl, sparse_info_nce
 from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
-from alignir.encoders.train.losses import distill_kl, info_nce
+from alignir.encoders.train.losses import cosine_scores, distill_kl, info_nce
 from alignir.errors import InvalidInputError
 
 __all__ = ["InfoNCEMethod", "InfoNCEEmbedder", "prompteol_forward"]
@@ -40,7 +46,8 @@ class InfoNCEMethod(Method):
     name = "infonce"
     STAGES = {"contrastive": "pairs"}
     DEFAULTS = {"contrastive": {"tau": 0.05, "instruction": None, "teacher": None, "distill": 0.0,
-                                "teacher_tau": 0.05, "sparse": 0.0, "sparse_tau": 10.0}}
+                                "teacher_tau": 0.05, "sparse": 0.0, "sparse_tau": 10.0,
+                                "sparse_distill": 0.0, "teacher_cache": None, "teacher_max_length": None}}
 
     def setup(self, extra):
         self.reader = PromptEOLEmbedder(self.loaded, instruction=self.hp["instruction"],
@@ -50,13 +57,17 @@ class InfoNCEMethod(Method):
         if weight < 0 or (weight > 0) != (self.hp["teacher"] is not None):
             raise InvalidInputError("distillation needs both a teacher and a weight distill > 0 "
                                     f"(got teacher={self.hp['teacher']!r}, distill={weight})")
-        if float(self.hp["sparse"]) < 0 or float(self.hp["sparse_tau"]) <= 0:
-            raise InvalidInputError(f"the aligned-token term needs sparse >= 0 and sparse_tau > 0 "
-                                    f"(got sparse={self.hp['sparse']}, sparse_tau={self.hp['sparse_tau']})")
+        if float(self.hp["sparse"]) < 0 or float(self.hp["sparse_distill"]) < 0 or float(self.hp["sparse_tau"]) <= 0:
+            raise InvalidInputError(f"the aligned-token terms need sparse >= 0, sparse_distill >= 0 and sparse_tau > 0 "
+                                    f"(got sparse={self.hp['sparse']}, sparse_distill={self.hp['sparse_distill']}, "
+                                    f"sparse_tau={self.hp['sparse_tau']})")
         if weight > 0:
-            from alignir.encoders.train.teacher import DenseTeacher
+            from alignir.encoders.train.teacher import CachedTeacher, make_teacher
 
-            self.teacher = DenseTeacher(str(self.hp["teacher"]), device="cpu")
+            length = self.hp["teacher_max_length"]
+            self.teacher = make_teacher(str(self.hp["teacher"]), None if length is None else int(length), device="cpu")
+            if self.hp["teacher_cache"]:
+                self.teacher = CachedTeacher(self.teacher, str(self.hp["teacher_cache"]))
 
     def embedder_options(self) -> dict[str, Any]:
         return {"instruction": self.hp["instruction"]}
@@ -70,14 +81,20 @@ class InfoNCEMethod(Method):
         loss = info_nce(q, d, pos_t, self.hp["tau"], cand)
         total, parts = loss, {"infonce": float(loss.detach())}
         if self.teacher is not None:
-            kl = distill_kl(q, d, self.teacher.embed(queries), self.teacher.embed(docs), self.hp["tau"],
+            kl = distill_kl(q, d, self.teacher.embed(queries, "query"), self.teacher.embed(docs, "document"), self.hp["tau"],
                             self.hp["teacher_tau"], cand)
             total, parts["distill"] = total + float(self.hp["distill"]) * kl, float(kl.detach())
-        if float(self.hp["sparse"]) > 0:
+        w_sparse, w_sdist = float(self.hp["sparse"]), float(self.hp["sparse_distill"])
+        if w_sparse > 0 or w_sdist > 0:
             scores = aligned_scores(q, d, self.loaded.lm_head, self.reader.surface_token_ids(queries),
                                     self.loaded.special_ids)
-            sparse = sparse_info_nce(scores, pos_t, float(self.hp["sparse_tau"]), cand)
-            total, parts["sparse"] = total + float(self.hp["sparse"]) * sparse, float(sparse.detach())
+            if w_sparse > 0:
+                sparse = sparse_info_nce(scores, pos_t, float(self.hp["sparse_tau"]), cand)
+                total, parts["sparse"] = total + w_sparse * sparse, float(sparse.detach())
+            if w_sdist > 0:
+                sdist = sparse_distill_kl(cosine_scores(q, d) / float(self.hp["tau"]), scores,
+                                          float(self.hp["sparse_tau"]), cand)
+                total, parts["sparse_distill"] = total + w_sdist * sdist, float(sdist.detach())
         if len(parts) == 1:
             return total, {"loss": float(total.detach())}
         return total, {"loss": float(total.detach()), **parts}

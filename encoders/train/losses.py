@@ -20,6 +20,8 @@ __all__ = [
     "info_nce",
     "own_candidates",
     "distill_kl",
+    "soft_label_kl",
+    "cosine_scores",
     "cda_loss",
     "cda_divergence_loss",
     "token_divergence",
@@ -33,8 +35,12 @@ __all__ = [
 ]
 
 
-def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def cosine_scores(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """cos(a_i, b_j) [n, m] of ``a`` [n, d] and ``b`` [m, d], in float32."""
     return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
+
+
+_cos = cosine_scores
 
 
 def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float = 0.05,
@@ -63,26 +69,38 @@ def info_nce(q: torch.Tensor, docs: torch.Tensor, pos: torch.Tensor, tau: float 
     return F.cross_entropy(logits, pos)
 
 
+def soft_label_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                  candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over rows of KL(softmax(teacher_logits) || softmax(student_logits)), both [B, M], each
+    softmax over the row's candidate columns (``candidates`` [B, M] bool; None: every column). The
+    teacher side is taken as given (detach it when it must not learn)."""
+    if student_logits.shape != teacher_logits.shape:
+        raise InvalidInputError(f"student and teacher scores must have one shape, got "
+                                f"{tuple(student_logits.shape)} and {tuple(teacher_logits.shape)}")
+    s, t = student_logits.float(), teacher_logits.float().to(student_logits.device)
+    if candidates is not None:
+        cand = candidates.to(s.device).bool()
+        if cand.shape != s.shape:
+            raise InvalidInputError(f"candidates must be [B, M] = {tuple(s.shape)}, got {tuple(cand.shape)}")
+        s, t = s.masked_fill(~cand, float("-inf")), t.masked_fill(~cand, float("-inf"))
+    log_s, log_t = torch.log_softmax(s, dim=1), torch.log_softmax(t, dim=1)
+    terms = log_t.exp() * (log_t - log_s)
+    return torch.where(torch.isfinite(log_t), terms, torch.zeros_like(terms)).sum(1).mean()
+
+
 def distill_kl(q: torch.Tensor, docs: torch.Tensor, teacher_q: torch.Tensor, teacher_docs: torch.Tensor,
                tau: float = 0.05, teacher_tau: float = 0.05, candidates: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over queries of KL(P_T(·|q) || P_S(·|q)), P = softmax over the query's candidate
     documents of cos(q, d) / τ (student: ``q`` [B, d], ``docs`` [M, d] at ``tau``; teacher: its own
     vectors at ``teacher_tau``) — distillation from a retrieval-trained teacher's in-batch and
-    hard-negative scores as soft labels, the KL variant issue #19 names beside margin-MSE.
+    hard-negative scores as soft labels (the KL variant; margin-MSE is the other common choice).
     ``candidates`` [B, M] (bool): as in :func:`info_nce` (None: every document)."""
     if q.shape[0] != teacher_q.shape[0] or docs.shape[0] != teacher_docs.shape[0]:
         raise InvalidInputError(f"student and teacher must score the same batch: {q.shape[0]}x{docs.shape[0]} "
                                 f"vs {teacher_q.shape[0]}x{teacher_docs.shape[0]}")
     if tau <= 0 or teacher_tau <= 0:
         raise InvalidInputError(f"temperatures must be > 0, got tau={tau}, teacher_tau={teacher_tau}")
-    s = _cos(q, docs) / tau
-    t = (_cos(teacher_q, teacher_docs) / teacher_tau).to(s.device)
-    if candidates is not None:
-        cand = candidates.to(s.device).bool()
-        s, t = s.masked_fill(~cand, float("-inf")), t.masked_fill(~cand, float("-inf"))
-    log_s, log_t = torch.log_softmax(s, dim=1), torch.log_softmax(t, dim=1)
-    terms = log_t.exp() * (log_t - log_s)
-    return torch.where(torch.isfinite(log_t), terms, torch.zeros_like(terms)).sum(1).mean()
+    return soft_label_kl(_cos(q, docs) / tau, _cos(teacher_q, teacher_docs) / teacher_tau, candidates)
 
 
 def own_candidates(n_negatives: list[int]) -> torch.Tensor:
