@@ -5,6 +5,7 @@ import contextlib
 import json
 import logging
 import sys
+import warnings
 from typing import Any, Iterator, Optional
 
 import typer
@@ -86,6 +87,9 @@ def setup_logging(verbose: bool = False) -> None:
     # the Milvus client's, Milvus Lite's and gRPC's tracebacks and warnings: -v only (our errors are one line)
     set_client_log_level(logging.DEBUG if verbose else logging.CRITICAL + 1)
     if not verbose:  # transformers' per-load progress bars are noise in a CLI
+        # so are the libraries' deprecation notices (meant for developers, not for a CLI user)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
