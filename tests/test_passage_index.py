@@ -393,6 +393,7 @@ def test_cli_builds_searches_and_explains_a_long_document_index(tmp_path, tiny_m
 
 # ----------------------------------------------------------------------------- Milvus
 
+@pytest.mark.milvus
 def test_milvus_passage_collection_equals_the_folder(long_index, tiny_model, tmp_path):
     pytest.importorskip("pymilvus")
     pytest.importorskip("milvus_lite")
