@@ -1,4 +1,4 @@
-"""Fault campaign on a real index (issue 18): damage, kill and race an ADI index and count what
+"""Fault campaign on a real index: damage, kill and race an ADI index and count what
 happened. A case is ``clear_error`` when alignir refused with one of its own errors (or an
 OSError), ``silent_wrong`` when it ran without error but returned rankings different from the
 expected ones, ``data_lost`` when a healthy index could no longer be opened afterwards.

@@ -23,6 +23,7 @@ marker fails.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -155,10 +156,12 @@ def _install_guards() -> None:
 
     load_gguf, connect = models._load_gguf, milvus.connect
 
+    @functools.wraps(load_gguf)
     def guarded_load_gguf(*args, **kw):
         _guard("model", "loads a real LLM (GGUF)")
         return load_gguf(*args, **kw)
 
+    @functools.wraps(connect)
     def guarded_connect(*args, **kw):
         _guard("milvus", "connects to Milvus")
         return connect(*args, **kw)

@@ -1,5 +1,5 @@
 """Every search mode on ADI with the real SmolLM2 returns exactly the rankings saved before the
-architecture refactor (issue 14): the same document ids in the same order with the same float32
+architecture refactor: the same document ids in the same order with the same float32
 scores, top-100 for every ADI query. ``ALIGNIR_WRITE_REFERENCE=1`` rewrites the reference file
 (only ever from a commit whose rankings are the reference).
 
@@ -11,7 +11,7 @@ its cut-off moves), and two documents may trade places only when their reference
 close (a near tie); any real change of behaviour moves scores far more.
 
 The leg sets with BM25 are searched with ``fusion="zscore"``: the reference holds the fixed
-z-score weights that were their default until issue 17 made "agree" the default; the option
+z-score weights that were their default before "agree" became the default; the option
 must keep giving exactly those rankings."""
 
 from __future__ import annotations
