@@ -1,4 +1,4 @@
-"""Dense retrieval quality with and without centering / whitening (index.dense, issue 4).
+"""Dense retrieval quality with and without centering / whitening (index.dense).
 
 PromptEOL vectors of a small LLM are strongly anisotropic (one dominant direction, “A Text is Worth Several Tokens”
 §4 eq.14); centering or whitening the corpus (the BERT-whitening idea cited in AutoRegEmbed §2)

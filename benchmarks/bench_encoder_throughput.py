@@ -127,7 +127,7 @@ def run_model(spec: str, docs: list[str], args) -> dict:
     emb.encode_documents(docs[:4])  # warm-up (allocator, kernels)
     baseline_encode(emb, docs[:4])
     emb8 = None
-    if args.int8:  # the int8 encoder, timed on the same chunks in the same rounds (issue #16 item 4)
+    if args.int8:  # the int8 encoder, timed on the same chunks in the same rounds
         emb8 = get_embedder("prompteol", loaded, max_length=args.max_length, batch_tokens=args.batch_tokens,
                             progress=False, precision="int8")
         emb8.encode_documents(docs[:4])

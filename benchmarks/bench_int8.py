@@ -1,11 +1,11 @@
-"""int8 vs fp32 encoders (issue #16 item 4): retrieval quality and agreement, no timings.
+"""int8 vs fp32 encoders: retrieval quality and agreement, no timings.
 
 For each dataset, one index per precision is built with the default model and embedder (the
 embedding cache keeps the two precisions apart, so re-runs are free), then:
 
 - nDCG@10 (and recall@100) per mode — dense, sparse, hybrid (dense+sparse), and the three-leg
   dense+sparse+bm25 — for fp32 and int8, and ``ndcg_delta_vs_fp32`` = int8 - fp32 (goal:
-  |delta| <= 0.005, issue #16);
+  |delta| <= 0.005);
 - agreement of the encodings: cosine between the fp32 and int8 vector of every document and
   query (min / mean / p05), overlap of the top-20 aligned tokens of each document (the top
   entries of E_g·h, “A Text is Worth Several Tokens” eq.15; E_g stays fp32, only h moves), and

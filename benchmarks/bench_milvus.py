@@ -5,7 +5,7 @@
 Builds the index when ``--index`` does not exist (default model), exports it into a fresh
 collection, encodes every query once and, for every mode, searches the same encoded batch in
 both backends: one row per dataset × mode (fused modes: default fusion and RRF, which Milvus
-fuses server-side here: ``server_fusion=True``, opt-in since round 2 session 20) in ``--out`` (rows of other datasets are kept) with
+fuses server-side here: ``server_fusion=True``; the Searcher fuses client-side unless asked) in ``--out`` (rows of other datasets are kept) with
 ``dataset``, ``mode``, ``ndcg@10_folder``, ``ndcg@10_milvus``, ``top100_equal_share`` (queries
 whose top-100 ids and order are identical), ``top100_equal_share_ties_aside`` (the same, with
 the order inside groups of equal scores ignored), ``max_score_diff``, ``qps_folder`` /

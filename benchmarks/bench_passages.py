@@ -1,9 +1,9 @@
-"""Passages vs truncation on documents longer than the encoder window (issue 17 item 2).
+"""Passages vs truncation on documents longer than the encoder window.
 
 No long-document collection is at hand, so long documents are emulated: each collection is
 indexed with a short ``--max-length`` (64 and 128 tokens: most documents then exceed the
 encoder's window) twice, once truncated (``passages="off"``: the encoder sees the first
-window of each document, as before issue 17) and once split into passages (``"auto"``: WINDOW
+window of each document, as an index without passages does) and once split into passages (``"auto"``: WINDOW
 = the encoder's text budget, STRIDE = WINDOW / 2, every passage its own dense and sparse row,
 documents scored by MaxP before fusion; Dai & Callan, "Deeper Text Understanding for IR with
 Contextual Neural Language Modeling", SIGIR 2019). Per (collection, max length, passages):

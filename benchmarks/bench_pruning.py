@@ -1,6 +1,6 @@
 """Pruned vs exhaustive sparse kernel, bm25s and Lucene anchors, on the Zipf and the
 realistic (aligned-token / BM25 statistics of a real index) collections; single-query
-latency and concurrent serving (issue #16 items 1, 2, 5).
+latency and concurrent serving.
 
 Rows go to benchmarks/results/sparse_index.json (one per collection x kernel x k x threads,
 keyed by those four), with the fields of bench_sparse_index.py plus ``kernel``

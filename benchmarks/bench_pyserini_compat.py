@@ -1,4 +1,4 @@
-"""Pyserini reproduces alignir's sparse ranking from the exported files (issue #5).
+"""Pyserini reproduces alignir's sparse ranking from the exported files.
 
 For a real alignir index (aligned-token vectors of a shipped LLM; built here if missing):
 the product's own export (retrieval/export.py, what ``alignir export pyserini`` writes:

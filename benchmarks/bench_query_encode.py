@@ -1,4 +1,4 @@
-"""Single-query encoding against the machine's floor (issue #16 items 3-4): fp32, fp32 with the
+"""Single-query encoding against the machine's floor: fp32, fp32 with the
 prompt prefix's KV cache, and int8 (which always runs the prefix through the cache, in fp32).
 
 For each model and configuration, every query is encoded alone (batch of one, as a user's query

@@ -1,4 +1,4 @@
-"""Speed/quality benchmark of index.sparse.SparseIndex (issue 3) against three anchors on the
+"""Speed/quality benchmark of index.sparse.SparseIndex against three anchors on the
 same postings and the same queries:
 
 - bm25s's numba backend fed our weights as its precomputed score matrix (binary queries:

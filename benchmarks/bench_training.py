@@ -1,4 +1,4 @@
-"""CPU-size benchmark of the trained embedders (issue 6): train each method briefly with LoRA on
+"""CPU-size benchmark of the trained embedders: train each method briefly with LoRA on
 SmolLM2-135M (SciFact train pairs / SciFact corpus text), then nDCG@10 on a test collection,
 dense (cosine) and aligned-token sparse (“A Text is Worth Several Tokens” eq.15/16 via encoders.aligned), against the
 untrained PromptEOL embedder in the same run.

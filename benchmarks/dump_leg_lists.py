@@ -1,5 +1,5 @@
 """Dump each leg's per-query top-k (dense, sparse, bm25) of an index for a BEIR split, so fusion
-rules can be compared offline (benchmarks/fusion_rules.py) without encoding again (#17 item 3).
+rules can be compared offline (benchmarks/fusion_rules.py) without encoding again.
 
     python benchmarks/dump_leg_lists.py ../shared/datasets/med --index indexes/med \\
         --out /work/bg/out/fusion/med-smollm2-135m.json.gz --k 1000

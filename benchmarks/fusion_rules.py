@@ -1,10 +1,10 @@
 """Which fusion rule never sinks far below BM25? Candidate rules compared on dumped per-leg lists
-(benchmarks/dump_leg_lists.py), chosen leave-one-collection-out (issue #17 item 3).
+(benchmarks/dump_leg_lists.py), chosen leave-one-collection-out.
 
 Every setting is one dump: a collection, a model and a document max length (short lengths make
 the LLM legs deliberately bad: the degraded setting), plus, for every full-length dump, a
 "shuffled" setting whose LLM legs are another query's lists (useless legs, as the LLM legs on
-long news articles in issue 17: dense .074, sparse .135 vs BM25 .640). For every held-out *collection*,
+long news articles: dense .074, sparse .135 vs BM25 .640). For every held-out *collection*,
 each rule's parameters — and then the rule itself — are chosen on the settings of the other
 collections only (never on the held-out collection's qrels, in any of its settings), for each
 leg set with BM25 (the rules scale today's base weights of that set); the choice is applied
@@ -403,7 +403,7 @@ def choose(table: dict, train: list[str], candidates: list[tuple[str, str]]) -> 
 
 def render(rows: list[dict], mode: str = "dense+sparse+bm25") -> str:
     """The README table of one leg set from the committed ``fusion-rule`` rows: BM25, the fixed
-    z-score weights (the default before issue 17), the product default (with the calibration's
+    z-score weights (``fusion="zscore"``), the product default (with the calibration's
     pseudo-query agreement of each LLM leg), and the rule chosen with this collection held out."""
     prod = [r for r in rows if r.get("kind") == "fusion-rule" and r["mode"] == mode
             and r["rule"].startswith("product default")]

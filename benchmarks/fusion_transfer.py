@@ -9,8 +9,8 @@ every grid point.
     python benchmarks/fusion_transfer.py --model smollm2-135m
 
 Writes benchmarks/results/fusion_transfer.json (rows with the exact command): the held-out
-choices, then the fixed z-score weights (``fusion="zscore"``, the product default before issue
-17; ``selected_on`` = "zscore option ...") on every collection. The default since issue 17,
+choices, then the fixed z-score weights (``fusion="zscore"``;
+``selected_on`` = "zscore option ...") on every collection. The product default,
 "agree" (per-query weights), cannot be read off a fixed-weight sweep: benchmarks/fusion_rules.py
 writes its rows (``"kind": "fusion-rule"``) into the same file; rows of that kind are kept. Re-run it after
 a new collection's bench_quality run (e.g. SciFact) to get its held-out number.
@@ -57,7 +57,7 @@ def transfer(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list
     return rows
 
 
-ZSCORE_OPTION = "zscore option (LEG_SET_WEIGHTS['zscore'], the product default before issue 17)"
+ZSCORE_OPTION = "zscore option (LEG_SET_WEIGHTS['zscore'], fixed z-score weights)"
 
 
 def product_default(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list[dict]:

@@ -1,5 +1,5 @@
 """The "hybrid" (dense+sparse) fusion of one model, chosen leave-one-collection-out on dumped leg
-lists (benchmarks/dump_leg_lists.py) — issue #19's goal "dense+sparse >= both legs".
+lists (benchmarks/dump_leg_lists.py), for the goal "dense+sparse >= both legs".
 
 The hybrid mode fuses the dense and the aligned-token sparse leg, α·dense + (1-α)·sparse over
 each leg's top FusionConfig.depth (100), with the product's own fusion code (searcher.fuse_legs).

@@ -1,6 +1,6 @@
 """Per-model base weights of the leg sets with BM25 (dense+bm25, sparse+bm25,
 dense+sparse+bm25), chosen leave-one-collection-out on dumped leg lists
-(benchmarks/dump_leg_lists.py) — issue #19's goals "dense+sparse+bm25 >= all-MiniLM-L6-v2".
+(benchmarks/dump_leg_lists.py), for the goal "dense+sparse+bm25 >= all-MiniLM-L6-v2".
 
 The product's default for a leg set with BM25 is the "calibrated" z-score fusion
 (retrieval/calibration.py): each LLM leg's base weight times a gate of its agreement with BM25

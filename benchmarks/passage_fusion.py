@@ -1,4 +1,4 @@
-"""Why passages lower the fused nDCG@10 while each LLM leg holds or gains (issue #17 item 2).
+"""Why passages lower the fused nDCG@10 while each LLM leg holds or gains.
 
 Takes pairs of leg-list dumps (benchmarks/dump_leg_lists.py) of one collection indexed truncated
 (``--passages off``) and split into passages (``auto``, MaxP), and reports for each: every leg's

@@ -1,5 +1,5 @@
-"""Where a single query's encoding spends its time (issue #16 item 3: why fp32 query encoding
-stays above the FLOP floor).
+"""Where a single query's encoding spends its time: why fp32 query encoding stays
+above the FLOP floor.
 
 Encodes MED queries one at a time with PromptEOL and the prefix KV cache (the product's query
 path), under torch.profiler, and reports each aten op's share of the CPU time; then times a fp32

@@ -1,5 +1,5 @@
-"""How much could *any* safe dynamic pruning skip on a collection? An oracle bound (issue #16
-item 1: why the pruned kernel barely beats the exhaustive one on our workloads).
+"""How much could *any* safe dynamic pruning skip on a collection? An oracle bound (why the
+pruned kernel barely beats the exhaustive one on our workloads).
 
 Both oracles know each query's final k-th score ``theta`` in advance (a real pruner only reaches
 it gradually), so what they cannot skip, no safe pruner of that family can:

@@ -2,7 +2,7 @@
 
 Reads ``quality.json`` (bench_quality.py) and ``fusion_transfer.json`` (fusion_transfer.py,
 fusion_rules.py) and
-prints one markdown row per (collection, model) with the issue-5 targets checked:
+prints one markdown row per (collection, model) with the quality targets checked:
 sparse ≥ 0.9 × dense of the same model, hybrid ≥ the better of its two inputs.
 
     python benchmarks/quality_table.py
@@ -20,8 +20,8 @@ MODELS = {"smollm2-135m": "SmolLM2", "gemma3-270m": "Gemma3"}
 
 
 def three_leg_default(fusion: list[dict], quality: dict, dataset: str, model: str) -> float | None:
-    """dense+sparse+bm25 with the fixed z-score weights (0.2 / 0.2 / 0.6, the default before
-    issue 17): fusion_transfer's "zscore option" (formerly "product default") row, computed
+    """dense+sparse+bm25 with the fixed z-score weights (0.2 / 0.2 / 0.6, ``fusion="zscore"``):
+    fusion_transfer's "zscore option" (formerly "product default") row, computed
     from the same weight sweep for every collection, else bench_quality's row."""
     for r in fusion:
         if (r["dataset"], r["model"], r["mode"]) == (dataset, model, "dense+sparse+bm25") \
@@ -33,7 +33,7 @@ def three_leg_default(fusion: list[dict], quality: dict, dataset: str, model: st
 
 
 def three_leg_calibrated(fusion: list[dict], dataset: str, model: str) -> float | None:
-    """dense+sparse+bm25 with the leg-set default (since issue 17: "calibrated"): fusion_rules.py's product
+    """dense+sparse+bm25 with the leg-set default ("calibrated"): fusion_rules.py's product
     row of the full-length index of this collection and model."""
     for r in fusion:
         if r.get("kind") == "fusion-rule" and r["rule"].startswith("product default") \

@@ -1,4 +1,4 @@
-"""Sanity check of a training stage on SmolLM2-135M before a long run (issue 19 "Must have" 3):
+"""Sanity check of a training stage on SmolLM2-135M before a long run:
 a few optimizer steps on unlabelled title<->abstract pairs of one corpus, with the held-out loss
 before and after next to the no-information baseline ln(candidates per query) of InfoNCE.
 

@@ -1,5 +1,5 @@
 """Record one ``alignir beir --json`` result as a run of benchmarks/results/training.json
-(issue 19's layout: key ``DATASET/RUN``; ``scifact`` is the full test set).
+(key ``DATASET/RUN``; ``scifact`` is the full test set).
 
     alignir beir ../shared/datasets/adi --model smollm2-135m-alignir --json > adi.json
     python benchmarks/record_beir_run.py adi.json --run smollm2-135m-alignir --method infonce \

@@ -2,7 +2,7 @@
 ``training.json`` (bench_training.py) — no number typed by hand.
 
 For each evaluation collection: one row per run (steps, training seconds, dense and sparse
-nDCG@10, the untrained PromptEOL baseline of the same run), then the checks issue 6 asks for:
+nDCG@10, the untrained PromptEOL baseline of the same run), then the checks each method's paper suggests:
 does CDA beat IC-only (AutoRegEmbed), does CTKD beat NLL / RC (LLM2Comp), does GIRCSE improve with
 a larger test-time K (GIRCSE), and which methods beat the untrained baseline.
 

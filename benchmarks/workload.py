@@ -1,4 +1,4 @@
-"""Realistic sparse workloads (issue #16 item 2): statistics of a real alignir index, and
+"""Realistic sparse workloads: statistics of a real alignir index, and
 collections of any size sampled from them.
 
 ``extract`` reads an index built by ``alignir build-index`` (aligned-token leg after the

@@ -1,5 +1,5 @@
 """An int8 Linear layer for CPU encoders: int8 weights (one scale per output channel) times int8
-activations (one scale per token), accumulated exactly in int32 (issue #16 item 4).
+activations (one scale per token), accumulated exactly in int32.
 
 Per token: each row x of the input is quantised with its own scale s_x = max|x| / 127, so a
 token's result depends on that token alone — never on the other texts of its batch (one scale

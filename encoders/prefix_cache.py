@@ -1,5 +1,5 @@
-"""The fixed prompt prefix computed once: its key/value cache reused by every text (issue #16
-item 3, the query-encoding floor).
+"""The fixed prompt prefix computed once: its key/value cache reused by every text (it
+lowers the floor of single-query encoding).
 
 A prompt template such as PromptEOL (“A Text is Worth Several Tokens” §2.2: ``This sentence:
 "[text]" means in one word: "``), with a task instruction in front of it (App. C.2, Table 7),

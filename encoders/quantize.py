@@ -1,11 +1,10 @@
-"""Encoder precision: fp32 (as loaded) or int8 (int8 Linear layers in the transformer, for CPUs;
-issue #16 item 4).
+"""Encoder precision: fp32 (as loaded) or int8 (int8 Linear layers in the transformer, for CPUs).
 
 int8 replaces the ``nn.Linear`` layers inside the transformer backbone (attention q/k/v/o, MLP
 gate/up) by :class:`alignir.encoders.int8_linear.Int8Linear`: int8 weights with one scale per
 output channel times int8 activations with one scale per *token*, accumulated exactly in int32
 (``torch._int_mm``). A token's result depends on that token alone, not on the other texts of its
-batch. (Until session 6 this was torch's dynamic quantisation, one activation scale per call:
+batch. (torch's dynamic quantisation, one activation scale per call, does not have that property:
 on 48 MED abstracts its vectors had cosine 0.9982 mean / 0.9950 min to fp32, per token has
 0.9997 / 0.9994 at the same speed; and torch.ao.quantization is deprecated.)
 Embeddings, norms and the LM head E_g stay fp32, so the aligned tokens (“A Text is Worth Several

@@ -1,4 +1,4 @@
-"""Passage map and passage-to-document score aggregation (issue 17 item 1, groundwork).
+"""Passage map and passage-to-document score aggregation.
 
 A long document is encoded as overlapping passages, each stored as its own row; the map says
 which document (and which passage of it, 0-based in reading order) every row is. Search scores

@@ -17,10 +17,12 @@ from alignir.errors import BeirFormatError, InvalidInputError, QrelsError
 from alignir.index.io import replace_dir
 from alignir.qrels import read_qrels
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+import urllib.error
 import urllib.request
 import warnings
 import zipfile
@@ -36,10 +38,13 @@ __all__ = [
     "Corpus",
     "CorpusError",
     "Document",
+    "DownloadError",
     "QrelsError",
     "QueriesError",
     "Skipped",
+    "beir_url",
     "download_beir",
+    "download_dir",
     "load_beir",
     "read_corpus_jsonl",
     "read_qrels",
@@ -51,6 +56,19 @@ __all__ = [
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 #: Environment variable listing folders (os.pathsep-separated) that hold BEIR datasets.
 DATA_ENV = "ALIGNIR_DATA"
+#: Environment variable naming a mirror of BEIR's download folder (``{base}/{name}.zip``).
+URL_ENV = "ALIGNIR_BEIR_URL"
+#: md5 of the zips on BEIR's host, as BEIR's dataset table publishes them.
+BEIR_MD5 = {
+    "arguana": "8ad3e3c2a5867cdced806d6503f29b99",
+    "fiqa": "17918ed23cd04fb15047f73e6c3bd9d9",
+    "hotpotqa": "f412724f78b0d91183a0e86805e16114",
+    "nfcorpus": "a89dba18a62ef92f7d323ec890a0d38d",
+    "nq": "d4d3d2e48787a744b6f6e691ff534307",
+    "scifact": "5f7d1de60b170fc8027bb7898e2efca1",
+    "trec-covid": "ce62140cb23feb9becf6270d0d1fe6d1",
+    "webis-touche2020": "46f650ba5a527fc69e0a6521c5a23563",
+}
 
 
 class CorpusError(BeirFormatError):
@@ -59,6 +77,10 @@ class CorpusError(BeirFormatError):
 
 class QueriesError(BeirFormatError):
     kind = "queries"
+
+
+class DownloadError(InvalidInputError):
+    """A BEIR download failed (HTTP error, offline, truncated, corrupt or unsafe archive)."""
 
 
 class BeirConsistencyWarning(UserWarning):
@@ -318,11 +340,18 @@ def _is_beir_folder(p: Path) -> bool:
     return (p / "corpus.jsonl").is_file() and (p / "queries.jsonl").is_file()
 
 
+def download_dir() -> Path:
+    """Where ``download=True`` puts datasets when neither ``data_dir`` nor ``$ALIGNIR_DATA`` says:
+    ``$ALIGNIR_CACHE/beir`` (default ``~/.cache/alignir/beir``)."""
+    cache = os.environ.get("ALIGNIR_CACHE")
+    return (Path(cache).expanduser() if cache else Path.home() / ".cache" / "alignir") / "beir"
+
+
 def resolve_dataset(name_or_path: str | Path, data_dir: str | Path | None = None, download: bool = False) -> Path:
     """Find a BEIR folder: an existing path, else ``NAME`` under ``data_dir`` or any folder in
     ``$ALIGNIR_DATA`` (os.pathsep-separated); else, with ``download=True``, fetch the
-    standard BEIR zip into ``data_dir`` (or the first ``$ALIGNIR_DATA`` folder, or
-    ``~/.cache/alignir/beir``)."""
+    standard BEIR zip (:func:`download_beir`) into ``data_dir``, the first ``$ALIGNIR_DATA``
+    folder, or :func:`download_dir`."""
     p = Path(name_or_path).expanduser()
     if p.is_dir():
         if not _is_beir_folder(p):
@@ -337,48 +366,95 @@ def resolve_dataset(name_or_path: str | Path, data_dir: str | Path | None = None
             return cand
     if download and "/" not in name and os.sep not in name:
         dirs = _data_dirs(data_dir)
-        target = dirs[0] if dirs else Path.home() / ".cache" / "alignir" / "beir"
-        return download_beir(name, target)
+        return download_beir(name, dirs[0] if dirs else download_dir())
     raise FileNotFoundError(
         f"BEIR dataset {name!r} not found: not a folder"
         + (f", and not in {', '.join(looked)}" if looked else f"; set ${DATA_ENV} to the folder holding it")
-        + ("" if download else " (download=True fetches the standard BEIR zip when online)")
+        + ("" if download else " (download=True / --download fetches the standard BEIR zip)")
     )
 
 
-def download_beir(name: str, target_dir: str | Path, url: str | None = None, timeout: float = 60.0) -> Path:
-    """Download and unzip the standard BEIR zip of ``name`` into ``target_dir/name``.
+def beir_url(name: str, base: str | None = None) -> str:
+    """The zip URL of BEIR dataset ``name``: ``{base}/{name}.zip`` with ``base`` from the
+    argument, else ``$ALIGNIR_BEIR_URL`` (a mirror), else BEIR's own host."""
+    base = base or os.environ.get(URL_ENV) or BEIR_URL.rsplit("/", 1)[0]
+    return f"{base.rstrip('/')}/{name}.zip"
 
-    Written to a temporary folder and renamed into place, so an interrupted download never
-    leaves a half dataset. Zip members escaping the target are refused.
-    """
+
+def _fetch(url: str, out: Path, name: str, timeout: float, progress: bool) -> tuple[int, str]:
+    """Stream ``url`` into ``out``; (bytes written, md5 hex). A body shorter than the
+    server's Content-Length is an error, as is any HTTP or connection failure."""
+    from http.client import HTTPException
+
     from tqdm import tqdm
 
+    md5 = hashlib.md5(usedforsecurity=False)
+    size = 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(out, "wb") as fh:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {name}", disable=not progress) as bar:
+                while chunk := resp.read(1 << 20):
+                    fh.write(chunk)
+                    md5.update(chunk)
+                    size += len(chunk)
+                    bar.update(len(chunk))
+    except urllib.error.HTTPError as e:
+        hint = f" (no BEIR dataset named {name!r} there?)" if e.code == 404 else ""
+        raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}{hint}") from None
+    except urllib.error.URLError as e:
+        raise DownloadError(f"cannot download {url}: {e.reason} (offline? put the dataset folder in "
+                            f"${DATA_ENV} or give its path)") from None
+    except (HTTPException, ConnectionError, TimeoutError) as e:  # IncompleteRead, reset or timeout mid-body
+        raise DownloadError(f"cannot download {url}: the transfer broke off after {size} bytes "
+                            f"({type(e).__name__}: {e})") from None
+    if total is not None and size != total:
+        raise DownloadError(f"cannot download {url}: got {size} bytes, the server announced {total}")
+    return size, md5.hexdigest()
+
+
+def download_beir(name: str, target_dir: str | Path, url: str | None = None, timeout: float = 60.0,
+                  md5: str | None = None, progress: bool = True) -> Path:
+    """Download and unzip the standard BEIR zip of ``name`` into ``target_dir/name``.
+
+    ``url`` defaults to :func:`beir_url`. Checks: the byte count against the server's
+    Content-Length, the md5 against ``md5`` (default: BEIR's published checksum for the
+    datasets in :data:`BEIR_MD5`), every member's CRC, no member escaping the folder, and a
+    corpus.jsonl + queries.jsonl inside. Everything happens in a temporary folder renamed
+    into place at the end, so a failed or interrupted download never leaves a half dataset.
+    Failures raise :class:`DownloadError` with a one-line message.
+    """
+    if not name or any(c in name for c in "/\\") or name in (".", ".."):
+        raise InvalidInputError(f"a BEIR dataset name is one path component, got {name!r}")
     target_dir = Path(target_dir)
     dest = target_dir / name
     if _is_beir_folder(dest):
         return dest
     target_dir.mkdir(parents=True, exist_ok=True)
-    url = url or BEIR_URL.format(name=name)
+    url = url or beir_url(name)
+    want_md5 = (md5 or BEIR_MD5.get(name, "")).lower() or None
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target_dir))
     try:
         zpath = tmp / f"{name}.zip"
-        with urllib.request.urlopen(url, timeout=timeout) as resp, open(zpath, "wb") as out:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {name}") as bar:
-                while chunk := resp.read(1 << 20):
-                    out.write(chunk)
-                    bar.update(len(chunk))
+        _, got_md5 = _fetch(url, zpath, name, timeout, progress)
+        if want_md5 and got_md5 != want_md5:
+            raise DownloadError(f"{url}: md5 {got_md5} differs from the published {want_md5} (corrupt or altered)")
         unpacked = tmp / "unzipped"
-        with zipfile.ZipFile(zpath) as zf:
-            base = unpacked.resolve()
-            for member in zf.namelist():
-                if not (unpacked / member).resolve().is_relative_to(base):
-                    raise InvalidInputError(f"{url}: zip member {member!r} escapes the target folder")
-            zf.extractall(unpacked)
-        found = [c for c in [unpacked / name, unpacked] + list(unpacked.iterdir()) if _is_beir_folder(c)]
+        try:
+            with zipfile.ZipFile(zpath) as zf:
+                base = unpacked.resolve()
+                for member in zf.namelist():
+                    if not (unpacked / member).resolve().is_relative_to(base):
+                        raise DownloadError(f"{url}: zip member {member!r} escapes the target folder")
+                bad = zf.testzip()
+                if bad is not None:
+                    raise DownloadError(f"{url}: zip member {bad!r} fails its CRC check")
+                zf.extractall(unpacked)
+        except zipfile.BadZipFile as e:
+            raise DownloadError(f"{url}: not a valid zip file ({e})") from None
+        found = [c for c in [unpacked / name, unpacked] + sorted(unpacked.iterdir()) if _is_beir_folder(c)]
         if not found:
-            raise InvalidInputError(f"{url}: the archive holds no corpus.jsonl/queries.jsonl")
+            raise DownloadError(f"{url}: the archive holds no corpus.jsonl/queries.jsonl")
         replace_dir(found[0], dest, overwrite=False)  # never deletes a folder that is not BEIR's
         return dest
     finally:

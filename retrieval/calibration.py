@@ -1,5 +1,5 @@
 """Collection-level fusion calibration: how far each LLM leg agrees with the BM25 leg on this
-collection, measured once on pseudo-queries cut from the corpus (issue 17 item 3).
+collection, measured once on pseudo-queries cut from the corpus.
 
 The per-query agreement gate (fusion.agree) judges a leg on one query's lists, so it also
 silences a good leg on the queries where it disagrees with BM25 *and is right* — it kept only

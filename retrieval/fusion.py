@@ -35,7 +35,7 @@ in it (and the missing value) is 0, so it does not move the fused order.
   Combination" (SIGIR 1997: relevant documents are retrieved by more of the systems), used
   here as a per-query reliability weight of each list; the gate's form and parameters were
   chosen on dumped leg lists, leave-one-collection-out, also with the LLM legs deliberately
-  degraded (benchmarks/fusion_rules.py, issue 17).
+  degraded (benchmarks/fusion_rules.py).
 
 Rank order inside each input list uses the same deterministic tie-break (score
 descending, doc id ascending), so RRF ranks are well defined.
@@ -200,7 +200,7 @@ AGREE_CHANCES = ("none", "pool", "corpus")
 @dataclass(frozen=True)
 class AgreeParams:
     """The per-query gate of :func:`agree` (validated on creation; the defaults are the
-    dense+sparse+bm25 gate chosen in benchmarks/fusion_rules.py, issue 17).
+    dense+sparse+bm25 gate chosen in benchmarks/fusion_rules.py).
 
     A list's agreement with the anchor is ``A = |top_k(list) ∩ top_depth(anchor)| / k`` (its
     top k found among the anchor's top ``depth``); with ``symmetric`` also
@@ -278,7 +278,7 @@ class AgreeParams:
         return cls(**data)
 
 
-#: the gate of the default before the study of issue 17 item 3 (dense+sparse+bm25, weights
+#: the plain overlap gate, the simplest form of :func:`agree` (dense+sparse+bm25, weights
 #: 0.3 / 0.3 / 0.6): top-10 overlap with BM25's top 10, full weight at 0.4
 AGREE_TOP10 = AgreeParams(k=10, tau=0.4, power=1.0, floor=0.0, chance="none", depth=None, symmetric=False)
 

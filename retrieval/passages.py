@@ -1,4 +1,4 @@
-"""Split documents into overlapping passages of the encoder's tokens (issue 17 item 1, groundwork).
+"""Split documents into overlapping passages of the encoder's tokens.
 
 ``WINDOW[:STRIDE]`` (``build-index --passages``): passages of at most WINDOW tokens of the
 encoder's tokenizer, a new one starting every STRIDE tokens (default WINDOW // 2, the half

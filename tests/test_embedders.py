@@ -271,6 +271,7 @@ def test_truncation_fits_when_a_character_is_several_tokens(smollm2):
         assert all(0 < len(x) <= max_length for x in ids) and all(pos)
 
 
+@pytest.mark.model
 def test_smollm2_batched_equals_single_and_truncates(smollm2):
     emb = get_embedder("prompteol", smollm2, max_length=64, progress=False)
     texts = ["Short one.", "A somewhat longer sentence about the rings of Saturn and its moons.",

@@ -1,4 +1,4 @@
-"""One base class for the errors a user can cause (issue 14): the CLI prints those (and
+"""One base class for the errors a user can cause: the CLI prints those (and
 OSError) as one line with exit status 1, and shows the traceback of anything else (a bug),
 and of everything under -v."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/INTERFACES.md cannot drift (issue 14): every call written there as
+"""docs/INTERFACES.md cannot drift: every call written there as
 ``module.name(params)`` must name a real object of the alignir package, and its parameters must
 be real parameters of that object, in the same order."""
 from __future__ import annotations

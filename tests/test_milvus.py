@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 from types import SimpleNamespace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +30,7 @@ from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 
 from conftest import ROOT, TINY_CORPUS, assert_same_ranking, write_corpus  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.milvus, pytest.mark.usefixtures("one_thread")]
 
 QUERIES = ["light and carbon in plants", "interest rates and the stock market", "supersonic wind tunnel",
            "proteins fold", "the quick brown fox", "zzzz qqqq"]
@@ -406,19 +405,17 @@ def test_a_db_held_by_another_process_is_one_line(tmp_path, capfd):
 
 
 @pytest.mark.model
-def test_adi_with_smollm2_every_mode_equals_the_folder(tmp_path, smollm2):
+def test_adi_with_smollm2_every_mode_equals_the_folder(tmp_path, smollm2, adi_smollm2):
     """ADI, the real SmolLM2, the default config (signed raw query weights): every mode, and every
     fused set with RRF fused inside Milvus, returns the folder's top-100 ids in order and its
-    scores for all 35 queries; nDCG@10 is therefore equal too. (About 35 s with the shared
-    embedding cache warm, 2 minutes more when ADI must be encoded.)"""
-    import os
+    scores for all 35 queries; nDCG@10 is therefore equal too."""
+    import shutil
 
     from alignir.retrieval.beir import load_beir
 
-    adi = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets" / "adi"
-    if not adi.is_dir():
-        pytest.skip(f"{adi} not found (set ALIGNIR_SHARED)")
-    build_index(adi, tmp_path / "adi", model="smollm2-135m", loaded=smollm2, progress=False)
+    from conftest import ADI as adi
+
+    shutil.copytree(adi_smollm2, tmp_path / "adi")  # the export records itself in the index
     uri = str(tmp_path / "adi.db")
     assert export_index(tmp_path / "adi", uri, progress=False)["count"] == 82
     folder = Searcher.open(tmp_path / "adi", loaded=smollm2)

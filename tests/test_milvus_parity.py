@@ -20,7 +20,7 @@ from alignir.retrieval.searcher import Searcher  # noqa: E402
 
 from conftest import TINY_CORPUS, assert_same_ranking, write_corpus  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.milvus, pytest.mark.usefixtures("one_thread")]
 
 CONFIG = SparseConfig().with_changes(doc_k=24, query_m=5)
 TEXTS = TINY_CORPUS + [t.upper() for t in TINY_CORPUS]  # d0..d11, no two identical

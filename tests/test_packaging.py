@@ -1,4 +1,4 @@
-"""One namespace (issue 14): the folders encoders/, index/ and retrieval/ install as
+"""One namespace: the folders encoders/, index/ and retrieval/ install as
 alignir.encoders, alignir.index and alignir.retrieval, in a wheel and in the editable install;
 `import alignir` exposes the public surface; no import cycles; `alignir.index` needs no model code."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Long documents as passages (issue 17 item 1): the exact document top-k of a passage search
+"""Long documents as passages: the exact document top-k of a passage search
 (MaxP / FirstP / sum of the N best, against a brute force over every passage row of real FAISS
 and numba indexes), the passage map through the index folder, a long-document index built with
 a real (tiny) model through the Python API and the CLI: search, explain, filters, deletes,
@@ -393,6 +393,7 @@ def test_cli_builds_searches_and_explains_a_long_document_index(tmp_path, tiny_m
 
 # ----------------------------------------------------------------------------- Milvus
 
+@pytest.mark.milvus
 def test_milvus_passage_collection_equals_the_folder(long_index, tiny_model, tmp_path):
     pytest.importorskip("pymilvus")
     pytest.importorskip("milvus_lite")

@@ -1,4 +1,4 @@
-"""Passage map round-trip and passage -> document aggregation against brute force (issue 17)."""
+"""Passage map round-trip and passage -> document aggregation against brute force."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The fixed prompt prefix's KV cache (issue #16 item 3): vectors equal to the full forward's
+"""The fixed prompt prefix's KV cache: vectors equal to the full forward's
 within float tolerance, on the tiny real (random-init) Llama with both tokenizers (right
 padding without BOS, left padding with BOS) and on the real SmolLM2 (marked ``model``)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""int8 encoders (issue #16 item 4): int8 Linear layers in the backbone (per-channel weights,
+"""int8 encoders: int8 Linear layers in the backbone (per-channel weights,
 per-token activations: encoders.int8_linear, checked against a hand computation),
 the LM head fp32, the caller's model untouched, adapters merged before quantising, the precision
 in the fingerprint (cache and index), and an index refusing a query encoder of another precision.

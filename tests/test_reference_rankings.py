@@ -1,5 +1,5 @@
 """Every search mode on ADI with the real SmolLM2 returns exactly the rankings saved before the
-architecture refactor (issue 14): the same document ids in the same order with the same float32
+architecture refactor: the same document ids in the same order with the same float32
 scores, top-100 for every ADI query. ``ALIGNIR_WRITE_REFERENCE=1`` rewrites the reference file
 (only ever from a commit whose rankings are the reference).
 
@@ -11,7 +11,7 @@ its cut-off moves), and two documents may trade places only when their reference
 close (a near tie); any real change of behaviour moves scores far more.
 
 The leg sets with BM25 are searched with ``fusion="zscore"``: the reference holds the fixed
-z-score weights that were their default until issue 17 made "agree" the default; the option
+z-score weights that were their default before "agree" became the default; the option
 must keep giving exactly those rankings."""
 
 from __future__ import annotations
@@ -23,11 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import assert_same_ranking
+from conftest import ADI, assert_same_ranking
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
-ADI = SHARED / "datasets" / "adi"
 REFERENCE = Path(__file__).parent / "data" / "adi_rankings.json"
 #: scores agree within RTOL x the list's top score; documents may swap only inside such near ties
 RTOL = 1e-4
@@ -36,24 +33,22 @@ MODES = ("sparse", "dense", "hybrid", "bm25", "dense+bm25", "sparse+bm25", "dens
 
 def _rankings(searcher, queries: dict[str, str]) -> dict[str, dict[str, list]]:
     qids = sorted(queries)
+    texts = [queries[q] for q in qids]
+    batch = searcher.encode(texts)  # every leg once; each mode searches the same encodings
     out: dict[str, dict[str, list]] = {}
     for mode in MODES:
         fusion = "zscore" if "bm25" in mode and "+" in mode else None
-        runs = searcher.batch_search([queries[q] for q in qids], k=100, mode=mode, fusion=fusion)
+        runs = searcher.batch_search(texts, k=100, mode=mode, fusion=fusion, encoded=batch)
         out[mode] = {q: [[h.id, float(np.float32(h.score))] for h in hits] for q, hits in zip(qids, runs)}
     return out
 
 
 @pytest.mark.model
-def test_adi_rankings_equal_the_saved_reference(tmp_path, monkeypatch, smollm2):
-    if not ADI.is_dir():
-        pytest.skip(f"{ADI} not found (set ALIGNIR_SHARED)")
-    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    from alignir import Searcher, build_index
+def test_adi_rankings_equal_the_saved_reference(smollm2, adi_smollm2):
+    from alignir import Searcher
     from alignir.retrieval.beir import load_beir
 
-    build_index(ADI, tmp_path / "adi", model="smollm2-135m", loaded=smollm2)
-    got = _rankings(Searcher.open(tmp_path / "adi", loaded=smollm2), load_beir(ADI).queries)
+    got = _rankings(Searcher.open(adi_smollm2, loaded=smollm2), load_beir(ADI).queries)
     if os.environ.get("ALIGNIR_WRITE_REFERENCE") == "1":
         REFERENCE.write_text(json.dumps(got, separators=(",", ":")))
     want = json.loads(REFERENCE.read_text())

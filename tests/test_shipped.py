@@ -1,4 +1,4 @@
-"""The trained adapter that ships in the package (issue 19): a registered name usable by every
+"""The trained adapter that ships in the package: a registered name usable by every
 command with no training step, recorded in the index so the searcher rebuilds the same encoder."""
 from __future__ import annotations
 

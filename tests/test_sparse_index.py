@@ -394,7 +394,7 @@ def test_dense_columns_across_blocks_with_filters():
 
 
 def test_zipf_bytes_per_posting_under_goals():
-    """Issue 3 goals: <= 6 bytes per posting (float32) and <= 3 (uint8), all arrays counted,
+    """The size goals: <= 6 bytes per posting (float32) and <= 3 (uint8), all arrays counted,
     on a Zipf collection (the dense columns of the frequent terms carry no doc ids)."""
     rng = np.random.default_rng(12)
     D = zipf_csr(rng, 30_000, 3000, 100)

@@ -139,7 +139,7 @@ def test_gircse_and_llm2comp_on_smollm2(smollm2):
 
 
 def test_inference_embedders_do_not_import_training_code():
-    """#14: the embedders (and the adapters they read) are inference code; encoders/train builds on
+    """The embedders (and the adapters they read) are inference code; encoders/train builds on
     them, never the reverse."""
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""The realistic workload (issue #16 item 2): statistics of a real index's legs, collections
+"""The realistic workload: statistics of a real index's legs, collections
 sampled from them, and the pruned kernel exact on them (against scipy brute force)."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ steps; ``use_cache=False`` re-runs f_θ([X; D]) at every step exactly as Algorit
 K is an inference option (paper: K=5 in training, K=20 at test time, App. C; quality rises with K
 at test time, §5.1). Without an adapter K defaults to 20; an adapter that records its training K
 (in ``embedder_options``, as ``alignir train gircse`` writes) reads at that K by default, since at
-our scale quality peaks at the training K and falls beyond it (README, issue 19); ``K=`` overrides.
+our scale quality peaks at the training K and falls beyond it (the K sweep in the README); ``K=`` overrides.
 
 Input format (``prompt``): ``"instruct"`` (default) is the paper's query format
 ``Instruct: {task}\nQuery: {q}`` (§4.1 "Training Details", following E5-Mistral; documents take no

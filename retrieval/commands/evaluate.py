@@ -195,7 +195,10 @@ def eval_cmd(
 
 
 def beir_cmd(
-    dataset: str = typer.Argument(..., help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a name under $ALIGNIR_DATA."),
+    dataset: str = typer.Argument(..., help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a dataset name "
+                                  "(looked up in $ALIGNIR_DATA; see --download)."),
+    download: bool = typer.Option(False, "--download", help="Fetch a dataset name found nowhere as BEIR's zip "
+                                  "(into the first $ALIGNIR_DATA folder, else $ALIGNIR_CACHE/beir)."),
     index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder (default: indexes/NAME-MODEL-EMBEDDER, plus a tag per non-default encoder option)."),
     model: str = typer.Option(DEFAULT_MODEL, help="Model spec (see build-index)."),
     embedder: str = typer.Option("prompteol", help="Embedder family."),
@@ -239,7 +242,7 @@ def beir_cmd(
 
             FusionConfig(method=fusion)
         family_options = embedder_options(embedder_option)
-        folder = resolve_dataset(dataset)
+        folder = resolve_dataset(dataset, download=download)
         from alignir.encoders.quantize import check_precision
 
         precision = check_precision(precision)

@@ -1,5 +1,5 @@
 """The training-data side of ``alignir train`` (encoders/train/data.py, mix.py, unsupervised.py,
-trainer.py), from an audit: held-out queries never train, no document judged relevant to a query
+trainer.py): held-out queries never train, no document judged relevant to a query
 is its negative (mined or in-batch), malformed data and settings are clear errors."""
 from __future__ import annotations
 

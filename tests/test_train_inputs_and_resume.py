@@ -1,4 +1,4 @@
-"""Audit of encoders/train/: qrels / triples / corpus input read as the evaluation reads it or
+"""encoders/train/ inputs and resumes: qrels / triples / corpus input read as the evaluation reads it or
 refused clearly, data descriptions that say what the pairs hold, one corpus given as a string,
 resumes that equal an uninterrupted run (CDA's p_ref, gradient accumulation, held-out curve)."""
 from __future__ import annotations

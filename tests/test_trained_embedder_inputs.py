@@ -1,4 +1,6 @@
-"""Regression tests of an audit of the inference side of encoders/ (trained embedders, adapters, cache)."""
+"""The inference side of encoders/ on awkward input: trained embedders given one string, empty
+texts or lone surrogates, fingerprints that carry the dtype, adapters on another base model, the
+instruction an adapter was trained with."""
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,4 @@
-"""Audit of retrieval/: regressions for bugs a Pyserini / bm25s / BEIR user would hit (passages
+"""retrieval/ on what a Pyserini / bm25s / BEIR user brings (passages
 that lose text, deleted documents and '#' in doc ids in the Pyserini export, BOM-prefixed qrels
 and run files, leg sets spelled with spaces in `alignir eval --run`, the "agree" fusion's chance
 correction under an allowed_ids filter)."""
@@ -23,7 +23,7 @@ def built(tmp_path_factory, tiny_model):
     from alignir.retrieval.config import SparseConfig
     from alignir.retrieval.indexer import build_index
 
-    root = tmp_path_factory.mktemp("audit")
+    root = tmp_path_factory.mktemp("retrieval")
     model = root / "tiny-hf"
     tiny_model.model.save_pretrained(model)
     tiny_model.tokenizer.save_pretrained(model)

@@ -1,4 +1,6 @@
-"""Regression tests of the index/ audit: each case failed before its fix."""
+"""index/ on ties and malformed input: sum-of-k passage aggregation with negative scores and ties
+at the bound, dense ties by doc number on every path, deletes and CSR / saved arrays that do not
+fit together refused clearly."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,7 +1,7 @@
-"""Audit of the CLI, the index builder and the Milvus backend: `alignir encode` caches the rows
-build-index encodes (passages of long documents), `add-lexical` keeps deleted documents
-deleted, a document without terms exports to Milvus, and `export milvus --store-text` with a
-corpus lacking documents says so. On the tiny random Llama of conftest."""
+"""Keeping an index in step with its corpus through the CLI, the index builder and the Milvus
+backend: `alignir encode` caches the rows build-index encodes (passages of long documents),
+`add-lexical` keeps deleted documents deleted, a document without terms exports to Milvus, and
+`export milvus --store-text` with a corpus lacking documents says so. On the tiny random Llama of conftest."""
 from __future__ import annotations
 
 import json
@@ -127,6 +127,7 @@ def termless(tmp_path_factory, tiny_model):
     return root, texts
 
 
+@pytest.mark.milvus
 def test_milvus_exports_documents_without_terms(termless, tiny_model):
     from alignir.retrieval.milvus import export_index
 
@@ -148,6 +149,7 @@ def test_milvus_exports_documents_without_terms(termless, tiny_model):
         milvus.close()
 
 
+@pytest.mark.milvus
 def test_milvus_store_text_with_a_corpus_lacking_documents(termless, caplog):
     from alignir.retrieval.milvus import connect, export_index
 

@@ -1,0 +1,218 @@
+"""Render docs/results.md (every benchmarks/results/*.json as tables, each under the command that
+wrote its rows) and benchmarks/README.md (every benchmark script: what it does, the result files
+it writes, the commands that wrote them) from the committed files.
+
+    .venv/bin/python scripts/gen_results.py          # rewrite both pages
+    .venv/bin/python scripts/gen_results.py --check  # exit 1 if a committed page differs
+
+tests/test_results_page.py runs the check, so neither page can drift from the results.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+RESULTS_PAGE = ROOT / "docs" / "results.md"
+BENCH_README = ROOT / "benchmarks" / "README.md"
+NO_COMMAND = "(no command recorded)"
+#: the benchmark script a command runs (``... python benchmarks/NAME.py ...``)
+SCRIPT = re.compile(r"python3?\s+benchmarks/(\w+)\.py")
+
+Scalar = (str, int, float, bool, type(None))
+
+
+def fmt(v) -> str:
+    """A table cell: floats to 4 significant digits, text with pipes and newlines escaped."""
+    if isinstance(v, bool) or v is None:
+        s = "" if v is None else str(v).lower()
+    elif isinstance(v, float):
+        s = f"{v:.4g}"
+    elif isinstance(v, list):
+        s = ", ".join(fmt(x) for x in v) if all(isinstance(x, Scalar) for x in v) else f"[{len(v)} items]"
+    elif isinstance(v, dict):
+        s = f"{{{len(v)} fields}}"
+    else:
+        s = str(v)
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def flatten(row: dict) -> dict:
+    """One level of nesting spelled ``a.b``; deeper values are summarised by :func:`fmt`."""
+    out: dict = {}
+    for k, v in row.items():
+        if isinstance(v, dict) and v and all(isinstance(x, Scalar) or isinstance(x, list) for x in v.values()):
+            out.update({f"{k}.{kk}": vv for kk, vv in v.items()})
+        else:
+            out[k] = v
+    return out
+
+
+def table(rows: list[dict]) -> list[str]:
+    """A markdown table of ``rows``; columns in order of first appearance."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    lines = ["| " + " | ".join(fmt(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return lines
+
+
+def _is_rows(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def _row_like(d: dict) -> bool:
+    """Mostly scalar fields: a row, not a container of rows."""
+    return sum(isinstance(x, Scalar) for x in d.values()) * 2 >= len(d)
+
+
+def _is_keyed_rows(v) -> bool:
+    return isinstance(v, dict) and len(v) > 1 and all(isinstance(x, dict) and _row_like(x) for x in v.values())
+
+
+def _command_line(cmd: str) -> list[str]:
+    return ["", f"`{cmd}`" if cmd != NO_COMMAND else cmd]
+
+
+def by_command(rows: list[dict], default: str, shown: str | None) -> list[str]:
+    """Tables of ``rows`` grouped by their ``command`` (``default`` for rows without one), in
+    order of first appearance; the command line is left out when it is ``shown`` already."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        cmd = r.get("command") or default
+        groups[cmd].append(flatten({k: v for k, v in r.items() if k != "command"}))
+    out: list[str] = []
+    for cmd, group in groups.items():
+        out += ([] if cmd == shown and len(groups) == 1 else _command_line(cmd)) + [""] + table(group)
+    return out
+
+
+def section(obj, default: str, shown: str | None = None, heading: str = "###") -> list[str]:
+    """The tables of one JSON value: a list of rows, a dict of rows (keyed), or a dict whose scalar
+    fields form a two-column table and whose other fields get their own sub-section. Each table
+    follows the command that wrote it (``default`` where the value records none), unless that
+    command is ``shown`` right above already."""
+    if _is_rows(obj):
+        return by_command(obj, default, shown)
+    if _is_keyed_rows(obj):
+        return by_command([{"key": k, **v} for k, v in obj.items()], default, shown)
+    if not isinstance(obj, dict):
+        return ["", fmt(obj)]
+    default = obj.get("command") or default
+    out: list[str] = []
+    scalars = {k: v for k, v in obj.items()
+               if k != "command" and (isinstance(v, Scalar) or (isinstance(v, list) and not _is_rows(v)))}
+    if scalars:
+        out += ([] if default == shown else _command_line(default)) + ["", "| field | value |", "|---|---|"]
+        out += [f"| {fmt(k)} | {fmt(v)} |" for k, v in scalars.items()]
+        shown = default
+    for k, v in obj.items():
+        if k == "command" or k in scalars:
+            continue
+        out += ["", f"{heading} {k}"] + section(v, default, shown, heading + "#")
+    return out
+
+
+def result_files() -> list[Path]:
+    return sorted(RESULTS.glob("*.json"))
+
+
+def _commands(obj) -> list[str]:
+    if isinstance(obj, dict):
+        found = [obj["command"]] if isinstance(obj.get("command"), str) else []
+        return found + [c for k, v in obj.items() if k != "command" for c in _commands(v)]
+    if isinstance(obj, list):
+        return [c for v in obj for c in _commands(v)]
+    return []
+
+
+def writers() -> dict[str, dict[str, list[str]]]:
+    """script stem -> result file (relative to benchmarks/results) -> distinct commands naming it."""
+    out: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for path in sorted(RESULTS.rglob("*.json")):
+        rel = str(path.relative_to(RESULTS))
+        for cmd in _commands(json.loads(path.read_text())):
+            m = SCRIPT.search(cmd)
+            if m:
+                cmds = out[m.group(1)].setdefault(rel, [])
+                if cmd not in cmds:
+                    cmds.append(cmd)
+    return out
+
+
+def render_results() -> str:
+    who = writers()
+    lines = ["# Benchmark results", "",
+             "Generated by `scripts/gen_results.py` from `benchmarks/results/*.json`; do not edit by hand.",
+             "Each table sits under the command that wrote its rows; `benchmarks/README.md` says what each",
+             "script measures. Floats are shown to 4 significant digits (the JSON files hold them in full)."]
+    for path in result_files():
+        scripts = sorted(s for s, files in who.items() if path.name in files)
+        lines += ["", f"## {path.name}", ""]
+        lines.append("Written by " + ", ".join(f"`benchmarks/{s}.py`" for s in scripts) + "." if scripts
+                     else "No recorded command names the script that wrote it.")
+        lines += section(json.loads(path.read_text()), NO_COMMAND)
+    return "\n".join(lines) + "\n"
+
+
+def _doc_line(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    para = doc.split("\n\n")[0]
+    return " ".join(para.split())
+
+
+def render_bench_readme() -> str:
+    who = writers()
+    scripts = sorted(ROOT.glob("benchmarks/*.py"))
+    lines = ["# Benchmarks", "",
+             "Generated by `scripts/gen_results.py` from the scripts' docstrings and the commands recorded in",
+             "`benchmarks/results/`; do not edit by hand. The numbers themselves: `docs/results.md`.",
+             "Run a script from the repository root (`.venv/bin/python benchmarks/NAME.py`); its docstring",
+             "lists its options.",
+             "", "## Scripts that write results", ""]
+    rest = []
+    for path in scripts:
+        files = who.get(path.stem)
+        if not files:
+            rest.append(path)
+            continue
+        lines += [f"### {path.name}", "", _doc_line(path), ""]
+        for rel, cmds in files.items():
+            lines.append(f"- `results/{rel}`:")
+            lines += [f"  - `{c}`" for c in cmds]
+        lines.append("")
+    lines += ["## Helpers (no result file of their own)", ""]
+    lines += [f"- `{p.name}`: {_doc_line(p)}" for p in rest]
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {RESULTS_PAGE: render_results, BENCH_README: render_bench_readme}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a committed page differs")
+    args = ap.parse_args(argv)
+    stale = []
+    for page, render in PAGES.items():
+        text = render()
+        if args.check:
+            if not page.is_file() or page.read_text() != text:
+                stale.append(str(page.relative_to(ROOT)))
+        else:
+            page.write_text(text)
+    if stale:
+        print(f"out of date: {', '.join(stale)} (run: python scripts/gen_results.py)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
