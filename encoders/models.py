@@ -63,7 +63,7 @@ class ModelNotFoundError(InvalidInputError):
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready for embedding (see docs/INTERFACES.md)."""
+    """A causal LM ready for embedding (see docs/interfaces.md)."""
 
     name: str
     tokenizer: Any

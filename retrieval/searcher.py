@@ -72,8 +72,8 @@ BASE_MODES = MODES[:3]
 BACKENDS: dict[str, str | None] = {"folder": None, "milvus": "alignir.retrieval.milvus_search"}
 #: Base weights of the leg sets with the BM25 leg per fusion method, used when a call gives no
 #: ``weights`` or ``alpha``. "zscore": the fixed weights chosen leave-one-collection-out on ADI,
-#: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; the default until issue 17: BM25 at
-#: 0.6). "calibrated" (the default, below) gates them once per collection; "agree" (the default
+#: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; BM25 at 0.6; the default before the
+#: calibrated fusion). "calibrated" (the default, below) gates them once per collection; "agree" (the default
 #: of an index without a calibration): the same z-score fusion with every LLM leg's weight gated per
 #: query by its chance-corrected top-k agreement with the BM25 leg (fusion.agree), so a leg
 #: that is noise for a query (a truncated long document, a model unfit for the domain) drops
@@ -484,7 +484,7 @@ class Searcher:
         :func:`calibrated_weights`; "agree", the same gate per query, fusion.agree, on an index
         without a calibration) when none of ``fusion``, ``alpha``, ``weights`` is given; with
         ``fusion`` "zscore", "agree" or "calibrated" and no weights or alpha they take that
-        method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed default before issue 17); an index
+        method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed weights, the default before the calibrated fusion); an index
         with its own calibrated defaults for the leg set (``FusionConfig.leg_sets``, which a
         shipped trained model brings) uses its weights and gate power under "calibrated"; other
         methods and leg sets weigh legs equally. "agree" and "calibrated" need the bm25 leg. ``allowed_ids``: restrict results to these document

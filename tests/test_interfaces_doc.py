@@ -1,4 +1,4 @@
-"""docs/INTERFACES.md cannot drift: every call written there as
+"""docs/interfaces.md cannot drift: every call written there as
 ``module.name(params)`` must name a real object of the alignir package, and its parameters must
 be real parameters of that object, in the same order."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import inspect
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "INTERFACES.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "interfaces.md"
 CALL = re.compile(r"`((?:encoders|index|retrieval)\.[A-Za-z_.]+)\(([^`]*?)\)(?: -> [^`]*)?`")
 
 

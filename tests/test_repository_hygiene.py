@@ -31,12 +31,6 @@ HISTORY = re.compile(
 )
 
 
-#: Files not rewritten yet. An entry must go as soon as its file holds no reference (the last
-#: test fails while a listed file is clean), so the list only ever shrinks.
-NOT_YET = ("encoders/train/gircse.py", "encoders/train/infonce.py", "encoders/train/llm2comp.py",
-           "encoders/train/losses.py", "encoders/train/teacher.py", "retrieval/searcher.py")
-
-
 def _tracked_text_files() -> list[Path]:
     try:
         out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
@@ -82,15 +76,6 @@ def test_the_pattern_finds_references_and_nothing_else(text, found):
 def test_no_tracked_file_refers_to_the_development_history():
     hits = []
     for path in _tracked_text_files():
-        if str(path.relative_to(ROOT)) in NOT_YET:
-            continue
         text = path.read_text(encoding="utf-8", errors="replace")
         hits += [f"{path.relative_to(ROOT)}:{ln}: {m}" for ln, m in history_references(text)]
     assert not hits, f"{len(hits)} reference(s) to the development history:\n" + "\n".join(hits[:200])
-
-
-@pytest.mark.parametrize("name", NOT_YET)
-def test_files_not_rewritten_yet_still_need_it(name):
-    path = ROOT / name
-    assert path.is_file() and history_references(path.read_text(encoding="utf-8")), \
-        f"{name} holds no reference any more: remove it from NOT_YET"

@@ -20,7 +20,7 @@ from alignir.encoders.embedders.generative import init_soft_tokens
 
 __all__ = ["TrainedEmbedder"]
 
-#: options every embedder accepts (docs/INTERFACES.md); family options are declared per class
+#: options every embedder accepts (docs/interfaces.md); family options are declared per class
 COMMON_OPTIONS = ("max_length", "batch_tokens", "batch_size", "instruction", "adapter", "progress")
 
 

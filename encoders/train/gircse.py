@@ -44,7 +44,7 @@ class GircseMethod(Method):
 
     def embedder_options(self):
         # K too, so the adapter reads at its training K by default: at our scale quality falls beyond
-        # the training K, unlike GIRCSE §5.1 / Fig. 2 (the K sweep in the README, issue 19)
+        # the training K, unlike GIRCSE §5.1 / Fig. 2 (the test-time K sweep in docs/models.md)
         return {"prompt": self.hp["prompt"], "K": int(self.hp["K"])}
 
     def _G(self, texts, instruction):

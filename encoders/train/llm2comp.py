@@ -19,7 +19,7 @@ previous adapter; App. 2.1's settings: lr 1e-4 / 3e-5 / 1e-4 (DEFAULT_LR) and we
 Attention (``bidirectional``, every stage, recorded for the embedder): True is §3's bidirectional
 encoder; False keeps the LLM's causal mask with the memory tokens after the text (App. 3, Fig. 11:
 bidirectional is better for retrieval, causal for STS / classification; untrained, the causal readout
-keeps more of the LLM's zero-shot quality — issue 19's 16-query check, not a paper claim).
+keeps more of the LLM's zero-shot quality — our own 16-query check, not a paper claim).
 """
 from __future__ import annotations
 
