@@ -11,9 +11,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
+
+from benchmarks.fault_milvus import killed_export
 
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
@@ -47,23 +48,7 @@ def _ids(hits):
 
 
 def _killed_export(index, uri, after: int, method: str = "insert") -> subprocess.CompletedProcess:
-    """Run ``export_index`` (one row per insert) in a child that SIGKILLs itself before its call
-    number ``after`` of ``pymilvus.MilvusClient.<method>``."""
-    script = textwrap.dedent(f"""
-        import os, signal
-        import pymilvus
-        from alignir.retrieval.milvus import export_index
-        calls = []
-        real = pymilvus.MilvusClient.{method}
-        def wrapped(self, *a, **kw):
-            if len(calls) == {after}:
-                os.kill(os.getpid(), signal.SIGKILL)
-            calls.append(1)
-            return real(self, *a, **kw)
-        pymilvus.MilvusClient.{method} = wrapped
-        export_index({str(index)!r}, {uri!r}, batch_size=1, progress=False)
-    """)
-    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return killed_export(index, uri, after, method)
 
 
 @pytest.mark.parametrize("after,method", [(0, "insert"), (3, "insert"), (len(TEXTS), "alter_collection_properties")])
