@@ -27,7 +27,7 @@ from alignir.retrieval.searcher import Searcher  # noqa: E402
 
 from conftest import ROOT, TINY_CORPUS, write_corpus  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.milvus, pytest.mark.usefixtures("one_thread")]
 
 TEXTS = TINY_CORPUS + [t.upper() for t in TINY_CORPUS]
 QUERIES = ["light and carbon in plants", "supersonic wind tunnel", "proteins fold"]
