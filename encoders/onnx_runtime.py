@@ -8,7 +8,10 @@ a hash of the encoder fingerprint's model part (model identity and file hashes, 
 so a second encoder of the same model reuses the file. The int8 file is
 ``onnxruntime.quantization.quantize_dynamic`` of it: int8 weights, activations quantised per
 call (one scale per tensor) inside the graph; the MLP down-projections stay fp32 (their inputs
-carry the "massive activations" that one scale per tensor flattens, encoders.quantize).
+carry the "massive activations" that one scale per tensor flattens, encoders.quantize), weights
+get one scale per output channel, and the q/k/v and gate/up inputs are smoothed before export
+(SmoothQuant, encoders.smoothing: scales folded into the norms and weights, the fp32 function
+unchanged), so the fp32 and the int8 file come from one export.
 
 Everything around the backbone is unchanged: prompts, batching, pooling run as for torch, and
 the LM-head projection onto the vocabulary (aligned tokens, “A Text is Worth Several Tokens”
@@ -26,21 +29,24 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from alignir.encoders.smoothing import ALPHA, CALIBRATION_TEXTS, input_maxima, smooth
 from alignir.errors import InvalidInputError
 
 __all__ = ["RUNTIMES", "EXPORT_FORMAT", "check_runtime", "model_key", "backbone_files", "OnnxBackbone", "to_onnx"]
 
 RUNTIMES = ("torch", "onnx")
 #: what the exported file is; part of the cache key (change it whenever the export changes)
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2
 #: MatMuls whose weight name contains one of these stay fp32 in the int8 file
 FP32_WEIGHTS = ("down_proj", "fc2")
 INPUTS = ("input_ids", "attention_mask", "position_ids")
+#: the smoothing folded into the exported weights (encoders.smoothing; fp32 function unchanged)
+SMOOTHING = f"smoothquant-a{ALPHA}:qkv,gate-up"
 
 
 def check_runtime(runtime: str | None) -> str:
@@ -57,7 +63,8 @@ def model_key(embedder: Any) -> str:
     or lengths, which the graph does not hold), the export format and the exporting torch."""
     fp = embedder.fingerprint()
     blob = json.dumps({"model": fp.get("model"), "dtype": fp.get("dtype"), "adapter": fp.get("adapter_sha256"),
-                       "format": EXPORT_FORMAT, "torch": torch.__version__}, sort_keys=True, default=str)
+                       "format": EXPORT_FORMAT, "smoothing": SMOOTHING, "torch": torch.__version__},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -105,7 +112,7 @@ def _quantize(src: Path, dst: Path) -> None:
 
     graph = onnx.load(str(src), load_external_data=False).graph
     keep = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and _module_of(n).endswith(FP32_WEIGHTS)]
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, nodes_to_exclude=keep)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=keep)
 
 
 @contextlib.contextmanager
@@ -131,11 +138,12 @@ def _atomic(folder: Path, name: str, write) -> Path:
     return target
 
 
-def backbone_files(embedder: Any, backbone: torch.nn.Module, quantize: bool = True,
+def backbone_files(embedder: Any, backbone: torch.nn.Module | Callable[[], torch.nn.Module], quantize: bool = True,
                    root: str | Path | None = None) -> tuple[Path, bool]:
     """(the ONNX file of ``embedder``'s ``backbone``, int8 when ``quantize``; whether it was made
     now). Exported (and quantised) once per encoder fingerprint under ``root`` (default
-    ``cache_dir()/onnx``); later calls reuse the file."""
+    ``cache_dir()/onnx``); later calls reuse the file. ``backbone`` may be a function that makes
+    the module, called only when the file has to be exported."""
     from alignir.encoders.models import cache_dir
 
     folder = (Path(root).expanduser() if root is not None else cache_dir() / "onnx") / model_key(embedder)
@@ -145,7 +153,8 @@ def backbone_files(embedder: Any, backbone: torch.nn.Module, quantize: bool = Tr
             return folder / name, False
         fp32 = folder / "backbone.onnx"
         if not fp32.is_file():
-            _atomic(folder, fp32.name, lambda p: _export(embedder, backbone, p))
+            module = backbone() if callable(backbone) and not isinstance(backbone, torch.nn.Module) else backbone
+            _atomic(folder, fp32.name, lambda p: _export(embedder, module, p))
             (folder / "fingerprint.json").write_text(json.dumps(embedder.fingerprint(), indent=1, default=str))
         if quantize:
             _atomic(folder, name, lambda p: _quantize(fp32, p))
@@ -162,6 +171,9 @@ class OnnxBackbone:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = int(threads or torch.get_num_threads())
         opts.inter_op_num_threads = 1
+        # idle threads sleep instead of spinning: on a shared CPU (or beside torch's own threads)
+        # a spinning pool takes the cores the other work needs
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = Path(path)
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
@@ -172,6 +184,20 @@ class OnnxBackbone:
         out = self.session.run(None, {k: np.ascontiguousarray(v.cpu().numpy(), dtype=np.int64)
                                       for k, v in feed.items()})[0]
         return SimpleNamespace(last_hidden_state=torch.from_numpy(out))
+
+
+def _smoothed(embedder: Any) -> torch.nn.Module:
+    """A structure copy of the embedder's fp32 backbone with the SmoothQuant scales folded in
+    (calibrated on the fixed texts through the whole prompt, as the graph will run them)."""
+    from alignir.encoders.quantize import _structure_copy
+
+    fp32 = embedder._backbone
+    layers = list(getattr(fp32, "layers", []))
+    maxima = input_maxima(layers, lambda: (embedder.encode_documents(list(CALIBRATION_TEXTS), progress=False),
+                                          embedder.encode_queries(list(CALIBRATION_TEXTS), progress=False)))
+    copy = _structure_copy(fp32)
+    smooth(list(getattr(copy, "layers", [])), maxima)
+    return copy
 
 
 def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None) -> Any:
@@ -191,9 +217,9 @@ def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None
     if peft is not None:  # load_adapter made a private copy: merge the LoRA weights into it
         embedder._peft = _merged(peft)
         embedder._backbone = backbone_of(embedder._peft)
-    path, _ = backbone_files(embedder, embedder._backbone, quantize=quantize, root=root)
-    embedder._backbone = OnnxBackbone(path)
     embedder.prefix_cache = False  # the exported graph takes no KV cache
+    path, _ = backbone_files(embedder, lambda: _smoothed(embedder), quantize=quantize, root=root)
+    embedder._backbone = OnnxBackbone(path)
     identity = {**loaded.identity, "runtime": "onnx"}
     if quantize:
         identity.update(precision="int8", int8_scheme="onnxruntime-dynamic-per-tensor;fp32:" + ",".join(FP32_WEIGHTS))
