@@ -202,8 +202,10 @@ def _smoothed(embedder: Any) -> torch.nn.Module:
 
 def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None) -> Any:
     """Make a prompt-family ``embedder`` (fp32, on the CPU) run its backbone in ONNX Runtime, in
-    place, and return it; int8 (dynamic) when ``quantize``. The runtime and its precision join
-    the model identity, so they are in every fingerprint (and cache key) made afterwards."""
+    place, and return it; int8 (dynamic) when ``quantize``. At fp32 the vectors equal torch's
+    within float rounding (as the prefix cache's do), so the fingerprint is unchanged and fp32
+    indexes and embedding caches are shared; int8 joins the model identity (runtime, precision,
+    scheme), so it is in every fingerprint (and cache key) made afterwards."""
     from alignir.encoders.models import backbone as backbone_of
     from alignir.encoders.quantize import _merged, precision_of
 
@@ -220,8 +222,8 @@ def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None
     embedder.prefix_cache = False  # the exported graph takes no KV cache
     path, _ = backbone_files(embedder, lambda: _smoothed(embedder), quantize=quantize, root=root)
     embedder._backbone = OnnxBackbone(path)
-    identity = {**loaded.identity, "runtime": "onnx"}
     if quantize:
-        identity.update(precision="int8", int8_scheme="onnxruntime-dynamic-per-tensor;fp32:" + ",".join(FP32_WEIGHTS))
-    embedder.loaded = dataclasses.replace(loaded, identity=identity)
+        scheme = "onnxruntime-dynamic-per-tensor;per-channel-weights;" + SMOOTHING + ";fp32:" + ",".join(FP32_WEIGHTS)
+        identity = {**loaded.identity, "runtime": "onnx", "precision": "int8", "int8_scheme": scheme}
+        embedder.loaded = dataclasses.replace(loaded, identity=identity)
     return embedder
