@@ -22,10 +22,11 @@ gguf (it imports only the encoder side of alignir and the numba inverted index).
    architecture, r 16 on every linear layer, bf16, the shipped recipe's batch 8 at 96 tokens
    and batch 32.
 
-    python benchmarks/gpu_check.py --out benchmarks/results/gpu_check.json \\
+    python -m benchmarks.gpu_check --out benchmarks/results/gpu_check.json \\
         --tokenizer .gpu_carry/smollm2-tokenizer --corpus .gpu_carry/med-corpus.jsonl
 
-On a machine without CUDA it runs the same steps on the CPU at a reduced size (``--device cpu``),
+Run it from the repository root (it reads the tiny model of tests/conftest.py). On a machine
+without CUDA it runs the same steps on the CPU at a reduced size (``--device cpu``),
 which is how the script itself is tested.
 """
 from __future__ import annotations
@@ -41,11 +42,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 #: SmolLM2-135M(-Instruct)'s configuration (its config.json; the GGUF holds the same sizes)
 SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,

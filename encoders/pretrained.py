@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from alignir.errors import InvalidInputError
 log = logging.getLogger(__name__)
 
 __all__ = ["PretrainedProfile", "PRETRAINED", "HEAD_INPUT", "parse_spec", "with_lm_head", "is_pretrained_spec",
-           "load_pretrained", "read_head", "missing_head_error", "bidirectional_attention", "profile_of"]
+           "missing_head_error", "head_missing", "bidirectional_attention", "profile_of"]
 
 #: ``lm_head_from`` value that takes the model's own input-embedding matrix as E_g
 HEAD_INPUT = "input"
@@ -225,71 +224,6 @@ def _tied(config: dict[str, Any]) -> bool:
     return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
 
 
-def _hub_file(repo: str, name: str, revision: str | None) -> Path | None:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
-
-    try:
-        return Path(hf_hub_download(repo, name, revision=revision))
-    except EntryNotFoundError:
-        return None
-
-
-def read_head(spec: str, *, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The LM head [V, d] of the model ``spec`` and where it came from.
-
-    A Hugging Face folder or hub id with safetensors weights: only the ``lm_head.weight`` tensor
-    (or the input embeddings of a tied model) is read. Anything else (registered name, .gguf):
-    the model is loaded and its output embeddings taken."""
-    from safetensors import safe_open
-
-    repo, _, rev = spec.partition("@")
-    folder = Path(repo).expanduser()
-    files: dict[str, Path | None] = {}
-
-    def get(name: str) -> Path | None:
-        if name not in files:
-            if folder.is_dir():
-                files[name] = folder / name if (folder / name).is_file() else None
-            else:
-                files[name] = _hub_file(repo, name, rev or None)
-        return files[name]
-
-    local = folder.is_dir() and (folder / "config.json").is_file()
-    from alignir.encoders.models import _HUB_ID, REGISTERED_MODELS
-
-    if local or (not folder.exists() and _HUB_ID.match(spec) and spec.lower() not in REGISTERED_MODELS):
-        config = json.loads(get("config.json").read_text()) if get("config.json") else {}
-        index = get("model.safetensors.index.json")
-        if index is not None:
-            weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-        elif get("model.safetensors") is not None:
-            with safe_open(str(get("model.safetensors")), framework="pt") as fh:
-                weight_map = {k: "model.safetensors" for k in fh.keys()}
-        else:
-            weight_map = {}
-        if weight_map:
-            names = [k for k in weight_map if k.endswith("lm_head.weight")]
-            kind = "lm_head"
-            if not names and _tied(config):
-                names = [k for k in weight_map if k.endswith("embed_tokens.weight")]
-                kind = "tied input embeddings"
-            if not names:
-                raise InvalidInputError(f"--lm-head-from {spec}: its weights have no lm_head.weight "
-                                        f"(and it does not tie its head to its input embeddings)")
-            key = sorted(names, key=len)[0]
-            with safe_open(str(get(weight_map[key])), framework="pt") as fh:
-                W = fh.get_tensor(key)
-            return W.to(device=device, dtype=dtype), {"from": spec, "tensor": key, "kind": kind,
-                                                      "sha256": _tensor_sha256(W)}
-    from alignir.encoders.models import load_model
-
-    other = load_model(spec, device="cpu", dtype=dtype)
-    W = other.lm_head.detach().clone()
-    return W.to(device=device), {"from": spec, "tensor": "output embeddings", "kind": "lm_head",
-                                 "sha256": _tensor_sha256(W)}
-
-
 def missing_head_error(source: str) -> InvalidInputError:
     return InvalidInputError(
         f"{source} has no lm_head weights and its config does not tie the head to the input embeddings, so the "
@@ -305,106 +239,3 @@ def head_missing(model: torch.nn.Module, loading_info: dict[str, Any]) -> bool:
         return False
     head, emb = model.get_output_embeddings(), model.get_input_embeddings()
     return head is None or emb is None or head.weight.data_ptr() != emb.weight.data_ptr()
-
-
-# --------------------------------------------------------------------------- loading
-
-def load_pretrained(spec: str, device: torch.device, dtype: torch.dtype):
-    """Load ``spec`` (a registered profile name, or ``SOURCE?lm_head_from=..&adapters=..``) as a
-    LoadedModel whose ``lm_head`` is the right E_g (see the module docstring)."""
-    from alignir.encoders.models import (ModelNotFoundError, _tokenizer_sha256, _weights_sha256,
-                                         load_model, wrap_model)
-
-    profile = profile_of(spec)
-    if profile is not None:
-        source, params = profile.source, {"lm_head_from": profile.lm_head_from, "adapters": profile.adapters}
-    else:
-        source, params = parse_spec(spec)
-        profile = profile_of(source)
-        if profile is not None:  # a registered name with an explicit head or adapters
-            params = {"lm_head_from": profile.lm_head_from, "adapters": profile.adapters, **params}
-            source = profile.source
-    head_from: str | None = params.get("lm_head_from")
-    adapters: tuple[str, ...] = tuple(params.get("adapters") or ())
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    repo, _, rev = source.partition("@")
-    folder = Path(repo).expanduser()
-    kw: dict[str, Any] = {"revision": rev} if rev else {}
-    if folder.is_file():  # a .gguf file: alignir's own loader, then the head
-        if adapters:
-            raise InvalidInputError(f"model spec {spec!r}: adapters are merged into Hugging Face models only")
-        loaded = load_model(str(folder), device=device, dtype=dtype)
-        return _with_head(loaded, head_from, device, profile)
-    try:
-        tok = AutoTokenizer.from_pretrained(str(folder) if folder.is_dir() else repo, **kw)
-        model, info = AutoModelForCausalLM.from_pretrained(str(folder) if folder.is_dir() else repo, dtype=dtype,
-                                                           output_loading_info=True, **kw)
-    except OSError as e:
-        raise ModelNotFoundError(f"cannot load model {source!r} (from spec {spec!r}): {str(e).splitlines()[0][:200]}") from None
-    if folder.is_dir():
-        identity: dict[str, Any] = {"name": folder.name, "source": str(folder.resolve()), "sha256": _weights_sha256(folder)}
-        tsha = _tokenizer_sha256(folder)
-        if tsha:
-            identity["tokenizer_sha256"] = tsha
-    else:
-        identity = {"name": repo, "source": f"hub:{repo}", "revision": getattr(model.config, "_commit_hash", None) or rev or None}
-    if profile is not None:
-        identity["profile"] = profile.name
-    if adapters:
-        model, identity["adapters"] = _merge_adapters(model, adapters)
-    if head_from is None and head_missing(model, info):
-        raise missing_head_error(source)
-    loaded = wrap_model(identity["name"], tok, model, identity, device)
-    return _with_head(loaded, head_from, device, profile)
-
-
-def _with_head(loaded, head_from: str | None, device: torch.device, profile: PretrainedProfile | None):
-    """``loaded`` with the LM head taken from ``head_from`` (None: its own, recorded as such)."""
-    from dataclasses import replace
-
-    from alignir.encoders.models import find_special_ids
-
-    identity = dict(loaded.identity)
-    if profile is not None:
-        identity.setdefault("profile", profile.name)
-    if head_from is None:
-        identity["lm_head"] = {"from": "checkpoint"}
-        return replace(loaded, identity=identity)
-    if head_from == HEAD_INPUT:
-        W = loaded.model.get_input_embeddings().weight.detach()
-        meta = {"from": HEAD_INPUT, "sha256": _tensor_sha256(W)}
-    else:
-        W, meta = read_head(head_from, device=loaded.device, dtype=loaded.dtype)
-    rows = loaded.model.get_input_embeddings().weight.shape[0]
-    if W.dim() != 2 or W.shape[1] != loaded.hidden_size or W.shape[0] != rows:
-        raise InvalidInputError(f"--lm-head-from {head_from}: its head has shape {tuple(W.shape)}, the model needs "
-                                f"[{rows}, {loaded.hidden_size}] (vocabulary x hidden size); use the base model "
-                                f"this embedder was trained from")
-    identity["lm_head"] = meta
-    identity["vocab"] = int(W.shape[0])
-    return replace(loaded, lm_head=W, special_ids=find_special_ids(loaded.tokenizer, int(W.shape[0])),
-                   identity=identity)
-
-
-def _merge_adapters(model: torch.nn.Module, adapters: tuple[str, ...]) -> tuple[torch.nn.Module, list[dict[str, Any]]]:
-    """Merge PEFT LoRA adapters into the transformer backbone, in order (LLM2Vec: MNTP, then the
-    supervised adapter), as the adapters were trained on the backbone (AutoModel)."""
-    from peft import PeftModel
-
-    from alignir.encoders.models import _files_sha256, backbone
-
-    records = []
-    inner = backbone(model)
-    for a in adapters:
-        path = Path(a).expanduser()
-        peft = PeftModel.from_pretrained(inner, str(path) if path.is_dir() else a)
-        merged = peft.merge_and_unload()
-        if merged is not inner:
-            raise InvalidInputError(f"adapter {a}: merging it did not return the backbone it was loaded on")
-        rec: dict[str, Any] = {"source": str(path.resolve()) if path.is_dir() else f"hub:{a}"}
-        if path.is_dir():
-            rec["sha256"] = _files_sha256(sorted(p for p in path.iterdir() if p.is_file() and p.name.startswith("adapter")))
-        records.append(rec)
-    return model, records

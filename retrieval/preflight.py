@@ -1,6 +1,7 @@
 """Checks that need no model, run before any model load or conversion (which takes seconds to
-minutes): the search options (mode, fusion, alpha, weights, precision, passage aggregation) and
-the model an index's manifest names against the encoder fingerprint it records."""
+minutes): the model an index's manifest names against the encoder fingerprint it records, the
+base model an adapter records, the precision. (The search options are checked by
+retrieval.searcher.check_search_options.)"""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -8,33 +9,7 @@ from typing import Any, Mapping
 from alignir.errors import AlignirError, InvalidInputError
 from alignir.index.store import CorruptIndexError
 
-__all__ = ["check_search_options", "check_manifest_model", "check_adapter_base", "check_before_loading"]
-
-
-def check_search_options(mode: str, *, fusion: str | None = None, alpha: float | None = None,
-                         weights: Mapping[str, float] | None = None, precision: str | None = None,
-                         passage_agg: str | None = None) -> tuple[str, ...]:
-    """The legs of ``mode``; an InvalidInputError for any option a search would refuse after
-    loading the model (an unknown mode or fusion, alpha outside [0, 1], weights that do not name
-    the mode's legs, an unknown precision or passage aggregation)."""
-    from alignir.encoders.quantize import check_precision
-    from alignir.index.passages import parse_aggregation
-    from alignir.retrieval.config import FusionConfig
-    from alignir.retrieval.searcher import _leg_weights, parse_mode
-
-    legs = parse_mode(mode)
-    if fusion is not None or alpha is not None:
-        FusionConfig(method=fusion or "minmax", alpha=0.5 if alpha is None else alpha)
-    if fusion in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
-        raise InvalidInputError(f"fusion {fusion!r} gates the LLM legs by their agreement with the bm25 leg; "
-                                f"mode {mode!r} has none (use e.g. dense+sparse+bm25, or another fusion)")
-    if weights is not None:
-        _leg_weights(mode, legs, 0.5, False, weights)
-    if precision is not None:
-        check_precision(precision)
-    if passage_agg is not None:
-        parse_aggregation(passage_agg)
-    return legs
+__all__ = ["check_manifest_model", "check_adapter_base", "check_before_loading"]
 
 
 def check_manifest_model(fingerprint: Mapping[str, Any], spec: Mapping[str, Any], model: str | None = None) -> None:

@@ -690,6 +690,31 @@ class _Deferred:
         return f"<{self._attr} of the index's query encoder, {state}>"
 
 
+def check_search_options(mode: str, *, fusion: str | None = None, alpha: float | None = None,
+                         weights: Mapping[str, float] | None = None, precision: str | None = None,
+                         passage_agg: str | None = None) -> tuple[str, ...]:
+    """The legs of ``mode``; an InvalidInputError for any option a search would refuse after
+    loading the model (an unknown mode or fusion, alpha outside [0, 1], weights that do not name
+    the mode's legs, an unknown precision or passage aggregation)."""
+    from alignir.encoders.quantize import check_precision
+    from alignir.index.passages import parse_aggregation
+    from alignir.retrieval.config import FusionConfig
+
+    legs = parse_mode(mode)
+    if fusion is not None or alpha is not None:
+        FusionConfig(method=fusion or "minmax", alpha=0.5 if alpha is None else alpha)
+    if fusion in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
+        raise InvalidInputError(f"fusion {fusion!r} gates the LLM legs by their agreement with the bm25 leg; "
+                                f"mode {mode!r} has none (use e.g. dense+sparse+bm25, or another fusion)")
+    if weights is not None:
+        _leg_weights(mode, legs, 0.5, False, weights)
+    if precision is not None:
+        check_precision(precision)
+    if passage_agg is not None:
+        parse_aggregation(passage_agg)
+    return legs
+
+
 def dense_on_gpu(device: str) -> bool:
     """Whether the dense (FAISS) leg searches on the GPU for a ``device`` option: yes for
     "cuda" / "cuda:N", no for "cpu", and for "auto" when faiss sees a GPU (faiss-gpu, the

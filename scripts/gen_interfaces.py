@@ -49,7 +49,7 @@ PUBLIC: dict[str, list[str]] = {
     "alignir.retrieval.calibration": ["pseudo_queries", "mean_agreement", "FusionCalibration", "calibrate"],
     "alignir.retrieval.indexer": ["build_index", "add_documents", "resparsify", "add_lexical", "delete_documents",
                                   "calibrate_index", "store_calibration"],
-    "alignir.retrieval.searcher": ["Searcher", "Searcher.open", "Searcher.doc", "Searcher.encode", "Searcher.search",
+    "alignir.retrieval.searcher": ["Searcher", "Searcher.open", "Searcher.doc", "Searcher.encode", "Searcher.search", "check_search_options",
                                    "Searcher.batch_search", "Searcher.leg_lists", "parse_mode",
                                    "calibrated_weights"],
     "alignir.retrieval.legs": ["Leg.encode", "Leg.search", "Leg.explain", "register_leg"],
@@ -57,7 +57,7 @@ PUBLIC: dict[str, list[str]] = {
                                  "MilvusCollection.search_dense", "MilvusCollection.search_sparse",
                                  "MilvusCollection.hybrid_rrf"],
     "alignir.retrieval.milvus_search": ["MilvusSearcher.open", "MilvusSearcher.from_searcher"],
-    "alignir.retrieval.preflight": ["check_search_options", "check_before_loading"],
+    "alignir.retrieval.preflight": ["check_before_loading"],
 }
 
 

@@ -14,7 +14,8 @@ from alignir.index.store import CorruptIndexError
 from alignir.retrieval.cli import app
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, delete_documents
-from alignir.retrieval.preflight import check_adapter_base, check_manifest_model, check_search_options
+from alignir.retrieval.preflight import check_adapter_base, check_manifest_model
+from alignir.retrieval.searcher import check_search_options
 
 from conftest import TINY_CORPUS, write_corpus
 

@@ -159,7 +159,7 @@ def eval_cmd(
     BEIR and Pyserini do. --backend milvus searches the collection exported from the index."""
     setup_logging(verbose)
     with user_errors(verbose):
-        from alignir.retrieval.preflight import check_search_options
+        from alignir.retrieval.searcher import check_search_options
 
         opts = backend_options(backend, uri, collection)
         leg_weights = parse_weights(weights)

@@ -156,7 +156,7 @@ def search_cmd(
     setup_logging(verbose)
     with user_errors(verbose):
         from alignir.retrieval.commands.evaluate import parse_weights
-        from alignir.retrieval.preflight import check_search_options
+        from alignir.retrieval.searcher import check_search_options
         from alignir.retrieval.searcher import Searcher
 
         # every argument is checked before the model loads (which takes seconds)
