@@ -53,7 +53,7 @@ def test_a_bug_shows_its_traceback(tmp_path, monkeypatch):
 
 
 def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
-    r = runner.invoke(app, ["resparsify", "--index", str(tmp_path), "--k", "10", "-v"])
+    r = runner.invoke(app, ["resparsify", "--index", str(tmp_path), "--doc-k", "10", "-v"])
     assert r.exit_code == 1 and isinstance(r.exception, AlignirError)
 
 

@@ -365,7 +365,7 @@ def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_mode
         return r.output
 
     idx, uri = tmp_path / "idx", tmp_path / "cli.db"
-    run("build-index", beir, "--index", idx, "--model", model_dir, "--k", 24, "--m", 5)
+    run("build-index", beir, "--index", idx, "--model", model_dir, "--doc-k", 24, "--query-m", 5)
     run("export", "milvus", "--index", idx, "--uri", uri, "--store-text", "--batch-size", 7)
     for mode in ("dense+sparse+bm25", "sparse"):
         args = ("search", QUERIES[0], "--index", idx, "--mode", mode, "--top", 8, "--json", "--device", "cpu")

@@ -365,7 +365,7 @@ def test_cli_builds_searches_and_explains_a_long_document_index(tmp_path, tiny_m
         return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
     r = invoke("build-index", corpus, "--index", tmp_path / "idx", "--model", folder, "--max-length", "64",
-               "--passages", "24:12", "--k", "16")
+               "--passages", "24:12", "--doc-k", "16")
     assert r.exit_code == 0, r.output
     assert "documents exceed" in r.output and "as " in r.output and "passages into" in r.output
     info = json.loads(invoke("info", "--index", tmp_path / "idx", "--json").stdout)
