@@ -1007,21 +1007,3 @@ def update_params(path: str | Path, params: Mapping[str, Any], *, fsync: bool = 
     """Atomically merge ``params`` into ``manifest["params"]`` (every file carried over, as
     :func:`replace_parts` with no part); ``expected`` as there."""
     return replace_parts(path, {}, params=params, fsync=fsync, expected=expected)
-
-
-def replace_sparse(path: str | Path, new_sparse: Part, new_params: Mapping[str, Any],
-                   pc1: np.ndarray | None = None, extra_arrays: Mapping[str, np.ndarray] | None = None,
-                   fsync: bool = True, expected: Mapping[str, Any] | None = None) -> Path:
-    """Deprecated: ``replace_part(path, "sparse", new_sparse, params=new_params, ...)``."""
-    warnings.warn("replace_sparse is deprecated: use replace_part(path, 'sparse', part, params=...)",
-                  DeprecationWarning, stacklevel=2)
-    return replace_part(path, "sparse", new_sparse, params=new_params, pc1=pc1, extra_arrays=extra_arrays,
-                        fsync=fsync, expected=expected)
-
-
-def replace_lexical(path: str | Path, lexical: Part | None, fsync: bool = True,
-                    expected: Mapping[str, Any] | None = None) -> Path:
-    """Deprecated: ``replace_part(path, "lexical", lexical)`` (``None`` removes the part)."""
-    warnings.warn("replace_lexical is deprecated: use replace_part(path, 'lexical', part)",
-                  DeprecationWarning, stacklevel=2)
-    return replace_part(path, "lexical", lexical, fsync=fsync, expected=expected)

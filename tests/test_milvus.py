@@ -87,7 +87,7 @@ def test_export_summary_and_manifest_property(built, exported):
 
 def test_queries_have_signed_sparse_weights(searchers):
     """The default raw query weighting gives surface tokens negative logits: the exact signed path is tested."""
-    Q = searchers[0].encode(QUERIES).sparse
+    Q = searchers[0].encode(QUERIES).legs["sparse"]
     assert any(Q[i].data.min() < 0 for i in range(Q.shape[0]) if Q[i].nnz)
 
 

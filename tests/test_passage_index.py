@@ -231,7 +231,7 @@ def test_searcher_maxp_equals_brute_force_over_the_stored_rows(long_index, tiny_
     s = Searcher.open(root / "idx", loaded=tiny_model)
     pmap, n = s.index.passages, s.index.n_rows
     batch = s.encode(QUERIES)
-    rows = {"dense": s.index.dense.search(batch.dense, n), "sparse": s.index.sparse.search(batch.sparse, n)}
+    rows = {"dense": s.index.dense.search(batch.legs["dense"], n), "sparse": s.index.sparse.search(batch.legs["sparse"], n)}
     for spec in ("maxp", "firstp", "sum2"):
         how, kk = parse_aggregation(spec)
         lists = s.leg_lists(QUERIES, ["dense", "sparse"], k=5, encoded=batch, passage_agg=spec)

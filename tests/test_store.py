@@ -642,13 +642,6 @@ def test_deprecated_spellings_still_work(tmp_path):
     with pytest.warns(DeprecationWarning, match="parts="):
         st = open_index(path, load_dense=False)
     assert st.dense is None and st.sparse is not None
-    new_csr = sp.random(N, 50, density=0.1, format="csr", dtype=np.float32, random_state=9)
-    with pytest.warns(DeprecationWarning, match="replace_part"):
-        store.replace_sparse(path, SparseIndex.from_csr(new_csr), {"K": 3})
-    st = open_index(path)
-    assert st.params["K"] == 3 and st.sparse.n_terms == 50 and st.dense is not None
-    with pytest.warns(DeprecationWarning, match="replace_part"):
-        store.replace_lexical(path, None)
     with pytest.raises(ValueError, match="given twice"), pytest.warns(DeprecationWarning):
         write_index(tmp_path / "j", MANIFEST, IDS, VECS, parts={"sparse": SparseIndex.from_csr(CSR)},
                     sparse_index=SparseIndex.from_csr(CSR))
