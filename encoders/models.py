@@ -17,7 +17,7 @@ which is right for tied and untied heads alike.
 """
 from __future__ import annotations
 
-from alignir.errors import InvalidInputError
+from alignir.errors import InvalidInputError, ModelNotFoundError
 from alignir.index.io import atomic_write_text, replace_dir, sha256_file
 
 import contextlib
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "LoadedModel",
-    "ModelNotFoundError",
     "REGISTERED_MODELS",
     "load_model",
     "cache_dir",
@@ -55,10 +54,6 @@ __all__ = [
 
 #: bump when the converted-folder layout changes (old conversions are then redone)
 CONVERT_FORMAT = 1
-
-
-class ModelNotFoundError(InvalidInputError):
-    """A model spec could not be resolved; the message lists everything that was tried."""
 
 
 @dataclass

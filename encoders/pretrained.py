@@ -312,8 +312,8 @@ def head_missing(model: torch.nn.Module, loading_info: dict[str, Any]) -> bool:
 def load_pretrained(spec: str, device: torch.device, dtype: torch.dtype):
     """Load ``spec`` (a registered profile name, or ``SOURCE?lm_head_from=..&adapters=..``) as a
     LoadedModel whose ``lm_head`` is the right E_g (see the module docstring)."""
-    from alignir.encoders.models import (ModelNotFoundError, _tokenizer_sha256, _weights_sha256,
-                                         load_model, wrap_model)
+    from alignir.encoders.models import _tokenizer_sha256, _weights_sha256, load_model, wrap_model
+    from alignir.errors import ModelNotFoundError
 
     profile = profile_of(spec)
     if profile is not None:

@@ -285,7 +285,7 @@ class Searcher:
 
         ``model`` overrides the model spec recorded in the index (e.g. another copy of the
         same weights); ``loaded`` passes an already loaded model. Either way the encoder's
-        fingerprint must equal the index's, or :class:`index.store.FingerprintMismatch` is
+        fingerprint must equal the index's, or :class:`errors.FingerprintMismatch` is
         raised naming the fields that differ. ``instruction`` is the query-side task
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
         ``fusion``: the default fusion of fused modes (default: the one saved in the index's

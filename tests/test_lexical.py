@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from alignir.index.store import CorruptIndexError, open_index, replace_part
+from alignir.index.store import open_index, replace_part
+from alignir.errors import CorruptIndexError
 from alignir.retrieval import fusion
 from alignir.retrieval.bm25 import BM25, QueryVectorizer, bm25_weights, lexical_leg
 from alignir.retrieval.config import FusionConfig, SparseConfig

@@ -20,11 +20,12 @@ pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
 from alignir.errors import AlignirError  # noqa: E402
-from alignir.index.store import FingerprintMismatch, open_index  # noqa: E402
+from alignir.index.store import open_index  # noqa: E402
+from alignir.errors import FingerprintMismatch
 from alignir.retrieval.config import SparseConfig  # noqa: E402
 from alignir.retrieval.indexer import build_index, resparsify  # noqa: E402
-from alignir.retrieval.milvus import (CollectionMismatch, MilvusCollection, MilvusError, connect,  # noqa: E402
-                                      default_collection_name, export_index, index_manifest)
+from alignir.retrieval.milvus import MilvusCollection, connect, default_collection_name, export_index, index_manifest
+from alignir.errors import CollectionMismatch, MilvusError
 from alignir.retrieval.milvus_search import MilvusSearcher  # noqa: E402
 from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 

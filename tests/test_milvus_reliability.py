@@ -20,8 +20,8 @@ pytest.importorskip("milvus_lite")
 
 from alignir.retrieval.config import SparseConfig  # noqa: E402
 from alignir.retrieval.indexer import build_index  # noqa: E402
-from alignir.retrieval.milvus import (COMPLETE, CollectionMismatch, IncompleteCollection, MilvusError,  # noqa: E402
-                                      connect, default_collection_name, export_index)
+from alignir.retrieval.milvus import COMPLETE, connect, default_collection_name, export_index
+from alignir.errors import CollectionMismatch, IncompleteCollection, MilvusError
 from alignir.retrieval.searcher import Searcher  # noqa: E402
 
 from conftest import ROOT, TINY_CORPUS, write_corpus  # noqa: E402

@@ -14,7 +14,8 @@ import scipy.sparse as sp
 from alignir.errors import AlignirError
 
 from alignir.encoders.models import load_model
-from alignir.index.store import FingerprintMismatch, open_index
+from alignir.index.store import open_index
+from alignir.errors import FingerprintMismatch
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, resparsify
 from alignir.retrieval.searcher import Searcher

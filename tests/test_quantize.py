@@ -20,9 +20,9 @@ from alignir.encoders.models import backbone
 from alignir.encoders.int8_linear import Int8Linear, quantize_rows
 from alignir.encoders.quantize import INT8_SCHEME, check_precision, precision_of
 from alignir.errors import InvalidInputError
-from alignir.index.store import FingerprintMismatch
+from alignir.errors import FingerprintMismatch
 from alignir.retrieval.indexer import build_index
-from alignir.retrieval.manifest import PrecisionMismatch
+from alignir.errors import PrecisionMismatch
 from alignir.retrieval.searcher import Searcher
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -20,9 +20,9 @@ import scipy.sparse as sp
 import alignir.index.store as store
 from alignir.index.dense import DenseIndex
 from alignir.index.sparse import SparseIndex
-from alignir.index.store import (CorruptIndexError, FingerprintMismatch, NotAnIndexError,
-                         UnsupportedFormatError, check_fingerprint, open_index, replace_part,
-                         write_index)
+from alignir.index.store import check_fingerprint, open_index, replace_part, write_index
+from alignir.errors import (CorruptIndexError, FingerprintMismatch, IndexChangedError, IndexWriteError, NotAnIndexError,
+                            UnsupportedFormatError)
 
 ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(3)
@@ -262,7 +262,8 @@ def test_replace_part_swaps_only_the_sparse_part(tmp_path):
 
 WRITER = """
 import sys, numpy as np
-from alignir.index.store import IndexWriteError, write_index
+from alignir.index.store import write_index
+from alignir.errors import IndexWriteError
 from alignir.index.dense import DenseIndex
 n, d = {n}, {d}
 vecs = np.random.default_rng(0).standard_normal((n, d), dtype=np.float32)
@@ -404,7 +405,7 @@ def test_a_read_only_index_is_refused_for_writes(tmp_path):
         modes[p] = p.stat().st_mode
         p.chmod(p.stat().st_mode & ~0o222)
     try:
-        with pytest.raises(store.IndexWriteError, match="read-only"):
+        with pytest.raises(IndexWriteError, match="read-only"):
             replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 8})
     finally:
         for p, m in sorted(modes.items(), key=lambda kv: len(kv[0].parts)):
@@ -420,7 +421,7 @@ def test_a_swap_is_refused_when_the_index_changed_since_it_was_read(tmp_path):
     snapshot = open_index(path).manifest
     replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 64}, expected=snapshot)  # first writer
     before = json.loads((path / "manifest.json").read_text())
-    with pytest.raises(store.IndexChangedError, match="changed while"):
+    with pytest.raises(IndexChangedError, match="changed while"):
         replace_part(path, "sparse", SparseIndex.from_csr(CSR), params={"K": 100}, expected=snapshot)  # second, stale
     assert json.loads((path / "manifest.json").read_text()) == before
     assert leftovers(tmp_path, "idx") == []
