@@ -98,7 +98,9 @@ def _export(index: Path, uri: str, **kw) -> None:
     _release(uri)
 
 
-def _killed_export(index: Path, uri: str, method: str, after: int) -> int:
+def killed_export(index: Path, uri: str, after: int, method: str = "insert") -> subprocess.CompletedProcess:
+    """Run ``export_index`` (one row per insert) in a child that SIGKILLs itself before its call
+    number ``after`` of ``pymilvus.MilvusClient.<method>``."""
     script = textwrap.dedent(f"""
         import os, signal
         import pymilvus
@@ -113,7 +115,8 @@ def _killed_export(index: Path, uri: str, method: str, after: int) -> int:
         pymilvus.MilvusClient.{method} = wrapped
         export_index({str(index)!r}, {uri!r}, batch_size=1, progress=False)
     """)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600).returncode
+    return subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=600)
 
 
 def run(index: Path, work: Path, count: Callable[..., None], kills: int = 6) -> None:
@@ -154,7 +157,7 @@ def run(index: Path, work: Path, count: Callable[..., None], kills: int = 6) -> 
     points = [("insert", int(a)) for a in np.linspace(0, rows - 1, kills).astype(int)]
     for method, after in points + [("flush", 0), ("alter_collection_properties", 0)]:
         uri = str(work / f"kill-{method}-{after}.db")
-        rc = _killed_export(base, uri, method, after)
+        rc = killed_export(base, uri, after, method).returncode
         if rc != -signal.SIGKILL:
             raise RuntimeError(f"the export was to be killed at {method} #{after}, it ended with {rc}")
         outcome = classify(stored, uri, queries, expected)

@@ -11,9 +11,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
+
+from benchmarks.fault_milvus import killed_export
 
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
@@ -26,7 +27,7 @@ from alignir.retrieval.searcher import Searcher  # noqa: E402
 
 from conftest import ROOT, TINY_CORPUS, write_corpus  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.milvus, pytest.mark.usefixtures("one_thread")]
 
 TEXTS = TINY_CORPUS + [t.upper() for t in TINY_CORPUS]
 QUERIES = ["light and carbon in plants", "supersonic wind tunnel", "proteins fold"]
@@ -47,23 +48,7 @@ def _ids(hits):
 
 
 def _killed_export(index, uri, after: int, method: str = "insert") -> subprocess.CompletedProcess:
-    """Run ``export_index`` (one row per insert) in a child that SIGKILLs itself before its call
-    number ``after`` of ``pymilvus.MilvusClient.<method>``."""
-    script = textwrap.dedent(f"""
-        import os, signal
-        import pymilvus
-        from alignir.retrieval.milvus import export_index
-        calls = []
-        real = pymilvus.MilvusClient.{method}
-        def wrapped(self, *a, **kw):
-            if len(calls) == {after}:
-                os.kill(os.getpid(), signal.SIGKILL)
-            calls.append(1)
-            return real(self, *a, **kw)
-        pymilvus.MilvusClient.{method} = wrapped
-        export_index({str(index)!r}, {uri!r}, batch_size=1, progress=False)
-    """)
-    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return killed_export(index, uri, after, method)
 
 
 @pytest.mark.parametrize("after,method", [(0, "insert"), (3, "insert"), (len(TEXTS), "alter_collection_properties")])
@@ -281,7 +266,7 @@ def test_a_folder_this_user_cannot_write_is_named():
     ro = top / "ro"
     ro.mkdir()
     ro.chmod(0o555)
-    script = ("import sys\nfrom alignir.retrieval.milvus import MilvusError, connect\n"
+    script = ("import sys\nfrom alignir.errors import MilvusError\nfrom alignir.retrieval.milvus import connect\n"
               f"try:\n    connect({str(ro / 'x.db')!r})\nexcept MilvusError as e:\n    print(e)\n    sys.exit(3)\n")
     user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
     if user and shutil.which("setpriv") is None:

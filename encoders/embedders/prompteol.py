@@ -23,7 +23,8 @@ Mechanics shared by all of them:
   (they contain nothing to retrieve by, and a zero vector matches nothing) and are counted in
   ``last_stats["n_empty"]``; with ``empty="error"`` they raise ValueError naming their positions.
 - Dynamic batching: prompts sorted by token length, batches filled up to ``batch_tokens``
-  padded tokens (and ``max_batch_size`` rows; a prompt longer than the budget runs alone);
+  padded tokens (and ``max_batch_size`` rows; a prompt longer than the budget runs alone) and
+  closed before padding would exceed 5 % of a batch's positions (``MAX_PADDING``);
   vectors come back in input order. Unset, both follow the device (encoders.batching: a fixed
   small budget on the CPU, a share of the free memory on a GPU).
 - ``prefix_cache=True`` (off by default): the fixed prompt prefix (instruction + template head)
@@ -78,6 +79,9 @@ FAMILY_DEFAULTS: dict[str, tuple[str, str]] = {
 
 ROLES = ("query", "document")
 
+#: the largest padding share of a batch: prompts of close lengths share a batch (length buckets)
+MAX_PADDING = 0.05
+
 #: texts tokenized per step beside a GPU (the next step's on a thread while the GPU runs)
 GPU_STEP_TEXTS = 2048
 
@@ -86,6 +90,8 @@ class PromptEmbedder(Embedder):
     """A frozen causal LM read out through a template and a pooling. See the module docstring."""
 
     family = "prompteol"
+    #: the largest share of a batch's positions that may be padding (see :meth:`_batches`)
+    max_padding = MAX_PADDING
 
     def __init__(
         self,
@@ -244,16 +250,20 @@ class PromptEmbedder(Embedder):
     # ------------------------------------------------------------------ batching
 
     def _batches(self, lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
-        """Greedy batches over ``order`` (longest first) within the padded-token budget."""
-        out, cur, cur_max = [], [], 0
+        """Greedy batches over ``order`` (longest first) within the padded-token budget; a batch
+        also closes before its padding would pass ``max_padding`` of its positions, so no batch
+        (and no corpus) spends more than that share of its tokens on padding."""
+        out, cur, cur_max, cur_sum = [], [], 0, 0
         for i in order:
             n = int(lengths[i])
             new_max = max(cur_max, n)
-            if cur and (new_max * (len(cur) + 1) > self.batch_tokens or len(cur) >= self.max_batch_size):
+            size = new_max * (len(cur) + 1)
+            if cur and (size > self.batch_tokens or len(cur) >= self.max_batch_size
+                        or size - cur_sum - n > self.max_padding * size):
                 out.append(np.array(cur))
-                cur, new_max = [], n
+                cur, new_max, cur_sum = [], n, 0
             cur.append(int(i))
-            cur_max = new_max
+            cur_max, cur_sum = new_max, cur_sum + n
         if cur:
             out.append(np.array(cur))
         return out

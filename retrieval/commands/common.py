@@ -13,13 +13,10 @@ import typer
 from alignir.errors import AlignirError, InvalidInputError
 
 #: --precision of the commands that run the encoder (encoders.quantize)
-PRECISION_HELP = ("Encoder precision: fp32 | int8 (dynamic int8 Linear layers on the CPU, LM head fp32; "
-                  "recorded in the encoder fingerprint, encodings cached apart).")
+PRECISION_HELP = 'fp32 | int8 (int8 Linear layers on the CPU; part of the encoder fingerprint). See docs/indexing.md.'
 
 #: --embedder-option of the commands that build an index
-EMBEDDER_OPTION_HELP = ("KEY=VALUE option of the embedder family, repeatable (e.g. bidirectional=false for llm2comp, "
-                        "K=8 for gircse's test-time steps, k=5 for autoregembed's compress tokens); stored with the "
-                        "index, so its queries are encoded the same way. An adapter's saved options are the default.")
+EMBEDDER_OPTION_HELP = 'KEY=VALUE option of the embedder family, repeatable (e.g. K=8 for gircse); stored with the index. See docs/models.md.'
 
 #: options the commands set from their own flags: --embedder-option may not give them
 _OWN_FLAGS = {"max_length": "--max-length", "batch_tokens": "--batch-tokens", "adapter": "--adapter",
@@ -27,9 +24,7 @@ _OWN_FLAGS = {"max_length": "--max-length", "batch_tokens": "--batch-tokens", "a
               "lm_head_from": "--lm-head-from"}
 
 #: --lm-head-from of the commands that load a model for an index
-LM_HEAD_HELP = ("The model whose LM head reads the aligned tokens (folder, hub id or registered name), for an "
-                "embedder saved without lm_head and untied (e5-mistral: its base Mistral-7B-v0.1); 'input' = its "
-                "own input embeddings. Recorded in the index's model spec.")
+LM_HEAD_HELP = "The model whose LM head gives the aligned tokens, for an untied embedder saved without one ('input': its input embeddings). See docs/models.md."
 
 #: exit code for bad input / a failed operation (typer uses 2 for usage errors)
 EXIT_FAILURE = 1
@@ -154,14 +149,10 @@ def _jsonable(o: Any) -> Any:
 
 # ---------------------------------------------------------------- search backends (search, eval)
 
-BACKEND_OPT = typer.Option("folder", help="Where the legs are searched: folder (the index itself) | milvus "
-                           "(the collection `alignir export milvus` made of it; the folder still encodes queries).")
-URI_OPT = typer.Option(None, help="With --backend milvus: a local .db file (Milvus Lite) or http(s)://host:port "
-                       "(credentials from $MILVUS_TOKEN or $MILVUS_USER + $MILVUS_PASSWORD).")
-DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda: the query encoder's device; the dense (FAISS) leg "
-                          "searches on the GPU with cuda, or auto when faiss-gpu sees one (the [gpu] extra).")
-COLLECTION_OPT = typer.Option(None, help="With --backend milvus: the collection (default: alignir_ + the "
-                              "index folder's name + _ + 8 hex digits of its path's sha256).")
+BACKEND_OPT = typer.Option("folder", help="folder | milvus (the collection `alignir export milvus` made of it).")
+URI_OPT = typer.Option(None, help="Milvus: a .db file (Milvus Lite) or http(s)://host:port. See docs/scaling.md.")
+DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda (the query encoder; FAISS too with faiss-gpu).")
+COLLECTION_OPT = typer.Option(None, help="Milvus collection (default: alignir_ + folder name + 8 hex of its path).")
 
 
 def backend_options(backend: str, uri: Optional[str], collection: Optional[str]) -> dict:

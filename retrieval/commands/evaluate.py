@@ -14,27 +14,11 @@ from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVI
                                                LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
                                                setup_logging, user_errors)
 
-MODES_HELP = ("hybrid | sparse | dense | bm25 | a '+'-joined leg set (dense+bm25, sparse+bm25, "
-              "dense+sparse+bm25) | all (comma-separated list allowed; all = the first three, plus "
-              "bm25 and its fused sets when the index has the lexical leg).")
-WEIGHTS_HELP = ("Per-leg weights of fused leg sets, e.g. dense=0.4,sparse=0.2,bm25=0.4 "
-                "(relative; default for sets with bm25: the calibrated z-score fusion, BM25 at 0.6 and "
-                "the LLM legs at 0.4 between them, each gated by its agreement with BM25 (an index of a "
-                "shipped model may bring its own, e.g. v3 dense=0.25,sparse=0.25,bm25=0.5; alignir info "
-                "shows them); else equal).")
-PASSAGES_HELP = ("Split long documents into overlapping passages, each encoded and stored as its own "
-                 "dense and sparse row (searches return documents): auto (default: when some document "
-                 "exceeds the encoder's window, with WINDOW = that window) | off (truncate as before) | "
-                 "WINDOW[:STRIDE] in tokens of the encoder's tokenizer (STRIDE default WINDOW/2). "
-                 "The BM25 leg always sees whole documents.")
-PASSAGE_AGG_HELP = ("How a document scores by its passages (indexes with passages), before fusion: "
-                    "maxp (its best passage, default) | firstp (its first) | sumN (its N best summed, e.g. sum3); "
-                    "Dai & Callan, SIGIR 2019.")
-FUSION_HELP = ("minmax | rrf | zscore | agree | calibrated. Leg sets with bm25 default to calibrated: "
-               "z-score fusion where each LLM leg's weight is gated by its agreement with the bm25 leg "
-               "measured on pseudo-queries at build time (a leg that is noise on the collection drops "
-               "out: BM25's ranking); agree: the same gate per query (the default of indexes without a "
-               "calibration, see `alignir calibrate`); zscore: the fixed weights (BM25 at 0.6).")
+MODES_HELP = "hybrid | sparse | dense | bm25 | a '+'-joined set (dense+sparse+bm25 ...) | all; comma-separated list allowed."
+WEIGHTS_HELP = "Per-leg weights of a fused set, e.g. dense=0.4,sparse=0.2,bm25=0.4 (default: the index's; alignir info shows them)."
+PASSAGES_HELP = 'auto | off | WINDOW[:STRIDE] in tokens: split documents longer than the encoder window into passages. See docs/indexing.md.'
+PASSAGE_AGG_HELP = 'maxp | firstp | sumN: how a document scores by its passages (default maxp).'
+FUSION_HELP = "calibrated | agree | zscore | minmax | rrf (default: the index's; sets with bm25: calibrated). See docs/searching.md."
 
 
 def _modes(mode: str, available: tuple[str, ...] | None = None) -> list[str]:

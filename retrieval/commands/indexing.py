@@ -49,19 +49,12 @@ def _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quan
 
 
 def build_index_cmd(
-    source: Path = typer.Argument(..., help="A BEIR folder (with corpus.jsonl) or a corpus .jsonl "
-                                  "file with `_id`, `title`, `text` per line."),
+    source: Path = typer.Argument(..., help="A BEIR folder or a corpus.jsonl (`_id`, `title`, `text` per line)."),
     index: Path = INDEX_OPT,
-    model: str = typer.Option(DEFAULT_MODEL, help="Model: registered name (smollm2-135m-alignir-v3, the default = "
-                              "SmolLM2 with the shipped trained adapter; smollm2-135m-alignir and -v2, the earlier "
-                              "ones; "
-                              "smollm2-135m, gemma3-270m untrained; public LLM embedders: qwen3-embedding-0.6b|4b|8b, "
-                              "gte-qwen2-1.5b-instruct, gte-qwen2-7b-instruct, e5-mistral-7b-instruct, gritlm-7b, "
-                              "llm2vec-mistral-7b-supervised, see docs/models.md), "
-                              "local HF folder, .gguf file, or hub id."),
-    embedder: str = typer.Option("prompteol", help="Embedder family: prompteol, last, mean, "
-                                 "weighted-mean, echo, autoregembed, llm2comp, gircse, pretrained (with a model "
-                                 "that is not a shipped trained one, e.g. --model smollm2-135m)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="A shipped or registered name, HF folder, .gguf file or hub id "
+                              "(list: docs/models.md)."),
+    embedder: str = typer.Option("prompteol", help="prompteol | last | mean | weighted-mean | echo | autoregembed | "
+                                 "llm2comp | gircse | pretrained (a shipped model brings its own)."),
     adapter: Optional[Path] = typer.Option(None, help="Trained LoRA adapter folder (alignir train; with a "
                                            "model that is not a shipped trained one)."),
     embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
@@ -156,11 +149,8 @@ def search_cmd(
     mode: str = typer.Option("hybrid", help="hybrid | sparse | dense | bm25 | a '+'-joined leg set "
                              "(dense+bm25, sparse+bm25, dense+sparse+bm25)."),
     top: int = typer.Option(10, "--top", "-k", help="Number of hits."),
-    explain: bool = typer.Option(False, help="Show the matched tokens (as the text they stand for, ␣ = a "
-                                 "leading space; --json adds the raw piece and token id) and their contributions; "
-                                 "with passages, the best passage's span [start:end): character offsets (end "
-                                 "excluded) into the text that was encoded, title + ' ' + text stripped, "
-                                 "not into the text field alone."),
+    explain: bool = typer.Option(False, help="Show the matched tokens and their contributions (␣ = a leading space; "
+                                 "passage spans: docs/searching.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"query\", \"hits\": [...]} as JSON."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
     fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),

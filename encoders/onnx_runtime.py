@@ -1,0 +1,229 @@
+"""The prompt embedders' transformer backbone run by ONNX Runtime, fp32 or dynamically int8.
+
+The backbone (a trained LoRA adapter merged into its private copy of the weights first:
+``merge_and_unload``) is exported once with ``torch.onnx.export`` — inputs ``input_ids``,
+``attention_mask``, ``position_ids`` [batch, length], output ``last_hidden_state`` [batch,
+length, d], batch and length dynamic — and kept on disk under ``cache_dir()/onnx/KEY/`` with KEY
+a hash of the encoder fingerprint's model part (model identity and file hashes, adapter sha256),
+so a second encoder of the same model reuses the file. The int8 file is
+``onnxruntime.quantization.quantize_dynamic`` of it: int8 weights, activations quantised per
+call (one scale per tensor) inside the graph; the MLP down-projections stay fp32 (their inputs
+carry the "massive activations" that one scale per tensor flattens, encoders.quantize), weights
+get one scale per output channel, and the q/k/v and gate/up inputs are smoothed before export
+(SmoothQuant, encoders.smoothing: scales folded into the norms and weights, the fp32 function
+unchanged), so the fp32 and the int8 file come from one export.
+
+Everything around the backbone is unchanged: prompts, batching, pooling run as for torch, and
+the LM-head projection onto the vocabulary (aligned tokens, “A Text is Worth Several Tokens”
+§2, eq.15-16) reads the fp32 head in torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from alignir.encoders.smoothing import ALPHA, CALIBRATION_TEXTS, input_maxima, smooth
+from alignir.errors import InvalidInputError
+
+__all__ = ["RUNTIMES", "EXPORT_FORMAT", "check_runtime", "model_key", "backbone_files", "OnnxBackbone", "to_onnx"]
+
+RUNTIMES = ("torch", "onnx")
+#: what the exported file is; part of the cache key (change it whenever the export changes)
+EXPORT_FORMAT = 2
+#: MatMuls whose weight name contains one of these stay fp32 in the int8 file
+FP32_WEIGHTS = ("down_proj", "fc2")
+INPUTS = ("input_ids", "attention_mask", "position_ids")
+#: the smoothing folded into the exported weights (encoders.smoothing; fp32 function unchanged)
+SMOOTHING = f"smoothquant-a{ALPHA}:qkv,gate-up"
+
+
+def check_runtime(runtime: str | None) -> str:
+    """``None`` -> torch; anything outside :data:`RUNTIMES` is an InvalidInputError."""
+    r = "torch" if runtime is None else str(runtime).strip().lower()
+    if r not in RUNTIMES:
+        raise InvalidInputError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
+    return r
+
+
+def model_key(embedder: Any) -> str:
+    """The cache key of an embedder's exported backbone: the parts of its fingerprint that make
+    the backbone (model identity with its file hashes, dtype, adapter sha256; not the template
+    or lengths, which the graph does not hold), the export format and the exporting torch."""
+    fp = embedder.fingerprint()
+    blob = json.dumps({"model": fp.get("model"), "dtype": fp.get("dtype"), "adapter": fp.get("adapter_sha256"),
+                       "format": EXPORT_FORMAT, "smoothing": SMOOTHING, "torch": torch.__version__},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+class _Forward(torch.nn.Module):
+    """The backbone with the three inputs as positional arguments and the last hidden state out."""
+
+    def __init__(self, backbone: torch.nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=False)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _example(embedder: Any) -> tuple[torch.Tensor, ...]:
+    """Two prompts of different lengths, so neither dimension is specialised to 1."""
+    ids, pos, _, _ = embedder.prepare(["An example document.", "A second, longer example document to encode."],
+                                      "document")
+    return embedder.collate(ids, pos)[:3]
+
+
+def _export(embedder: Any, backbone: torch.nn.Module, path: Path) -> None:
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    dims = {name: {0: batch, 1: length} for name in INPUTS}
+    with torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(_Forward(backbone).eval(), _example(embedder), str(path), input_names=list(INPUTS),
+                          output_names=["last_hidden_state"], dynamic_shapes=dims, dynamo=True,
+                          external_data=False, verbose=False)
+
+
+def _module_of(node: Any) -> str:
+    """The torch module a node of the exported graph comes from (the exporter's name scopes)."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            scopes = [x.strip(" '") for x in prop.value.strip("[]").split(",")]
+            return scopes[-2] if len(scopes) > 1 else ""
+    return ""
+
+
+def _quantize(src: Path, dst: Path) -> None:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = onnx.load(str(src), load_external_data=False).graph
+    keep = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and _module_of(n).endswith(FP32_WEIGHTS)]
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=keep)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _atomic(folder: Path, name: str, write) -> Path:
+    """``folder/name`` written by ``write(tmp_path)`` to a temporary file, then renamed."""
+    target = folder / name
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{name}."))
+    try:
+        write(tmp / name)
+        os.replace(tmp / name, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def backbone_files(embedder: Any, backbone: torch.nn.Module | Callable[[], torch.nn.Module], quantize: bool = True,
+                   root: str | Path | None = None) -> tuple[Path, bool]:
+    """(the ONNX file of ``embedder``'s ``backbone``, int8 when ``quantize``; whether it was made
+    now). Exported (and quantised) once per encoder fingerprint under ``root`` (default
+    ``cache_dir()/onnx``); later calls reuse the file. ``backbone`` may be a function that makes
+    the module, called only when the file has to be exported."""
+    from alignir.encoders.models import cache_dir
+
+    folder = (Path(root).expanduser() if root is not None else cache_dir() / "onnx") / model_key(embedder)
+    name = "backbone-int8.onnx" if quantize else "backbone.onnx"
+    with _locked(folder):
+        if (folder / name).is_file():
+            return folder / name, False
+        fp32 = folder / "backbone.onnx"
+        if not fp32.is_file():
+            module = backbone() if callable(backbone) and not isinstance(backbone, torch.nn.Module) else backbone
+            _atomic(folder, fp32.name, lambda p: _export(embedder, module, p))
+            (folder / "fingerprint.json").write_text(json.dumps(embedder.fingerprint(), indent=1, default=str))
+        if quantize:
+            _atomic(folder, name, lambda p: _quantize(fp32, p))
+        return folder / name, True
+
+
+class OnnxBackbone:
+    """An ONNX Runtime session called like the torch backbone (``input_ids``, ``attention_mask``,
+    ``position_ids`` keywords; an object with ``last_hidden_state`` back)."""
+
+    def __init__(self, path: str | Path, threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = int(threads or torch.get_num_threads())
+        opts.inter_op_num_threads = 1
+        # idle threads sleep instead of spinning: on a shared CPU (or beside torch's own threads)
+        # a spinning pool takes the cores the other work needs
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.path = Path(path)
+        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 **_: Any) -> SimpleNamespace:
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        out = self.session.run(None, {k: np.ascontiguousarray(v.cpu().numpy(), dtype=np.int64)
+                                      for k, v in feed.items()})[0]
+        return SimpleNamespace(last_hidden_state=torch.from_numpy(out))
+
+
+def _smoothed(embedder: Any) -> torch.nn.Module:
+    """A structure copy of the embedder's fp32 backbone with the SmoothQuant scales folded in
+    (calibrated on the fixed texts through the whole prompt, as the graph will run them)."""
+    from alignir.encoders.quantize import _structure_copy
+
+    fp32 = embedder._backbone
+    layers = list(getattr(fp32, "layers", []))
+    maxima = input_maxima(layers, lambda: (embedder.encode_documents(list(CALIBRATION_TEXTS), progress=False),
+                                          embedder.encode_queries(list(CALIBRATION_TEXTS), progress=False)))
+    copy = _structure_copy(fp32)
+    smooth(list(getattr(copy, "layers", [])), maxima)
+    return copy
+
+
+def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None) -> Any:
+    """Make a prompt-family ``embedder`` (fp32, on the CPU) run its backbone in ONNX Runtime, in
+    place, and return it; int8 (dynamic) when ``quantize``. At fp32 the vectors equal torch's
+    within float rounding (as the prefix cache's do), so the fingerprint is unchanged and fp32
+    indexes and embedding caches are shared; int8 joins the model identity (runtime, precision,
+    scheme), so it is in every fingerprint (and cache key) made afterwards."""
+    from alignir.encoders.models import backbone as backbone_of
+    from alignir.encoders.quantize import _merged, precision_of
+
+    loaded = embedder.loaded
+    if not isinstance(getattr(embedder, "_backbone", None), torch.nn.Module) or not hasattr(embedder, "collate"):
+        raise InvalidInputError(f"runtime onnx is not supported by the embedder family {embedder.family!r}")
+    if loaded.device.type != "cpu" or loaded.dtype != torch.float32 or precision_of(loaded) != "fp32":
+        raise InvalidInputError("runtime onnx exports an fp32 model on the CPU: use --device cpu and "
+                                "leave --precision unset (the onnx runtime quantises by itself)")
+    peft = getattr(embedder, "_peft", None)
+    if peft is not None:  # load_adapter made a private copy: merge the LoRA weights into it
+        embedder._peft = _merged(peft)
+        embedder._backbone = backbone_of(embedder._peft)
+    embedder.prefix_cache = False  # the exported graph takes no KV cache
+    path, _ = backbone_files(embedder, lambda: _smoothed(embedder), quantize=quantize, root=root)
+    embedder._backbone = OnnxBackbone(path)
+    if quantize:
+        scheme = "onnxruntime-dynamic-per-tensor;per-channel-weights;" + SMOOTHING + ";fp32:" + ",".join(FP32_WEIGHTS)
+        identity = {**loaded.identity, "runtime": "onnx", "precision": "int8", "int8_scheme": scheme}
+        embedder.loaded = dataclasses.replace(loaded, identity=identity)
+    return embedder
