@@ -144,7 +144,7 @@ def run_model(spec: str, docs: list[str], args) -> dict:
         ours_s += time.perf_counter() - t
         ours_tok += emb.last_stats["n_tokens"]
         ours_pad += emb.last_stats["n_padded_tokens"]
-        ids, _, _, _ = emb._prepare(chunk, "document")
+        ids, _, _, _ = emb.prepare(chunk, "document")
         lengths += [len(x) for x in ids]
         V_ours.append(v)
         t = time.perf_counter()

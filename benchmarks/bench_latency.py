@@ -34,7 +34,7 @@ def measure(searcher: Searcher, queries: list[str], mode: str, k: int) -> dict:
         searcher.batch_search([q], k=k, mode=mode, timings=tm)
         totals.append(time.perf_counter() - t0)
         for s in STAGES:
-            per_stage[s].append(getattr(tm, s))
+            per_stage[s].append(getattr(tm, s) if s in ("encode", "fuse") else tm.legs.get(s, 0.0))
     t = np.array(totals) * 1000
     total_time = float(np.sum(totals))
     return {

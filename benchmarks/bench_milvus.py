@@ -72,8 +72,7 @@ def equal_ties_aside(a: list, b: list, rtol: float = 1e-5) -> bool:
 
 
 def rows_of(batch: QueryBatch, i: int) -> QueryBatch:
-    part = lambda x: None if x is None else x[i:i + 1]  # noqa: E731
-    return QueryBatch(part(batch.dense), part(batch.sparse), 0.0, part(batch.lexical))
+    return QueryBatch(legs={leg: rows[i:i + 1] for leg, rows in batch.legs.items()})
 
 
 def main() -> None:

@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 
 from alignir.encoders.models import load_model
-from alignir.encoders.shipped import resolve_shipped
+from alignir.encoders.shipped import DEFAULT_MODEL, resolve_shipped
 from alignir.index.store import read_manifest
 from alignir.retrieval.beir import load_beir, resolve_dataset
 from alignir.retrieval.evaluation import evaluate_runs, run_queries
-from alignir.retrieval.indexer import DEFAULT_MODEL, build_index
+from alignir.retrieval.indexer import build_index
 from alignir.retrieval.metrics import self_hits_apply
 from alignir.retrieval.searcher import LEG_SET_FUSION, Searcher
 

@@ -68,7 +68,7 @@ def main() -> None:
     D = stored_doc_matrix(stored.sparse)
     qids = list(ds.queries)
     texts = [ds.queries[q] for q in qids]
-    Q = sp.csr_matrix(searcher.encode(texts).sparse, dtype=np.float32)
+    Q = sp.csr_matrix(searcher.encode(texts).legs["sparse"], dtype=np.float32)
     k = args.k
 
     # alignir on float weights (what the product serves) and on the exported integers

@@ -90,7 +90,8 @@ class Harness:
             self.leg_source = "built in memory from the dataset corpus (index lacks the leg)"
         else:
             self.leg_source = "index"
-        self.batch = QueryBatch(self.Hq, self.searcher.sparsifier.queries(self.Hq, self.surface))
+        self.batch = QueryBatch(legs={"dense": self.Hq,
+                                      "sparse": self.searcher.sparsifier.queries(self.Hq, self.surface)})
 
     def _run(self, docs: np.ndarray, scores: np.ndarray) -> dict:
         """Rows (documents, or passages of an index with passages) best first -> a run of

@@ -90,7 +90,7 @@ def read_bandwidth_gbs(n_bytes: int = 1 << 30, repeats: int = 3) -> float:
 
 
 def prompt_tokens(emb, query: str) -> int:
-    ids, _, _, _ = emb._prepare([query], "query")
+    ids, _, _, _ = emb.prepare([query], "query")
     return len(ids[0])
 
 

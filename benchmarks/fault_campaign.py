@@ -127,9 +127,9 @@ def folder_attacks(args: argparse.Namespace, work: Path, count) -> None:
     shutil.copytree(args.index, base)
     subprocess.run(resparsify_cmd(base), check=True, capture_output=True)  # rewritten by this version
     expected = rankings(base, loaded)
-    new = work / "new"  # the version a resparsify --k 64 writes
+    new = work / "new"  # the version a resparsify --doc-k 64 writes
     shutil.copytree(base, new)
-    subprocess.run(resparsify_cmd(new, "--k", "64"), check=True, capture_output=True)
+    subprocess.run(resparsify_cmd(new, "--doc-k", "64"), check=True, capture_output=True)
     expected_new = rankings(new, loaded)
 
     for attack, hurt in damage_cases(base):  # damage: every file, the manifest included
@@ -142,7 +142,7 @@ def folder_attacks(args: argparse.Namespace, work: Path, count) -> None:
         case = work / "case"
         shutil.rmtree(case, ignore_errors=True)
         shutil.copytree(base, case)
-        proc = subprocess.Popen(resparsify_cmd(case, "--k", "64"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(resparsify_cmd(case, "--doc-k", "64"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5 + i * 1.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -153,7 +153,7 @@ def folder_attacks(args: argparse.Namespace, work: Path, count) -> None:
         shutil.rmtree(case, ignore_errors=True)
         shutil.copytree(base, case)
         procs = [subprocess.Popen(resparsify_cmd(case, *a), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                 for a in (["--k", "64"], ["--fold"])]
+                 for a in (["--doc-k", "64"], ["--fold"])]
         for p in procs:
             p.wait()
         folded = work / "folded"  # what --fold alone writes, for the outcome where it won
@@ -169,7 +169,7 @@ def folder_attacks(args: argparse.Namespace, work: Path, count) -> None:
 
     def writer() -> None:
         for k in ("64", "256", "64", "256"):
-            subprocess.run(resparsify_cmd(case, "--k", k, "--wait"), capture_output=True)
+            subprocess.run(resparsify_cmd(case, "--doc-k", k, "--wait"), capture_output=True)
         stop.set()
 
     t = threading.Thread(target=writer)

@@ -192,7 +192,7 @@ def run(index: Path, work: Path, count: Callable[..., None], kills: int = 6) -> 
                   rebuilt_by_recreate=by_recreate, rebuilt_in_another_collection=elsewhere)
 
     # two folders whose names sanitise alike: each its own collection; --recreate never drops the other's
-    from alignir.retrieval.milvus import CollectionMismatch
+    from alignir.errors import CollectionMismatch
 
     x = work / "x"
     a, b = x / "adi-v1", x / "adi_v1"

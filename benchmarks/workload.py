@@ -85,9 +85,9 @@ def extract(index_dir: str, dataset: str, out: str, split: str = "test") -> dict
                         "params": s.index.manifest.get("params"),
                         "n_queries": len(texts)},
              "command": "python benchmarks/workload.py " + " ".join(sys.argv[1:])}
-    legs = {"aligned": (s.index.sparse, batch.sparse)}
+    legs = {"aligned": (s.index.sparse, batch.legs["sparse"])}
     if s.index.lexical is not None:
-        legs["bm25"] = (s.index.lexical.index, batch.lexical)
+        legs["bm25"] = (s.index.lexical.index, batch.legs["bm25"])
     for name, (idx, Q) in legs.items():
         D = _index_to_csr(idx)
         out_d[name] = leg_stats(D, sp.csr_matrix(Q, dtype=np.float32))

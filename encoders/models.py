@@ -17,7 +17,7 @@ which is right for tied and untied heads alike.
 """
 from __future__ import annotations
 
-from alignir.errors import InvalidInputError
+from alignir.errors import InvalidInputError, ModelNotFoundError
 from alignir.index.io import atomic_write_text, replace_dir, sha256_file
 from alignir.encoders.pretrained import (HEAD_INPUT, PretrainedProfile, _tensor_sha256, _tied, head_missing,
                                          is_pretrained_spec, missing_head_error, parse_spec, profile_of,
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "LoadedModel",
-    "ModelNotFoundError",
     "REGISTERED_MODELS",
     "load_model",
     "cache_dir",
@@ -58,10 +57,6 @@ __all__ = [
 
 #: bump when the converted-folder layout changes (old conversions are then redone)
 CONVERT_FORMAT = 1
-
-
-class ModelNotFoundError(InvalidInputError):
-    """A model spec could not be resolved; the message lists everything that was tried."""
 
 
 @dataclass

@@ -10,13 +10,9 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from alignir.errors import AlignirError
+from alignir.errors import IndexBusyError
 
-__all__ = ["IndexBusyError", "lock_path", "writer_lock"]
-
-
-class IndexBusyError(AlignirError):
-    """Another process is writing this index."""
+__all__ = ["lock_path", "writer_lock"]
 
 
 def lock_path(index: str | Path) -> Path:

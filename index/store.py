@@ -39,7 +39,8 @@ previous index is untouched. Nothing is pickled: arrays load with
 """
 from __future__ import annotations
 
-from alignir.errors import AlignirError, InvalidInputError
+from alignir.errors import (CorruptIndexError, FingerprintMismatch, IndexChangedError, IndexReadError, IndexStoreError,
+                            IndexWriteError, InvalidInputError, NotAnIndexError, UnsupportedFormatError)
 
 import errno
 import hashlib
@@ -77,46 +78,6 @@ RESERVED = ("format", "format_version", "created", "encoder_hash", "counts", "di
             "files", "components", "parts", "dense_dtype", "dense_index", "lexical", "manifest_sha256")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-# ---------------------------------------------------------------------------------
-# errors
-
-
-class IndexStoreError(AlignirError):
-    """Base class of the index-directory errors."""
-
-
-class NotAnIndexError(IndexStoreError, ValueError):
-    """The path does not exist, or is not an alignir index folder."""
-
-
-class CorruptIndexError(IndexStoreError, ValueError):
-    """A file is missing, altered (checksum) or inconsistent with the manifest."""
-
-
-class UnsupportedFormatError(IndexStoreError, ValueError):
-    """The index was written by a newer alignir (format version too high)."""
-
-
-class FingerprintMismatch(IndexStoreError, ValueError):
-    """The query encoder differs from the encoder that built the index."""
-
-    def __init__(self, differences: dict[str, tuple[Any, Any]]):
-        self.differences = differences
-        lines = [f"  {k}: index={a!r}, query encoder={b!r}" for k, a, b in
-                 ((k, *v) for k, v in sorted(differences.items()))]
-        super().__init__("the query encoder does not match the encoder that built this index "
-                         "(queries must be encoded the same way as the documents); differing "
-                         "fields:\n" + "\n".join(lines))
-
-
-class IndexWriteError(IndexStoreError, OSError):
-    """Writing the index failed (disk full, permissions...); nothing was changed."""
-
-
-class IndexReadError(IndexStoreError, OSError):
-    """An index file could not be read (permissions, I/O error)."""
 
 
 _ERRNO_HINTS = {
@@ -926,10 +887,6 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-class IndexChangedError(IndexStoreError):
-    """The index changed between a writer's read and its swap (another writer got there first)."""
-
-
 def _check_generation(path: Path, current: Mapping[str, Any], expected: Mapping[str, Any] | None) -> None:
     if expected is not None and dict(current) != dict(expected):
         raise IndexChangedError(f"{path} changed while this write was being prepared (another writer?); "
@@ -1007,21 +964,3 @@ def update_params(path: str | Path, params: Mapping[str, Any], *, fsync: bool = 
     """Atomically merge ``params`` into ``manifest["params"]`` (every file carried over, as
     :func:`replace_parts` with no part); ``expected`` as there."""
     return replace_parts(path, {}, params=params, fsync=fsync, expected=expected)
-
-
-def replace_sparse(path: str | Path, new_sparse: Part, new_params: Mapping[str, Any],
-                   pc1: np.ndarray | None = None, extra_arrays: Mapping[str, np.ndarray] | None = None,
-                   fsync: bool = True, expected: Mapping[str, Any] | None = None) -> Path:
-    """Deprecated: ``replace_part(path, "sparse", new_sparse, params=new_params, ...)``."""
-    warnings.warn("replace_sparse is deprecated: use replace_part(path, 'sparse', part, params=...)",
-                  DeprecationWarning, stacklevel=2)
-    return replace_part(path, "sparse", new_sparse, params=new_params, pc1=pc1, extra_arrays=extra_arrays,
-                        fsync=fsync, expected=expected)
-
-
-def replace_lexical(path: str | Path, lexical: Part | None, fsync: bool = True,
-                    expected: Mapping[str, Any] | None = None) -> Path:
-    """Deprecated: ``replace_part(path, "lexical", lexical)`` (``None`` removes the part)."""
-    warnings.warn("replace_lexical is deprecated: use replace_part(path, 'lexical', part)",
-                  DeprecationWarning, stacklevel=2)
-    return replace_part(path, "lexical", lexical, fsync=fsync, expected=expected)

@@ -13,7 +13,7 @@ records them in ``.skipped`` instead.
 """
 from __future__ import annotations
 
-from alignir.errors import BeirFormatError, InvalidInputError, QrelsError
+from alignir.errors import CorpusError, DownloadError, InvalidInputError, QueriesError
 from alignir.index.io import replace_dir
 from alignir.qrels import read_qrels
 
@@ -34,13 +34,8 @@ __all__ = [
     "BEIR_URL",
     "BeirConsistencyWarning",
     "BeirDataset",
-    "BeirFormatError",
     "Corpus",
-    "CorpusError",
     "Document",
-    "DownloadError",
-    "QrelsError",
-    "QueriesError",
     "Skipped",
     "beir_url",
     "download_beir",
@@ -69,18 +64,6 @@ BEIR_MD5 = {
     "trec-covid": "ce62140cb23feb9becf6270d0d1fe6d1",
     "webis-touche2020": "46f650ba5a527fc69e0a6521c5a23563",
 }
-
-
-class CorpusError(BeirFormatError):
-    kind = "corpus"
-
-
-class QueriesError(BeirFormatError):
-    kind = "queries"
-
-
-class DownloadError(InvalidInputError):
-    """A BEIR download failed (HTTP error, offline, truncated, corrupt or unsafe archive)."""
 
 
 class BeirConsistencyWarning(UserWarning):

@@ -151,7 +151,7 @@ class Encoder:
         """The encoder of the index at ``path``: its model, family and options, its sparse
         configuration, fitted u1/λ (eq.14) and term map, so that :meth:`encode_documents` gives
         the rows the index stores and :meth:`encode_queries` the vectors its searches use.
-        The model's fingerprint must equal the index's (index.store.FingerprintMismatch);
+        The model's fingerprint must equal the index's (errors.FingerprintMismatch);
         ``model`` / ``loaded`` / ``instruction`` / ``precision`` as in ``Searcher.open``."""
         from alignir.index.store import open_index
 

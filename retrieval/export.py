@@ -116,7 +116,7 @@ def export_queries(searcher: Any, queries: Mapping[str, str], out_dir: str | Pat
     ``scale`` defaults to 1 for binary query weights (eq.16) and to the document scale else."""
     qids = list(queries)
     texts = [queries[q] for q in qids]
-    Q = searcher.encode(texts).sparse
+    Q = searcher.encode(texts).legs["sparse"]
     if scale is None:
         scale = 1.0 if searcher.sparsifier.config.query_weighting == "binary" else DEFAULT_SCALE
     out = Path(out_dir)

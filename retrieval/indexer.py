@@ -29,13 +29,13 @@ from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
 from alignir.index.texts import DocTexts
-from alignir.index.store import (NotAnIndexError, open_index, read_manifest, replace_part, replace_parts,
-                                 update_params, write_index)
+from alignir.index.store import open_index, read_manifest, replace_part, replace_parts, update_params, write_index
+from alignir.errors import NotAnIndexError
 from alignir.retrieval.beir import Corpus, Document, Skipped, read_corpus_jsonl
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig, SparseConfig
-from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,  # noqa: F401
-                                       normalize_fingerprint, term_map_arrays, term_map_from_arrays)
+from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,
+                                       term_map_arrays, term_map_from_arrays)
 from alignir.retrieval.encoder import Encoder
 from alignir.retrieval.sparsify import Sparsifier, resolve_lambda
 

@@ -11,11 +11,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from alignir.encoders.terms import TermMap
-from alignir.index.store import CorruptIndexError, FingerprintMismatch, check_fingerprint
+from alignir.index.store import check_fingerprint
+from alignir.errors import CorruptIndexError, PrecisionMismatch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["embedder_spec", "check_encoder", "PrecisionMismatch", "doc_encoder_fingerprint", "normalize_fingerprint",
+__all__ = ["embedder_spec", "check_encoder", "doc_encoder_fingerprint", "normalize_fingerprint",
            "term_map_arrays", "term_map_from_arrays"]
 
 
@@ -53,20 +54,9 @@ def normalize_fingerprint(fingerprint: dict[str, Any]) -> dict[str, Any]:
     return fp
 
 
-class PrecisionMismatch(FingerprintMismatch):
-    """The query encoder runs at another precision (fp32 | int8) than the index's encoder."""
-
-    def __init__(self, index_precision: str, query_precision: str):
-        super().__init__({"model.precision": (index_precision, query_precision)})
-        self.args = (f"this index was built by a {index_precision} encoder but the query encoder is "
-                     f"{query_precision}: search with --precision {index_precision} (Searcher.open("
-                     f"precision={index_precision!r})), or pass --allow-precision-mismatch "
-                     f"(allow_precision_mismatch=True) to accept slightly different query vectors",)
-
-
 def check_encoder(stored: Any, embedder: Any, allow_precision_mismatch: bool = False) -> None:
     """Refuse a query/re-sparsify encoder whose fingerprint differs from the index's
-    (index.store.FingerprintMismatch names the differing fields; :class:`PrecisionMismatch`
+    (errors.FingerprintMismatch names the differing fields; errors.PrecisionMismatch
     when only the precision differs, encoders.quantize).
 
     ``allow_precision_mismatch``: accept an encoder that differs in its precision only (an

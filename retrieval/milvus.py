@@ -53,9 +53,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from alignir.errors import AlignirError, InvalidInputError
+from alignir.errors import AlignirError, CollectionMismatch, IncompleteCollection, InvalidInputError, MilvusError
 
-__all__ = ["MilvusError", "CollectionMismatch", "IncompleteCollection", "MilvusCollection", "check_uri", "connect", "export_index",
+__all__ = ["MilvusCollection", "check_uri", "connect", "export_index",
            "index_manifest", "default_collection_name"]
 
 FORMAT = "alignir-milvus"
@@ -74,18 +74,6 @@ FIELDS = {"dense": "dense", "sparse": "sparse", "bm25": "bm25"}  # leg -> vector
 #: the one term of a document without any (e.g. only stopwords: an empty BM25 vector), which
 #: Milvus cannot store empty; no query has it (the largest index Milvus takes), so it matches nothing
 NO_TERM = 2**32 - 2
-
-
-class MilvusError(AlignirError):
-    """Milvus could not be reached or refused an operation (one line, with the URI)."""
-
-
-class CollectionMismatch(AlignirError, ValueError):
-    """The collection was exported from another index (or by another encoder)."""
-
-
-class IncompleteCollection(MilvusError):
-    """The collection is not whole: an interrupted export, or storage that lost rows."""
 
 
 #: the loggers of the Milvus client, Milvus Lite and gRPC (and their children)

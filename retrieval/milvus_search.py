@@ -86,14 +86,15 @@ class MilvusSearcher(Searcher):
         """As :meth:`Searcher._leg_lists`: check ``batch`` for ``legs``, then search the legs in
         ``search`` (default: ``legs``) in the Milvus collection."""
         n = len(queries)
-        for leg, part in (("dense", batch.dense), ("sparse", batch.sparse)):
+        for leg in ("dense", "sparse"):
+            part = batch.legs.get(leg)
             if leg in legs and (part is None or part.shape[0] != n):
                 raise InvalidInputError(f"encoded batch lacks the {leg} vectors of {n} queries")
         if "bm25" in legs:
-            self._lexical()
-            if batch.lexical is None:
-                batch.lexical = self._lexical()[1](_check_queries(queries))
-            if batch.lexical.shape[0] != n:
+            bm25 = self._leg("bm25")
+            if "bm25" not in batch.legs:
+                batch.legs["bm25"] = bm25.vectorizer(_check_queries(queries))  # type: ignore[attr-defined]
+            if batch.legs["bm25"].shape[0] != n:
                 raise InvalidInputError("encoded batch and queries differ in length")
         allowed = self._allowed_numbers(allowed_ids)
         tm.encode = batch.seconds
@@ -110,11 +111,10 @@ class MilvusSearcher(Searcher):
         for leg in searched:
             t0 = time.perf_counter()
             if leg == "dense":
-                lists[leg] = self.milvus.search_dense(self.index.dense.transform_queries(batch.dense), side_k,
-                                                      allowed)
+                lists[leg] = self.milvus.search_dense(self.index.dense.transform_queries(batch.legs["dense"]),
+                                                      side_k, allowed)
             else:
-                lists[leg] = self.milvus.search_sparse(batch.sparse if leg == "sparse" else batch.lexical, side_k,
-                                                       allowed, field=leg)
+                lists[leg] = self.milvus.search_sparse(batch.legs[leg], side_k, allowed, field=leg)
             tm.legs[leg] = time.perf_counter() - t0
         return lists
 
@@ -124,10 +124,10 @@ class MilvusSearcher(Searcher):
         Milvus, aggregated here (BM25: the first passages, which carry the whole document's)."""
         pmap = self.index.passages
         if leg == "bm25":
-            found = self.milvus.search_sparse(batch.lexical, k, allowed, field="bm25", first_only=True)
+            found = self.milvus.search_sparse(batch.legs["bm25"], k, allowed, field="bm25", first_only=True)
             return [{int(pmap.doc[r]): s for r, s in hits.items()} for hits in found]
         how, sum_k = parse_aggregation(aggregate)
-        vectors = self.index.dense.transform_queries(batch.dense) if leg == "dense" else batch.sparse
+        vectors = self.index.dense.transform_queries(batch.legs["dense"]) if leg == "dense" else batch.legs["sparse"]
 
         def rows(which: np.ndarray, depth: int, _allowed_rows: Any) -> tuple[np.ndarray, np.ndarray]:
             # the allowed rows are the allowed documents' (first, for FirstP) passages: filters
@@ -177,16 +177,17 @@ class MilvusSearcher(Searcher):
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         texts = _check_queries(queries)
         if "bm25" in legs:
-            self._lexical()
+            self._leg("bm25")
         batch = encoded if encoded is not None else self.encode(texts, legs)
         self._complete_batch(texts, batch, legs)
-        vectors = {"dense": None if batch.dense is None else self.index.dense.transform_queries(batch.dense),
-                   "sparse": batch.sparse, "bm25": batch.lexical}
+        dense = batch.legs.get("dense")
+        vectors = {"dense": None if dense is None else self.index.dense.transform_queries(dense),
+                   "sparse": batch.legs.get("sparse"), "bm25": batch.legs.get("bm25")}
         whole = [i for i in range(len(texts)) if all(_usable(vectors[leg], i, leg) for leg in legs)]
         rest = [i for i in range(len(texts)) if i not in set(whole)]
         results: list[list[Hit]] = [[] for _ in texts]
         if rest:
-            sub = QueryBatch(_rows(batch.dense, rest), _rows(batch.sparse, rest), 0.0, _rows(batch.lexical, rest))
+            sub = QueryBatch(legs={leg: _rows(rows, rest) for leg, rows in batch.legs.items()})
             for i, hits in zip(rest, super().batch_search([texts[i] for i in rest], k, mode, encoded=sub, **opts)):
                 results[i] = hits
         allowed = self._allowed_numbers(allowed_ids)
@@ -205,10 +206,9 @@ class MilvusSearcher(Searcher):
                 results[i] = [Hit(self.index.doc_ids[num], float(score), rank, num)
                               for rank, (num, score) in enumerate(fusion_mod.ranked(run, k), start=1)]
                 if explain:
-                    lexical = "sparse" not in legs
+                    leg = "sparse" if "sparse" in legs else "bm25"
                     for h in results[i]:
-                        h.explanation = (self.explain_bm25(batch.lexical[i], h.doc_number) if lexical
-                                         else self.explain(batch.sparse[i], h.doc_number))
+                        h.explanation = self._leg(leg).explain(batch.legs[leg][i], h.doc_number)
         return results
 
 

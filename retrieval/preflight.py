@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from alignir.errors import AlignirError, InvalidInputError
-from alignir.index.store import CorruptIndexError
+from alignir.errors import CorruptIndexError
 
 __all__ = ["check_manifest_model", "check_adapter_base", "check_before_loading"]
 

@@ -194,48 +194,11 @@ class Hit:
 
 class QueryBatch:
     """Encoded queries: one representation per leg (``legs``: {leg name: rows}, row i =
-    query i) and the seconds the encoding took. ``dense`` / ``sparse`` / ``lexical`` read the
-    built-in legs (None when not computed). The old constructor ``QueryBatch(dense, sparse,
-    seconds, lexical)`` still works."""
+    query i) and the seconds the encoding took."""
 
-    def __init__(self, dense: np.ndarray | None = None, sparse: sp.csr_matrix | None = None,
-                 seconds: float = 0.0, lexical: sp.csr_matrix | None = None, *,
-                 legs: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, *, legs: Mapping[str, Any] | None = None, seconds: float = 0.0) -> None:
         self.legs: dict[str, Any] = dict(legs or {})
-        for name, rows in (("dense", dense), ("sparse", sparse), ("bm25", lexical)):
-            if rows is not None:
-                self.legs[name] = rows
         self.seconds = seconds
-
-    def _set(self, leg: str, rows: Any) -> None:
-        if rows is None:
-            self.legs.pop(leg, None)
-        else:
-            self.legs[leg] = rows
-
-    @property
-    def dense(self) -> np.ndarray | None:
-        return self.legs.get("dense")
-
-    @dense.setter
-    def dense(self, rows: np.ndarray | None) -> None:
-        self._set("dense", rows)
-
-    @property
-    def sparse(self) -> sp.csr_matrix | None:
-        return self.legs.get("sparse")
-
-    @sparse.setter
-    def sparse(self, rows: sp.csr_matrix | None) -> None:
-        self._set("sparse", rows)
-
-    @property
-    def lexical(self) -> sp.csr_matrix | None:
-        return self.legs.get("bm25")
-
-    @lexical.setter
-    def lexical(self, rows: sp.csr_matrix | None) -> None:
-        self._set("bm25", rows)
 
     def __repr__(self) -> str:
         shapes = {k: getattr(v, "shape", None) for k, v in self.legs.items()}
@@ -245,25 +208,12 @@ class QueryBatch:
 @dataclass
 class Timings:
     """Seconds spent per stage by the last batch (filled when passed to batch_search):
-    ``encode``, ``legs`` ({leg name: seconds of its search}) and ``fuse``; ``sparse`` /
-    ``dense`` / ``bm25`` read ``legs`` (0 when the leg did not run)."""
+    ``encode``, ``legs`` ({leg name: seconds of its search}) and ``fuse``."""
 
     encode: float = 0.0
     fuse: float = 0.0
     legs: dict[str, float] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def sparse(self) -> float:
-        return self.legs.get("sparse", 0.0)
-
-    @property
-    def dense(self) -> float:
-        return self.legs.get("dense", 0.0)
-
-    @property
-    def bm25(self) -> float:
-        return self.legs.get("bm25", 0.0)
 
 
 class Searcher:
@@ -307,12 +257,6 @@ class Searcher:
                                     f"(its legs: {', '.join(self.legs)})")
         return leg
 
-    def _lexical(self) -> tuple[Any, Any]:
-        """(LexicalLeg, its QueryVectorizer) — the spelling code written before the legs used
-        (a clear error when the index has no lexical part)."""
-        leg = self._leg("bm25")
-        return leg.lexical, leg.vectorizer  # type: ignore[attr-defined]
-
     def _names(self) -> tuple[str, ...]:
         """Leg names a mode may use, in mode order: the searcher's legs, then the built-in
         ones this index lacks (so that naming them gives the clear error of :meth:`_leg`)."""
@@ -341,7 +285,7 @@ class Searcher:
 
         ``model`` overrides the model spec recorded in the index (e.g. another copy of the
         same weights); ``loaded`` passes an already loaded model. Either way the encoder's
-        fingerprint must equal the index's, or :class:`index.store.FingerprintMismatch` is
+        fingerprint must equal the index's, or :class:`errors.FingerprintMismatch` is
         raised naming the fields that differ. ``instruction`` is the query-side task
         instruction (“A Text is Worth Several Tokens” Table 7: a task name such as ``"scifact"`` or a literal string).
         ``fusion``: the default fusion of fused modes (default: the one saved in the index's
@@ -506,7 +450,7 @@ class Searcher:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         if "bm25" in legs:
-            self._lexical()  # a clear error before any work when the index lacks the leg
+            self._leg("bm25")  # a clear error before any work when the index lacks the leg
         n_docs = self.index.n_docs  # what a random top list is drawn from ("agree"'s chance correction)
         if allowed_ids is not None and not isinstance(allowed_ids, (str, bytes)):
             allowed_ids = list(dict.fromkeys(allowed_ids))  # read once (it may be an iterator)
@@ -634,11 +578,6 @@ class Searcher:
         """Shared terms of a query's sparse vector and a document, with contributions
         (their sum is the document's sparse score)."""
         return self._leg("sparse").explain(query_row, doc_number)
-
-    def explain_bm25(self, query_row: sp.csr_matrix, doc_number: int) -> list[TermContribution]:
-        """Shared words of a query's BM25 term counts and a document, with contributions
-        (count · BM25 weight; their sum is the document's bm25 score)."""
-        return self._leg("bm25").explain(query_row, doc_number)
 
     def _allowed_numbers(self, allowed_ids: Iterable[str] | None) -> np.ndarray | None:
         if allowed_ids is None:

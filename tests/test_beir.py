@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from alignir.errors import CorpusError, QrelsError, QueriesError
 from alignir.retrieval.beir import (
     BeirConsistencyWarning,
-    CorpusError,
     Document,
-    QrelsError,
-    QueriesError,
     load_beir,
     read_corpus_jsonl,
     read_qrels,

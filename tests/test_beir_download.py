@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alignir.retrieval.beir import DownloadError, beir_url, download_beir, load_beir, resolve_dataset
+from alignir.retrieval.beir import beir_url, download_beir, load_beir, resolve_dataset
+from alignir.errors import DownloadError
 
 
 def _zip(files: dict[str, str]) -> bytes:

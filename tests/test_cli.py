@@ -102,7 +102,7 @@ def test_tiny_cycle(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
         ["plants and light", "stock market rates", "supersonic flow", "protein folding"])])
     idx = env / "idx"
-    r = invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--k", "16")
+    r = invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--doc-k", "16")
     assert r.exit_code == 0, r.output
     for mode in ("hybrid", "sparse", "dense"):
         r = invoke("search", "plants light", "--index", idx, "--mode", mode, "--json", "--explain")
@@ -112,7 +112,7 @@ def test_tiny_cycle(env, tiny_folder):
         assert [h["rank"] for h in out["hits"]] == list(range(1, len(out["hits"]) + 1))
     r = invoke("search", "  ", "--index", idx)
     assert r.exit_code != 0 and "empty" in r.output
-    r = invoke("resparsify", "--index", idx, "--k", "4")
+    r = invoke("resparsify", "--index", idx, "--doc-k", "4")
     assert r.exit_code == 0, r.output
     info = json.loads(invoke("info", "--index", idx, "--json").stdout)
     assert info["params"]["sparse"]["doc_k"] == 4
@@ -120,11 +120,38 @@ def test_tiny_cycle(env, tiny_folder):
     assert "documents  4" in invoke("info", "--index", idx).output
 
 
+def test_sparse_flags_carry_the_sparse_config_names_and_the_old_ones_warn(env, tiny_folder):
+    """--doc-k/--query-m/--pc1-lambda set SparseConfig's doc_k/query_m/pc1_lambda; the earlier
+    --k/--m/--lambda, hidden from --help, set the same with one deprecation line each."""
+    corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
+        ["plants and light", "stock market rates", "supersonic flow", "protein folding"])])
+    idx = env / "idx"
+    r = invoke("build-index", corpus, "--index", idx, "--model", tiny_folder,
+               "--doc-k", "16", "--query-m", "3", "--pc1-lambda", "0.5")
+    assert r.exit_code == 0 and "deprecated" not in r.output, r.output
+
+    def sparse() -> dict:
+        return json.loads((idx / "manifest.json").read_text())["params"]["sparse"]
+    assert (sparse()["doc_k"], sparse()["query_m"], sparse()["pc1_lambda"]) == (16, 3, 0.5)
+    r = invoke("resparsify", "--index", idx, "--k", "8", "--m", "2", "--lambda", "0.25")
+    assert r.exit_code == 0, r.output
+    assert (sparse()["doc_k"], sparse()["query_m"], sparse()["pc1_lambda"]) == (8, 2, 0.25)
+    notices = [line for line in r.stderr.splitlines() if "deprecated" in line]
+    assert notices == [f"warning: {old} is deprecated and will be removed; use {new}"
+                       for old, new in (("--k", "--doc-k"), ("--m", "--query-m"), ("--lambda", "--pc1-lambda"))]
+    r = runner.invoke(app, ["resparsify", "--index", str(idx), "--doc-k", "4", "--k", "4"])
+    assert r.exit_code == 2 and "give only --doc-k" in r.output, r.output
+    assert sparse()["doc_k"] == 8
+    for command in ("build-index", "resparsify"):
+        shown = invoke(command, "--help").output
+        assert "--doc-k" in shown and "--pc1-lambda" in shown and "--lambda" not in shown.replace("--pc1-lambda", "")
+
+
 def test_fusion_option_calibrated_default_agree_and_zscore(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
         ["plants and light", "stock market rates", "supersonic flow", "protein folding", "plants grow"])])
     idx = env / "idx"
-    assert invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--k", "16").exit_code == 0
+    assert invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--doc-k", "16").exit_code == 0
 
     def hits(*extra):
         r = invoke("search", "plants light", "--index", idx, "--mode", "dense+sparse+bm25", "--json", *extra)
@@ -310,7 +337,7 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
     assert (fusion["index"]["method"], fusion["index"]["alpha"]) == ("zscore", 0.7)  # the shipped model's hybrid
     for mode in ("dense", "sparse", "hybrid", "bm25"):
         assert main_job["metrics"][mode]["ndcg@10"] == pytest.approx(res["metrics"][mode]["ndcg@10"], abs=1e-9)
-    r = invoke("resparsify", "--index", idx, "--k", "64", "--lambda", "0.5")
+    r = invoke("resparsify", "--index", idx, "--doc-k", "64", "--pc1-lambda", "0.5")
     assert r.exit_code == 0, r.output
     assert json.loads(invoke("search", "indexing", "--index", idx, "--json").stdout)["hits"]
 
@@ -404,7 +431,7 @@ def test_a_second_writer_is_refused_or_waits(env, tiny_folder):
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(idx), "30"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        r = runner.invoke(app, ["resparsify", "--index", str(idx), "--k", "8"])
+        r = runner.invoke(app, ["resparsify", "--index", str(idx), "--doc-k", "8"])
         assert r.exit_code == 1 and f"pid {holder.pid}" in r.output and "--wait" in r.output, r.output
         assert json.loads((idx / "manifest.json").read_text())["params"]["sparse"]["doc_k"] != 8
     finally:
@@ -414,7 +441,7 @@ def test_a_second_writer_is_refused_or_waits(env, tiny_folder):
     try:
         assert holder.stdout.readline().strip() == "locked"
         t0 = time.perf_counter()
-        r = runner.invoke(app, ["resparsify", "--index", str(idx), "--k", "8", "--wait"])
+        r = runner.invoke(app, ["resparsify", "--index", str(idx), "--doc-k", "8", "--wait"])
         assert r.exit_code == 0, r.output
         assert time.perf_counter() - t0 > 1.0, "it queued behind the holder (which held the lock for 2 s)"
         assert json.loads((idx / "manifest.json").read_text())["params"]["sparse"]["doc_k"] == 8

@@ -99,7 +99,7 @@ def test_echo_pools_second_copy(tiny_model):
 def test_truncation_keeps_template_suffix(loaded):
     long = " ".join(TINY_CORPUS) * 20
     emb = get_embedder("prompteol", loaded, max_length=48, progress=False)
-    ids, _, _, n_trunc = emb._prepare([long, "short"], "document")
+    ids, _, _, n_trunc = emb.prepare([long, "short"], "document")
     assert n_trunc == 1
     assert len(ids[0]) <= 48
     assert ids[0][-3:] == ids[1][-3:]  # both end in the template's `means in one word: "`
@@ -266,7 +266,7 @@ def test_truncation_fits_when_a_character_is_several_tokens(smollm2):
     # the old cut failed at 513 on the first text and at 22, 26, ..., 42 on the second
     for max_length in (513, *range(20, 44)):
         emb = get_embedder("prompteol", smollm2, max_length=max_length, progress=False)
-        ids, pos, _, n_trunc = emb._prepare(texts, "document")
+        ids, pos, _, n_trunc = emb.prepare(texts, "document")
         assert n_trunc == (1 if max_length == 513 else 2)
         assert all(0 < len(x) <= max_length for x in ids) and all(pos)
 

@@ -20,6 +20,32 @@ def test_public_errors_share_the_base():
     assert issubclass(InvalidInputError, ValueError)  # `except ValueError` callers keep working
 
 
+def test_every_error_class_lives_in_the_errors_module_and_is_exported():
+    """No module but alignir.errors defines an exception class (warnings aside), and each class
+    there is alignir.X."""
+    import ast
+    from pathlib import Path
+
+    import alignir.errors as errors
+
+    root = Path(__file__).resolve().parents[1]
+    exceptions = {"Exception", "ValueError", "OSError", "RuntimeError", "KeyError", "TypeError", *errors.__all__}
+    elsewhere = []
+    for folder in ("encoders", "index", "retrieval", "src"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path == Path(errors.__file__).resolve():
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in getattr(node, "bases", [])}
+                if isinstance(node, ast.ClassDef) and bases & exceptions:
+                    elsewhere.append(f"{path.relative_to(root)}: {node.name}")
+    assert elsewhere == []
+    defined = sorted(n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception))
+    assert defined == sorted(errors.__all__)
+    assert all(getattr(alignir, n) is getattr(errors, n) and issubclass(getattr(errors, n), AlignirError)
+               for n in defined)
+
+
 def test_validation_errors_are_user_errors():
     with pytest.raises(AlignirError):
         alignir.SparseConfig(doc_k=0)
@@ -53,7 +79,7 @@ def test_a_bug_shows_its_traceback(tmp_path, monkeypatch):
 
 
 def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
-    r = runner.invoke(app, ["resparsify", "--index", str(tmp_path), "--k", "10", "-v"])
+    r = runner.invoke(app, ["resparsify", "--index", str(tmp_path), "--doc-k", "10", "-v"])
     assert r.exit_code == 1 and isinstance(r.exception, AlignirError)
 
 

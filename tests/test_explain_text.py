@@ -69,7 +69,7 @@ def test_cli_json_keeps_the_raw_piece(tmp_path, tiny_model, monkeypatch):
     corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
     runner = CliRunner()
     r = runner.invoke(app, ["build-index", str(corpus), "--index", str(tmp_path / "idx"), "--model", str(model_dir),
-                            "--k", "24", "--m", "5", "--no-fold"], catch_exceptions=False)
+                            "--doc-k", "24", "--query-m", "5", "--no-fold"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     args = ["search", "the stock market and interest rates", "--index", str(tmp_path / "idx"), "--mode", "sparse",
             "--top", str(len(TINY_CORPUS)), "--explain", "--device", "cpu"]

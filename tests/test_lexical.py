@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from alignir.index.store import CorruptIndexError, open_index, replace_part
+from alignir.index.store import open_index, replace_part
+from alignir.errors import CorruptIndexError
 from alignir.retrieval import fusion
 from alignir.retrieval.bm25 import BM25, QueryVectorizer, bm25_weights, lexical_leg
 from alignir.retrieval.config import FusionConfig, SparseConfig
@@ -329,7 +330,7 @@ def test_hybrid_unchanged_by_the_leg(built, tiny_model):
 def test_bm25_mode_skips_the_model_and_matches_bm25s(built, tiny_model):
     s = Searcher.open(built, loaded=tiny_model)
     batch = s.encode(QUERIES, legs=("bm25",))
-    assert batch.dense is None and batch.sparse is None and batch.lexical.shape[0] == len(QUERIES)
+    assert set(batch.legs) == {"bm25"} and batch.legs["bm25"].shape[0] == len(QUERIES)
     ref, _ = _bm25s_scores(DOCS[:-1], QUERIES)
     for i, hits in enumerate(s.batch_search(QUERIES, k=20, mode="bm25", encoded=batch)):
         expected = [j for j in sorted(range(ref.shape[1]), key=lambda j: (-ref[i, j], j)) if ref[i, j] > 0]

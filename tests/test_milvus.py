@@ -20,11 +20,12 @@ pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
 from alignir.errors import AlignirError  # noqa: E402
-from alignir.index.store import FingerprintMismatch, open_index  # noqa: E402
+from alignir.index.store import open_index  # noqa: E402
+from alignir.errors import FingerprintMismatch
 from alignir.retrieval.config import SparseConfig  # noqa: E402
 from alignir.retrieval.indexer import build_index, resparsify  # noqa: E402
-from alignir.retrieval.milvus import (CollectionMismatch, MilvusCollection, MilvusError, connect,  # noqa: E402
-                                      default_collection_name, export_index, index_manifest)
+from alignir.retrieval.milvus import MilvusCollection, connect, default_collection_name, export_index, index_manifest
+from alignir.errors import CollectionMismatch, MilvusError
 from alignir.retrieval.milvus_search import MilvusSearcher  # noqa: E402
 from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 
@@ -87,7 +88,7 @@ def test_export_summary_and_manifest_property(built, exported):
 
 def test_queries_have_signed_sparse_weights(searchers):
     """The default raw query weighting gives surface tokens negative logits: the exact signed path is tested."""
-    Q = searchers[0].encode(QUERIES).sparse
+    Q = searchers[0].encode(QUERIES).legs["sparse"]
     assert any(Q[i].data.min() < 0 for i in range(Q.shape[0]) if Q[i].nnz)
 
 
@@ -365,7 +366,7 @@ def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_mode
         return r.output
 
     idx, uri = tmp_path / "idx", tmp_path / "cli.db"
-    run("build-index", beir, "--index", idx, "--model", model_dir, "--k", 24, "--m", 5)
+    run("build-index", beir, "--index", idx, "--model", model_dir, "--doc-k", 24, "--query-m", 5)
     run("export", "milvus", "--index", idx, "--uri", uri, "--store-text", "--batch-size", 7)
     for mode in ("dense+sparse+bm25", "sparse"):
         args = ("search", QUERIES[0], "--index", idx, "--mode", mode, "--top", 8, "--json", "--device", "cpu")

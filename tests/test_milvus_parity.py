@@ -77,7 +77,7 @@ def test_rrf_when_deleted_documents_held_the_query_words_keeps_the_folder_scores
     milvus = Searcher.open(idx, loaded=tiny_model, backend="milvus", uri=uri)
     try:
         q = ["supersonic wind tunnel"]
-        assert folder.encode(q, ["bm25"]).lexical.nnz > 0
+        assert folder.encode(q, ["bm25"]).legs["bm25"].nnz > 0
         assert not folder.leg_lists(q, ["bm25"], k=10)["bm25"][0]
         for mode in ("dense+bm25", "dense+sparse+bm25"):
             _same(folder.search(q[0], k=5, mode=mode, fusion="rrf"), milvus.search(q[0], k=5, mode=mode, fusion="rrf"),

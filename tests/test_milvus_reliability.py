@@ -21,8 +21,8 @@ pytest.importorskip("milvus_lite")
 
 from alignir.retrieval.config import SparseConfig  # noqa: E402
 from alignir.retrieval.indexer import build_index  # noqa: E402
-from alignir.retrieval.milvus import (COMPLETE, CollectionMismatch, IncompleteCollection, MilvusError,  # noqa: E402
-                                      connect, default_collection_name, export_index)
+from alignir.retrieval.milvus import COMPLETE, connect, default_collection_name, export_index
+from alignir.errors import CollectionMismatch, IncompleteCollection, MilvusError
 from alignir.retrieval.searcher import Searcher  # noqa: E402
 
 from conftest import ROOT, TINY_CORPUS, write_corpus  # noqa: E402
@@ -266,7 +266,7 @@ def test_a_folder_this_user_cannot_write_is_named():
     ro = top / "ro"
     ro.mkdir()
     ro.chmod(0o555)
-    script = ("import sys\nfrom alignir.retrieval.milvus import MilvusError, connect\n"
+    script = ("import sys\nfrom alignir.errors import MilvusError\nfrom alignir.retrieval.milvus import connect\n"
               f"try:\n    connect({str(ro / 'x.db')!r})\nexcept MilvusError as e:\n    print(e)\n    sys.exit(3)\n")
     user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
     if user and shutil.which("setpriv") is None:

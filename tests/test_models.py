@@ -8,7 +8,6 @@ import torch
 
 from alignir.encoders.models import (
     REGISTERED_MODELS,
-    ModelNotFoundError,
     backbone,
     cache_dir,
     file_sha256,
@@ -17,6 +16,7 @@ from alignir.encoders.models import (
     resolve_device,
     resolve_dtype,
 )
+from alignir.errors import ModelNotFoundError
 
 
 @pytest.fixture

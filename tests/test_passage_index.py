@@ -231,7 +231,7 @@ def test_searcher_maxp_equals_brute_force_over_the_stored_rows(long_index, tiny_
     s = Searcher.open(root / "idx", loaded=tiny_model)
     pmap, n = s.index.passages, s.index.n_rows
     batch = s.encode(QUERIES)
-    rows = {"dense": s.index.dense.search(batch.dense, n), "sparse": s.index.sparse.search(batch.sparse, n)}
+    rows = {"dense": s.index.dense.search(batch.legs["dense"], n), "sparse": s.index.sparse.search(batch.legs["sparse"], n)}
     for spec in ("maxp", "firstp", "sum2"):
         how, kk = parse_aggregation(spec)
         lists = s.leg_lists(QUERIES, ["dense", "sparse"], k=5, encoded=batch, passage_agg=spec)
@@ -365,7 +365,7 @@ def test_cli_builds_searches_and_explains_a_long_document_index(tmp_path, tiny_m
         return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
     r = invoke("build-index", corpus, "--index", tmp_path / "idx", "--model", folder, "--max-length", "64",
-               "--passages", "24:12", "--k", "16")
+               "--passages", "24:12", "--doc-k", "16")
     assert r.exit_code == 0, r.output
     assert "documents exceed" in r.output and "as " in r.output and "passages into" in r.output
     info = json.loads(invoke("info", "--index", tmp_path / "idx", "--json").stdout)

@@ -14,7 +14,8 @@ import scipy.sparse as sp
 from alignir.errors import AlignirError
 
 from alignir.encoders.models import load_model
-from alignir.index.store import FingerprintMismatch, open_index
+from alignir.index.store import open_index
+from alignir.errors import FingerprintMismatch
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, resparsify
 from alignir.retrieval.searcher import Searcher
@@ -43,7 +44,7 @@ def _brute_force(searcher, queries):
     """Q @ D.T with D rebuilt from the stored dense vectors by the same Sparsifier."""
     H = np.asarray(searcher.index.dense_vectors, dtype=np.float32)
     D = searcher.sparsifier.documents(H)
-    Q = searcher.encode(queries).sparse
+    Q = searcher.encode(queries).legs["sparse"]
     return (Q @ D.T).toarray()
 
 
@@ -73,7 +74,7 @@ def test_dense_mode_equals_centred_cosine(built, tiny_model):
     H = np.asarray(s.index.dense_vectors, dtype=np.float64)
     mu = H.mean(axis=0)
     unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
-    q = s.encode([QUERIES[1]]).dense[0].astype(np.float64)
+    q = s.encode([QUERIES[1]]).legs["dense"][0].astype(np.float64)
     scores = unit(H - mu) @ unit(q - mu)
     hits = s.search(QUERIES[1], k=3, mode="dense")
     assert [h.doc_number for h in hits] == list(np.argsort(-scores, kind="stable")[:3])

@@ -35,7 +35,7 @@ def test_cached_prefix_equals_full_forward(request, which, family, instruction):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         assert np.array_equal(got[TEXTS.index("")], np.zeros(full.dim, np.float32))
         prefix = cached._prefix_cache(role)
-        ids, pos, empty, _ = cached._prepare(TEXTS, role)
+        ids, pos, empty, _ = cached.prepare(TEXTS, role)
         covered = [i for i in range(len(TEXTS)) if not empty[i] and prefix.covers(ids[i], pos[i])]
         assert cached.last_stats["n_prefix_cached"] == len(covered)
         # the cache is used where the prompt starts with the prefix's tokens: for every text
@@ -49,7 +49,7 @@ def test_cached_prefix_equals_full_forward(request, which, family, instruction):
 
 def test_boundary_merge_falls_back_to_the_full_forward(tiny_model):
     full, cached = _pair(tiny_model, "prompteol")
-    ids, pos, _, _ = cached._prepare(["(parenthesis first", "plants"], "document")
+    ids, pos, _, _ = cached.prepare(["(parenthesis first", "plants"], "document")
     with torch.inference_mode():
         prefix = cached._prefix_cache("document")
     assert prefix.n == len(tiny_model.tokenizer('This sentence: "')["input_ids"])

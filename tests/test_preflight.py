@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from alignir.errors import InvalidInputError
 from alignir.index import store
-from alignir.index.store import CorruptIndexError
+from alignir.errors import CorruptIndexError
 from alignir.retrieval.cli import app
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, delete_documents

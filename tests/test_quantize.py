@@ -20,9 +20,9 @@ from alignir.encoders.models import backbone
 from alignir.encoders.int8_linear import Int8Linear, quantize_rows
 from alignir.encoders.quantize import INT8_SCHEME, check_precision, precision_of
 from alignir.errors import InvalidInputError
-from alignir.index.store import FingerprintMismatch
+from alignir.errors import FingerprintMismatch
 from alignir.retrieval.indexer import build_index
-from alignir.retrieval.manifest import PrecisionMismatch
+from alignir.errors import PrecisionMismatch
 from alignir.retrieval.searcher import Searcher
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -173,7 +173,7 @@ def test_int8_index_records_precision_and_searches_with_it(int8_index, tiny_mode
     s = Searcher.open(int8_index, loaded=tiny_model)  # default: the index's precision
     assert precision_of(s.embedder) == "int8"
     q = get_embedder("prompteol", tiny_model, progress=False, precision="int8")
-    H = s.encode(["plants and light"]).dense
+    H = s.encode(["plants and light"]).legs["dense"]
     assert np.array_equal(H, q.encode_queries(["plants and light"]))
     # the stored document vectors are the int8 encoder's
     from alignir.index.store import open_index
@@ -195,7 +195,7 @@ def test_precision_mismatch_is_refused_clearly_or_allowed_with_a_warning(int8_in
     assert precision_of(s.embedder) == "fp32"
     assert any("query encoder is fp32, the index's encoder int8" in r.getMessage() for r in caplog.records)
     fp = get_embedder("prompteol", tiny_model, progress=False)
-    assert np.array_equal(s.encode(["plants"]).dense, fp.encode_queries(["plants"]))
+    assert np.array_equal(s.encode(["plants"]).legs["dense"], fp.encode_queries(["plants"]))
 
 
 def test_allow_mismatch_does_not_hide_other_differences(int8_index, tiny_model_bos):

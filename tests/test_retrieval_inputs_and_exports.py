@@ -81,6 +81,27 @@ def test_pyserini_export_leaves_deleted_documents_out(built, tmp_path):
     assert out["docs"] == 4 and out["empty_docs"] == 0
 
 
+def test_pyserini_query_export_holds_the_sparse_leg_query_vectors(built, tmp_path):
+    """`alignir export pyserini-queries`: one line per query with the sparse leg's eq.16 vector
+    (binary weights at scale 1: every aligned token of the query with weight 1), by term string."""
+    from alignir.retrieval.export import export_queries
+    from alignir.retrieval.runs import pyserini_terms
+    from alignir.retrieval.searcher import Searcher
+
+    queries = {"q0": "light plants", "q1": "stock market rates", "q2": "supersonic wind tunnel"}
+    s = Searcher.open(built / "idx")  # the saved model folder the index records
+    out = export_queries(s, queries, tmp_path / "q")
+    lines = [json.loads(line) for line in open(tmp_path / "q" / "queries.jsonl", encoding="utf-8")]
+    assert [r["contents"] for r in lines] == list(queries.values()) and out["scale"] == 1.0
+    terms = pyserini_terms(s.sparsifier.term_map.term_strings)
+    Q = s.encode(list(queries.values()), ["sparse"]).legs["sparse"].tocsr()
+    for i, r in enumerate(lines):
+        row = Q[i]
+        assert r["vector"] == {terms[j]: 1 for j, w in zip(row.indices, row.data) if w > 0} and r["vector"]
+    topics = (tmp_path / "q" / "topics.tsv").read_text(encoding="utf-8").splitlines()
+    assert topics == [f"{q}\t{t}" for q, t in queries.items()]
+
+
 def test_pyserini_passage_ids_survive_pyserini_maxp(tiny_model, tmp_path):
     """Pyserini's --max-passage keeps ``passage_id.split(delimiter)[0]`` as the doc id; a doc id
     holding the '#' delimiter ("page#intro" -> "page#intro#0") came back cut to "page"."""

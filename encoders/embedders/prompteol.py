@@ -290,9 +290,6 @@ class PromptEmbedder(Embedder):
         return (torch.from_numpy(input_ids), torch.from_numpy(attn), torch.from_numpy(position_ids),
                 torch.from_numpy(pmask))
 
-    _prepare = prepare  # older private names, kept for callers outside the package
-    _collate = collate
-
     def embed_with(self, model: torch.nn.Module, texts: list[str], role: str) -> torch.Tensor:
         """Embeddings [B, d] of ``texts`` read exactly as :meth:`encode_queries` / ``encode_documents``
         do (template, instruction, truncation, pooling) but through ``model`` (e.g. a peft model being

@@ -45,6 +45,18 @@ def parse_key_values(items: list[str], flag: str) -> dict[str, Any]:
     return out
 
 
+def renamed_flag(value: Any, old_value: Any, new: str, old: str) -> Any:
+    """The value of an option whose flag was renamed (``new``), accepting the old flag (``old``,
+    hidden from --help) with a one-line deprecation notice on stderr; both at once is an error."""
+    if old_value is None:
+        return value
+    if value is not None:
+        raise typer.BadParameter(f"{old} is the old name of {new}: give only {new}")
+    typer.secho(f"warning: {old} is deprecated and will be removed; use {new}", err=True,
+                fg=typer.colors.YELLOW)
+    return old_value
+
+
 def embedder_options(items: list[str]) -> dict[str, Any]:
     """The ``--embedder-option`` items as a dict; a key that has its own flag is refused, naming it."""
     opts = parse_key_values(items, "--embedder-option")

@@ -12,10 +12,21 @@ import typer
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
                                                LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
+                                               renamed_flag,
                                                setup_logging, user_errors)
 from alignir.retrieval.commands.evaluate import FUSION_HELP, PASSAGE_AGG_HELP, PASSAGES_HELP, WEIGHTS_HELP
 
 INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
+#: the earlier names of --doc-k / --query-m / --pc1-lambda, accepted with a deprecation notice
+OLD_K_OPT = typer.Option(None, "--k", hidden=True)
+OLD_M_OPT = typer.Option(None, "--m", hidden=True)
+OLD_LAMBDA_OPT = typer.Option(None, "--lambda", hidden=True)
+
+
+def _sparse_flags(doc_k, query_m, pc1_lambda, old_k, old_m, old_lambda) -> tuple:
+    """(doc_k, query_m, pc1_lambda) from the new flags or their deprecated names."""
+    return (renamed_flag(doc_k, old_k, "--doc-k", "--k"), renamed_flag(query_m, old_m, "--query-m", "--m"),
+            renamed_flag(pc1_lambda, old_lambda, "--pc1-lambda", "--lambda"))
 
 
 def _given(value):
@@ -48,9 +59,13 @@ def build_index_cmd(
                                            "model that is not a shipped trained one)."),
     embedder_option: list[str] = typer.Option([], "--embedder-option", help=EMBEDDER_OPTION_HELP),
     lm_head_from: Optional[str] = typer.Option(None, "--lm-head-from", help=LM_HEAD_HELP),
-    k: Optional[int] = typer.Option(None, "--k", help="K: aligned tokens kept per document (eq.15)."),
-    m: Optional[int] = typer.Option(None, "--m", help="M: aligned tokens added to each query (eq.16)."),
-    lam: Optional[float] = typer.Option(None, "--lambda", help="λ of the PC1 adjustment h + λ·u1 (eq.14); 0 = off."),
+    doc_k: Optional[int] = typer.Option(None, "--doc-k", help="K: aligned tokens kept per document (eq.15)."),
+    query_m: Optional[int] = typer.Option(None, "--query-m", help="M: aligned tokens added to each query (eq.16)."),
+    pc1_lambda: Optional[float] = typer.Option(None, "--pc1-lambda", help="λ of the PC1 adjustment h + λ·u1 (eq.14); "
+                                               "0 = off."),
+    old_k: Optional[int] = OLD_K_OPT,
+    old_m: Optional[int] = OLD_M_OPT,
+    old_lambda: Optional[float] = OLD_LAMBDA_OPT,
     remove: Optional[float] = typer.Option(None, "--pc1-remove", help="Set λ relative to the corpus: "
                                            "λ = -f · mean(h·u1), removing fraction f of the common component."),
     doc_weighting: Optional[str] = typer.Option(None, help="Document weights: raw | relu | log1p."),
@@ -92,6 +107,7 @@ def build_index_cmd(
         from alignir.retrieval.indexer import build_index
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
+        k, m, lam = _sparse_flags(doc_k, query_m, pc1_lambda, old_k, old_m, old_lambda)
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
         opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
         dense_opts = {"center": center or whiten is not None, "whiten": whiten, "normalize": normalize}
@@ -248,9 +264,12 @@ def _print_hits(query: str, hits, explain: bool) -> None:
 
 def resparsify_cmd(
     index: Path = INDEX_OPT,
-    k: Optional[int] = typer.Option(None, "--k", help="New K (eq.15)."),
-    m: Optional[int] = typer.Option(None, "--m", help="New M (eq.16)."),
-    lam: Optional[float] = typer.Option(None, "--lambda", help="New λ (eq.14)."),
+    doc_k: Optional[int] = typer.Option(None, "--doc-k", help="New K (eq.15)."),
+    query_m: Optional[int] = typer.Option(None, "--query-m", help="New M (eq.16)."),
+    pc1_lambda: Optional[float] = typer.Option(None, "--pc1-lambda", help="New λ (eq.14)."),
+    old_k: Optional[int] = OLD_K_OPT,
+    old_m: Optional[int] = OLD_M_OPT,
+    old_lambda: Optional[float] = OLD_LAMBDA_OPT,
     remove: Optional[float] = typer.Option(None, "--pc1-remove", help="New λ = -f · mean(h·u1)."),
     doc_weighting: Optional[str] = typer.Option(None, help="raw | relu | log1p."),
     query_weighting: Optional[str] = typer.Option(None, help="binary | raw | relu | log1p."),
@@ -265,6 +284,7 @@ def resparsify_cmd(
     with user_errors(verbose):
         from alignir.retrieval.indexer import resparsify
 
+        k, m, lam = _sparse_flags(doc_k, query_m, pc1_lambda, old_k, old_m, old_lambda)
         changes = {name: _given(v) for name, v in dict(
             doc_k=k, query_m=m, pc1_lambda=lam, pc1_remove=remove, doc_weighting=doc_weighting,
             query_weighting=query_weighting, fold=fold).items()}

@@ -6,12 +6,19 @@ is an :class:`AlignirError`. The command line turns those (and ``OSError``: disk
 permission) into one line and exit status 1; anything else is a bug and shows its traceback.
 The subclasses keep the built-in base they had before (``ValueError`` / ``OSError``), so
 existing ``except ValueError`` code keeps working.
+
+Every error class lives here, so that ``index/``, ``encoders/`` and ``retrieval/`` raise them
+without importing each other, and a user catches them from one module (or as ``alignir.X``).
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-__all__ = ["AlignirError", "InvalidInputError", "BeirFormatError", "QrelsError"]
+__all__ = ["AlignirError", "InvalidInputError", "BeirFormatError", "DownloadError", "CorpusError", "QueriesError",
+           "QrelsError", "ModelNotFoundError", "IndexStoreError", "NotAnIndexError", "CorruptIndexError",
+           "UnsupportedFormatError", "FingerprintMismatch", "PrecisionMismatch", "IndexWriteError", "IndexReadError",
+           "IndexChangedError", "IndexBusyError", "MilvusError", "CollectionMismatch", "IncompleteCollection"]
 
 _MAX_SHOWN = 25
 
@@ -41,5 +48,94 @@ class BeirFormatError(InvalidInputError):
         )
 
 
+class DownloadError(InvalidInputError):
+    """A BEIR download failed (HTTP error, offline, truncated, corrupt or unsafe archive)."""
+
+
+class CorpusError(BeirFormatError):
+    kind = "corpus"
+
+
+class QueriesError(BeirFormatError):
+    kind = "queries"
+
+
 class QrelsError(BeirFormatError):
     kind = "qrels"
+
+
+class ModelNotFoundError(InvalidInputError):
+    """A model spec could not be resolved; the message lists everything that was tried."""
+
+
+# ---------------------------------------------------------------- the index folder
+
+
+class IndexStoreError(AlignirError):
+    """Base class of the index-directory errors."""
+
+
+class NotAnIndexError(IndexStoreError, ValueError):
+    """The path does not exist, or is not an alignir index folder."""
+
+
+class CorruptIndexError(IndexStoreError, ValueError):
+    """A file is missing, altered (checksum) or inconsistent with the manifest."""
+
+
+class UnsupportedFormatError(IndexStoreError, ValueError):
+    """The index was written by a newer alignir (format version too high)."""
+
+
+class FingerprintMismatch(IndexStoreError, ValueError):
+    """The query encoder differs from the encoder that built the index."""
+
+    def __init__(self, differences: dict[str, tuple[Any, Any]]):
+        self.differences = differences
+        lines = [f"  {k}: index={a!r}, query encoder={b!r}" for k, a, b in
+                 ((k, *v) for k, v in sorted(differences.items()))]
+        super().__init__("the query encoder does not match the encoder that built this index "
+                         "(queries must be encoded the same way as the documents); differing "
+                         "fields:\n" + "\n".join(lines))
+
+
+class PrecisionMismatch(FingerprintMismatch):
+    """The query encoder runs at another precision (fp32 | int8) than the index's encoder."""
+
+    def __init__(self, index_precision: str, query_precision: str):
+        super().__init__({"model.precision": (index_precision, query_precision)})
+        self.args = (f"this index was built by a {index_precision} encoder but the query encoder is "
+                     f"{query_precision}: search with --precision {index_precision} (Searcher.open("
+                     f"precision={index_precision!r})), or pass --allow-precision-mismatch "
+                     f"(allow_precision_mismatch=True) to accept slightly different query vectors",)
+
+
+class IndexWriteError(IndexStoreError, OSError):
+    """Writing the index failed (disk full, permissions...); nothing was changed."""
+
+
+class IndexReadError(IndexStoreError, OSError):
+    """An index file could not be read (permissions, I/O error)."""
+
+
+class IndexChangedError(IndexStoreError):
+    """The index changed between a writer's read and its swap (another writer got there first)."""
+
+
+class IndexBusyError(AlignirError):
+    """Another process is writing this index."""
+
+
+# ---------------------------------------------------------------- Milvus
+
+
+class MilvusError(AlignirError):
+    """Milvus could not be reached or refused an operation (one line, with the URI)."""
+
+
+class CollectionMismatch(AlignirError, ValueError):
+    """The collection was exported from another index (or by another encoder)."""
+
+
+class IncompleteCollection(MilvusError):
+    """The collection is not whole: an interrupted export, or storage that lost rows."""
