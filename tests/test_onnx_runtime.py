@@ -87,17 +87,3 @@ def test_bad_runtime_and_bad_model(tiny_model):
         check_runtime("tensorrt")
     with pytest.raises(InvalidInputError, match="fp32 model on the CPU"):
         to_onnx(get_embedder("prompteol", tiny_model, progress=False, precision="int8"))
-
-
-def test_get_embedder_runtime_option(tiny_model, monkeypatch, tmp_path):
-    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path))
-    emb = get_embedder("prompteol", tiny_model, progress=False, runtime="onnx")
-    assert isinstance(emb._backbone, onnx_runtime.OnnxBackbone)
-    assert str(emb._backbone.path).startswith(str(tmp_path / "onnx"))
-    np.testing.assert_allclose(emb.encode_queries(TINY_CORPUS),
-                               get_embedder("prompteol", tiny_model, progress=False).encode_queries(TINY_CORPUS),
-                               rtol=1e-4, atol=1e-4)
-    with pytest.raises(InvalidInputError, match="runs fp32 only"):
-        get_embedder("prompteol", tiny_model, runtime="onnx", precision="int8")
-    with pytest.raises(InvalidInputError, match="unknown runtime"):
-        get_embedder("prompteol", tiny_model, runtime="gpu")

@@ -66,32 +66,19 @@ def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
     transformer, adapter merged first, LM head fp32 (encoders.quantize); the caller's model is
     not changed, and the precision is part of the encoder fingerprint.
 
-    ``runtime`` (option, prompt families): "torch" (default) or "onnx" — the backbone exported
-    once and run by ONNX Runtime at fp32 (encoders.onnx_runtime); vectors equal torch's within
-    float rounding, so the fingerprint is unchanged."""
+    (An ONNX Runtime backbone, encoders.onnx_runtime, is measured by benchmarks/bench_onnx.py but
+    not offered here: on a quiet machine its fp32 ran at 0.88x torch int8 and its int8 missed 0.998
+    cosine to fp32; benchmarks/results/onnx_runtime.json.)"""
     cls = embedder_class(name)
     from alignir.encoders.models import LoadedModel, load_model
     from alignir.encoders.quantize import apply_precision, check_precision
 
     precision = check_precision(options.pop("precision", None))  # a bad value fails before any load
-    runtime = options.pop("runtime", None)
-    if runtime is not None:
-        from alignir.encoders.onnx_runtime import check_runtime
-
-        runtime = check_runtime(runtime)
-        if runtime == "onnx" and precision != "fp32":
-            raise InvalidInputError("runtime onnx runs fp32 only: its dynamic int8 fell short of 0.998 cosine to "
-                                    "fp32 (benchmarks/results/onnx_runtime.json); use precision int8 with the "
-                                    "torch runtime")
     if isinstance(model, str):
         model = load_model(model, device=options.pop("device", "auto"), dtype=options.pop("dtype", None))
     elif not isinstance(model, LoadedModel):
         raise InvalidInputError(f"model must be a LoadedModel or a model spec string, got {type(model).__name__}")
     _check_options(name, cls, model, options)
-    if runtime == "onnx":
-        from alignir.encoders.onnx_runtime import to_onnx
-
-        return to_onnx(cls(model, **options), quantize=False)
     return apply_precision(cls(model, **options), precision)
 
 
