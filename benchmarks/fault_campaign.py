@@ -9,7 +9,8 @@ expected ones, ``data_lost`` when a healthy index could no longer be opened afte
 ``--attacks``: ``folder`` (the index folder: damage, kills, concurrent writers; loads the model),
 ``milvus`` (the collection exported from it: benchmarks/fault_milvus.py) and ``inputs`` (qrels,
 queries, corpus and training triples of ``--dataset`` mutated line by line:
-benchmarks/fault_inputs.py). Rows go to benchmarks/results/faults.json (the rows of attacks not
+benchmarks/fault_inputs.py) and ``adds`` (documents added to the index: killed, raced, against a
+rebuild: benchmarks/fault_add.py; loads the model). Rows go to benchmarks/results/faults.json (the rows of attacks not
 run are kept): attack, cases, silent_wrong, data_lost, clear_error.
 Goal: silent_wrong = 0 and data_lost = 0 in every row.
 """
@@ -76,13 +77,15 @@ def main() -> None:
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--kills", type=int, default=8, help="kill points of a resparsify")
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--attacks", default="folder,milvus,inputs", help="comma list of folder, milvus, inputs")
+    ap.add_argument("--attacks", default="folder,milvus,inputs,adds",
+                    help="comma list of folder, milvus, inputs, adds")
     ap.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" /
                     "datasets" / "adi", help="BEIR folder whose files the input attacks mutate")
     args = ap.parse_args()
     attacks = {a.strip() for a in args.attacks.split(",") if a.strip()}
-    if not attacks <= {"folder", "milvus", "inputs"}:
-        ap.error(f"unknown attacks {sorted(attacks - {'folder', 'milvus', 'inputs'})}")
+    known = {"folder", "milvus", "inputs", "adds"}
+    if not attacks <= known:
+        ap.error(f"unknown attacks {sorted(attacks - known)}")
     rows: dict[str, dict] = {}
 
     def count(attack: str, outcome: str, lost: bool = False, **flags: bool) -> None:
@@ -107,6 +110,13 @@ def main() -> None:
             import fault_inputs
 
             fault_inputs.run(args.dataset, work, count)
+        if "adds" in attacks:
+            import fault_add
+            from alignir.encoders.models import load_model
+            from alignir.index.store import read_manifest
+
+            loaded = load_model(read_manifest(args.index)["embedder"]["model"])
+            fault_add.run(args.index, args.dataset, work, count, rankings, classify, loaded, kills=args.kills)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     command = "python benchmarks/fault_campaign.py " + " ".join(sys.argv[1:])
