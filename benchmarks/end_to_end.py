@@ -67,27 +67,20 @@ def alignir_default(records: list[dict], queries: list[str], work: Path) -> dict
 
 
 BM25_ONLY = r"""
-import json, sys, time, statistics
+import json, sys, time
 t0 = time.perf_counter()
 import alignir
 s = alignir.Searcher.open(sys.argv[1])
 opened = time.perf_counter() - t0
-queries = json.loads(sys.argv[2])
-for q in queries[:3]:
-    s.search(q, k=10, mode="bm25")
-ms = []
-for q in queries:
-    t = time.perf_counter(); s.search(q, k=10, mode="bm25"); ms.append((time.perf_counter() - t) * 1000)
-ms.sort()
-print(json.dumps({"open_seconds": opened, "torch_imported": "torch" in sys.modules,
-                  "query": {"n": len(ms), "p50_ms": statistics.median(ms), "p99_ms": ms[min(len(ms) - 1, int(0.99 * len(ms)))],
-                            "mean_ms": statistics.fmean(ms)}}))
+from benchmarks.end_to_end import _latency
+lat = _latency(lambda q: s.search(q, k=10, mode="bm25"), json.loads(sys.argv[2]))
+print(json.dumps({"open_seconds": opened, "torch_imported": "torch" in sys.modules, "query": lat}))
 """
 
 
 def alignir_bm25(index: str, queries: list[str]) -> dict:
     out = subprocess.run([sys.executable, "-c", BM25_ONLY, index, json.dumps(queries)], capture_output=True,
-                         text=True, check=True)
+                         text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

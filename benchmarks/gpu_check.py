@@ -76,13 +76,11 @@ def _tiny_loaded(device: str, dtype: torch.dtype):
     return wrap_model("tiny-llama", cpu.tokenizer, model, cpu.identity, device)
 
 
-def _top10(loaded_cpu_sparse, docs_h, q_h, q_surface):
+def _top10(sparsifier, docs_h, q_h, q_surface):
     """Top-10 doc numbers of each query by the dense leg (exact inner product of L2-normalised
     vectors) and the aligned-token sparse leg (numba inverted index)."""
     from alignir.index.sparse import SparseIndex
-    from alignir.retrieval.sparsify import Sparsifier
 
-    sparsifier: Sparsifier = loaded_cpu_sparse
     dn = docs_h / np.maximum(np.linalg.norm(docs_h, axis=1, keepdims=True), 1e-12)
     qn = q_h / np.maximum(np.linalg.norm(q_h, axis=1, keepdims=True), 1e-12)
     dense = np.argsort(-(qn @ dn.T), axis=1, kind="stable")[:, :10]

@@ -388,7 +388,11 @@ class PromptEmbedder(Embedder):
                 lengths = np.array([len(x) for x in ids])
                 order = live[np.argsort(-lengths[live], kind="stable")]
                 for batch in self._batches(lengths, order):
-                    self._run_batch(batch, first, ids, pos, pc, out, pending, copy_back, stats)
+                    launched = self._run_batch(batch, ids, pos, pc, stats)
+                    # the previous batch is copied back while this one runs (a GPU works
+                    # asynchronously; on a CPU this is the same as copying at once)
+                    copy_back()
+                    pending.extend((rows + first, h) for rows, h in launched)
                     bar.update(len(batch))
             copy_back()
         bar.close()
@@ -402,11 +406,12 @@ class PromptEmbedder(Embedder):
         """Texts tokenized per step of an encode of ``n`` texts (see :meth:`_encode`)."""
         return GPU_STEP_TEXTS if self.loaded.device.type == "cuda" else n
 
-    def _run_batch(self, batch: np.ndarray, first: int, ids: list[list[int]], pos: list[list[int]],
-                   pc: PrefixCache | None, out: np.ndarray, pending: list, copy_back, stats: dict) -> None:
-        """Encode one batch (rows ``batch`` of a step starting at text ``first``): prompts that
-        begin with the cached prefix run on it, the others in full."""
+    def _run_batch(self, batch: np.ndarray, ids: list[list[int]], pos: list[list[int]], pc: PrefixCache | None,
+                   stats: dict) -> list[tuple[np.ndarray, torch.Tensor]]:
+        """Run one batch (rows ``batch`` of a step) and return its pooled vectors, still on the
+        device: prompts that begin with the cached prefix run on it, the others in full."""
         cached = np.array([pc is not None and pc.covers(ids[i], pos[i]) for i in batch], dtype=bool)
+        launched = []
         for b, on_cache in ((batch[cached], True), (batch[~cached], False)):
             if not b.size:
                 continue
@@ -418,14 +423,11 @@ class PromptEmbedder(Embedder):
             else:
                 input_ids, attn, position_ids, pmask = self.collate(rows, rpos)
                 hidden = self._forward(input_ids, attn, position_ids)
-            h = pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))
-            # the previous batch is copied back while this one runs (a GPU works
-            # asynchronously; on a CPU this is the same as copying at once)
-            copy_back()
-            pending.append((b + first, h))
+            launched.append((b, pool(self.pooling, hidden, attn.to(hidden.device), pmask.to(hidden.device))))
             stats["n_tokens"] += int(attn.sum())
             stats["n_padded_tokens"] += int(attn.numel())
             stats["n_batches"] += 1
+        return launched
 
 
 class PromptEOLEmbedder(PromptEmbedder):
