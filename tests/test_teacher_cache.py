@@ -198,3 +198,20 @@ def test_precompute_fills_the_cache_a_run_then_reads(tiny_model, tiny_bert, data
     run = train(train_config(tmp_path / "run", "infonce", "contrastive", data_files["pairs"], steps=2, hp=hp),
                 loaded=tiny_model, return_method=True)
     assert run["method_obj"].teacher.misses == 0
+
+
+def test_a_fully_cached_run_needs_neither_the_teacher_weights_nor_their_package(tiny_bert, tmp_path):
+    texts = TINY_CORPUS[:3]
+    warm = CachedTeacher(DenseTeacher(str(tiny_bert)), tmp_path, shard_size=2)
+    want = warm.embed(texts, "document").numpy()
+    warm.flush()
+    # a teacher named by a registered package that is not installed: its identity is the same
+    # folder name, so the cache is found; a hit must not look for the package or load weights
+    moved = tmp_path / "copy" / tiny_bert.name
+    cold = DenseTeacher(str(moved))
+    assert cold.identity == warm.teacher.identity
+    cached = CachedTeacher(cold, tmp_path)
+    np.testing.assert_array_equal(cached.embed(texts, "document").numpy(), want)
+    assert cold._model is None and cached.misses == 0
+    with pytest.raises(OSError):  # the first miss loads the (missing) weights and says so
+        cached.embed(["a text the cache has never seen"], "document")

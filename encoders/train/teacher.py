@@ -86,21 +86,40 @@ def resolve_teacher(spec: str) -> str:
 
 class DenseTeacher:
     """Frozen mean-pooled sentence embedder; ``embed(texts, role) -> [n, d]`` L2-normalised, no
-    grad. It has no prompts: both roles read a text the same way."""
+    grad. It has no prompts: both roles read a text the same way. Its weights load at the first
+    text it embeds."""
 
     def __init__(self, spec: str, max_length: int = 256, device: str = "cpu") -> None:
-        from transformers import AutoModel, AutoTokenizer
-
         self.spec = spec
-        path = resolve_teacher(spec)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval().to(device)
-        for p in self.model.parameters():
-            p.requires_grad_(False)
         self.max_length = int(max_length)
         self.device = device
         self.identity = f"{Path(str(spec)).name.lower()}|mean|max_length={self.max_length}"
         self._seen: dict[str, torch.Tensor] = {}
+        self._tokenizer = None
+        self._model: torch.nn.Module | None = None
+
+    def _load(self) -> None:
+        """Find and load the weights at the first text to embed: a run whose texts are all in a
+        :class:`CachedTeacher` needs neither the weights nor their package."""
+        from transformers import AutoModel, AutoTokenizer
+
+        path = resolve_teacher(self.spec)
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self._model = AutoModel.from_pretrained(path).eval().to(self.device)
+        for p in self._model.parameters():
+            p.requires_grad_(False)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        if self._model is None:
+            self._load()
+        return self._model
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
 
     def prompt(self, role: str) -> str:
         _check_role(role)
