@@ -87,6 +87,7 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
     Lq = hq @ W.T                                   # [B, V]
     with torch.no_grad():
         masked = token_mask(special_ids, V)  # [V] bool or None: never selected, as in the index
+        masked = None if masked is None else masked.to(Ld.device)
 
         def selectable(L: torch.Tensor) -> torch.Tensor:
             return L if masked is None else L.masked_fill(masked, float("-inf"))
@@ -97,7 +98,7 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
         if config.query_m > 0:
             keep_q.scatter_(1, selectable(Lq).topk(min(int(config.query_m), V), dim=1).indices, True)
         for i, ids in enumerate(surface):
-            keep_q[i, torch.from_numpy(int_ids(ids, V, f"surface ids of query {i}", "token ids"))] = True
+            keep_q[i, torch.from_numpy(int_ids(ids, V, f"surface ids of query {i}", "token ids")).to(Lq.device)] = True
         if masked is not None:
             keep_q &= ~masked
     doc_w = torch.where(keep_d, torch.log1p(torch.relu(Ld)), torch.zeros_like(Ld))

@@ -65,7 +65,9 @@ class InfoNCEMethod(Method):
             from alignir.encoders.train.teacher import CachedTeacher, make_teacher
 
             length = self.hp["teacher_max_length"]
-            self.teacher = make_teacher(str(self.hp["teacher"]), None if length is None else int(length), device="cpu")
+            # the teacher runs where the student trains: on a GPU its forward costs little
+            self.teacher = make_teacher(str(self.hp["teacher"]), None if length is None else int(length),
+                                        device=str(self.device))
             if self.hp["teacher_cache"]:
                 self.teacher = CachedTeacher(self.teacher, str(self.hp["teacher_cache"]))
 

@@ -105,7 +105,8 @@ class DenseTeacher:
 
         path = resolve_teacher(self.spec)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
-        self._model = AutoModel.from_pretrained(path).eval().to(self.device)
+        # fp32 whatever the stored precision (an fp16 copy of the weights reads the same)
+        self._model = AutoModel.from_pretrained(path).float().eval().to(self.device)
         for p in self._model.parameters():
             p.requires_grad_(False)
 

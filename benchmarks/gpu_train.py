@@ -1,0 +1,169 @@
+"""Train an InfoNCE adapter on a GPU and score it in the product's harness, in one run.
+
+Made for a lent GPU machine that can fetch nothing (benchmarks/gpu_train.sh sets it up from
+carried files: the SmolLM2 GGUF, the wheels the machine lacks, the collections, the teacher's
+weights). Two steps, each written to ``--out`` as soon as it is done:
+
+1. **Train** (``--train``): ``alignir train infonce`` with the given arguments, stopped by SIGTERM
+   after ``--train-seconds`` if it has not finished (the trainer checkpoints the step in flight;
+   the checkpoint is then the adapter scored). The adapter is packaged in fp16
+   (``scripts/package_adapter.py``'s function) into ``OUT/adapter.tar`` with the loss log.
+2. **Score** (``--score``): every collection as ``alignir beir --model smollm2-135m-alignir-v3``
+   scores the shipped model (its base model, family, 512 tokens, passages "auto", the v3 fusion
+   defaults), with the trained adapter in place of v3's: the modes dense, sparse, hybrid,
+   dense+sparse+bm25 and bm25. The model runs in fp32 on the GPU for documents and queries
+   (the same vectors as the CPU rows to about 1e-7 cosine: benchmarks/results/gpu_check.json),
+   so the rows compare with the CPU rows of v3. ``--score-adapter NAME=PATH`` scores other
+   adapters too (v3 itself, to check the harness against its CPU rows).
+
+    python -m benchmarks.gpu_train --out OUT --train-seconds 330 --train "--data D/scifact ..." \\
+        --score D/adi --score D/med --score-adapter v3=.gpu_carry/v3
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+MODES = ("dense", "sparse", "hybrid", "dense+sparse+bm25", "bm25")
+SHIPPED_NAME = "smollm2-135m-alignir-v3"  # whose harness (base model, family, fusion) scores the adapters
+
+
+def _write(out: Path, name: str, obj: object) -> None:
+    tmp = out / f".{name}.tmp"
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    tmp.replace(out / name)
+
+
+def train(args: argparse.Namespace, out: Path, run_dir: Path) -> dict:
+    """Run the trainer in a child process; SIGTERM it at the deadline (it checkpoints and exits)."""
+    cmd = [sys.executable, "-m", "alignir.retrieval.cli", "train", "infonce", "--out", str(run_dir),
+           *shlex.split(args.train)]
+    t0 = time.perf_counter()
+    with open(out / "train.log", "w") as log:
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc = child.wait(timeout=args.train_seconds)
+            stopped = False
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGTERM)
+            rc = child.wait()
+            stopped = True
+    seconds = time.perf_counter() - t0
+    final = (run_dir / "adapter_model.safetensors").is_file()
+    source = run_dir if final else run_dir / "checkpoint"
+    state = {}
+    if not final and (source / "trainer_state.json").is_file():
+        state = json.loads((source / "trainer_state.json").read_text())
+    record = {"command": "alignir train infonce --out RUN " + args.train, "returncode": rc, "seconds": round(seconds, 1),
+              "stopped_at_deadline": stopped, "finished": final, "adapter_from": source.name,
+              "steps_done": state.get("step"), "argv": cmd[1:]}
+    if not (source / "adapter_model.safetensors").is_file():
+        record["error"] = "no adapter written (see train.log)"
+        return record
+    from alignir.encoders.train.adapter import package_adapter
+
+    packaged = run_dir.parent / "adapter-fp16"
+    shutil.rmtree(packaged, ignore_errors=True)
+    package_adapter(source, packaged)
+    with tarfile.open(out / "adapter.tar", "w") as tar:
+        tar.add(packaged, arcname="adapter")
+        if (run_dir / "loss_log.jsonl").is_file():
+            tar.add(run_dir / "loss_log.jsonl", arcname="loss_log.jsonl")
+    record["adapter"] = str(packaged)
+    return record
+
+
+def score(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> dict:
+    """One collection through the product's build + search + pytrec_eval, as ``alignir beir`` does."""
+    from alignir.encoders.models import load_model
+    from alignir.encoders.shipped import SHIPPED
+    from alignir.retrieval.beir import load_beir
+    from alignir.retrieval.config import IndexConfig
+    from alignir.retrieval.evaluation import timed_eval
+    from alignir.retrieval.indexer import build_index
+    from alignir.retrieval.searcher import Searcher
+
+    shipped = SHIPPED[SHIPPED_NAME]
+    cfg = IndexConfig()
+    fusion = cfg.fusion if shipped.hybrid is None else replace(cfg.fusion, method=shipped.hybrid[0],
+                                                                alpha=shipped.hybrid[1])
+    cfg = replace(cfg, fusion=replace(fusion, leg_sets=dict(shipped.leg_sets)))
+    target = work / f"{folder.name}-{abs(hash(adapter)) % 10**8}"
+    t0 = time.perf_counter()
+    build_index(folder, target, model=shipped.base_model, embedder=shipped.family,
+                embedder_options={"adapter": adapter, "max_length": 512}, config=cfg, device=device,
+                loaded=load_model(shipped.base_model, device=device, dtype=dtype), cache_dir=work / "cache",
+                progress=False)
+    built = time.perf_counter() - t0
+    data = load_beir(folder, split="test")
+    # a fresh copy of the base model: the build's copy carries the adapter's LoRA layers
+    searcher = Searcher.open(target, loaded=load_model(shipped.base_model, device=device, dtype=dtype))
+    try:
+        out = timed_eval(searcher, data, MODES, k=100, progress=False)
+    finally:
+        searcher.close()
+    return {"dataset": data.name, "queries": len(data.queries), "build_seconds": round(built, 1),
+            "metrics": out["metrics"], "search_seconds": out["seconds"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--work", type=Path, default=None, help="run and index folder (default: OUT/../gpu-train-work)")
+    ap.add_argument("--train", default=None, help="arguments of `alignir train infonce` (one string), no --out")
+    ap.add_argument("--train-seconds", type=float, default=330.0)
+    ap.add_argument("--score", action="append", type=Path, default=[], help="a BEIR folder to score (repeatable)")
+    ap.add_argument("--score-adapter", action="append", default=[], help="NAME=PATH: score this adapter too")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="fp32", help="the scoring encoder's dtype (training: --train's --dtype)")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 scoring means fp32
+    torch.backends.cudnn.allow_tf32 = False
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    work = args.work or out.parent / "gpu-train-work"
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                    "torch": torch.__version__, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "scores": {}}
+    adapters = dict(a.split("=", 1) for a in args.score_adapter)
+    if args.train:
+        # one folder per training command: the same command resumes its run, another starts its own
+        run_dir = work / ("run-" + hashlib.sha256(args.train.encode()).hexdigest()[:10])
+        report["train"] = train(args, out, run_dir)
+        _write(out, "gpu_train.json", report)
+        if "adapter" in report["train"]:
+            adapters = {"trained": report["train"]["adapter"], **adapters}
+    for name, path in adapters.items():
+        for folder in args.score:
+            t0 = time.perf_counter()
+            try:
+                row = score(folder, path, work, args.device, args.dtype)
+            except Exception as e:  # keep the other rows; say what failed
+                row = {"error": f"{type(e).__name__}: {e}"}
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            report["scores"].setdefault(name, {})[folder.name] = row
+            _write(out, "gpu_train.json", report)
+            print(name, folder.name, json.dumps({m: v.get("ndcg@10") for m, v in row.get("metrics", {}).items()}),
+                  flush=True)
+    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    _write(out, "gpu_train.json", report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
