@@ -16,8 +16,16 @@ The layers are subpackages: ``alignir.encoders`` (text -> dense h -> aligned tok
 from __future__ import annotations
 
 import importlib
+import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+# torch's CPU kernels run on OpenMP threads; by default a waiting thread spins, and on a machine
+# busier than its cores the spinning threads take the cores the working ones need: one query took
+# seconds instead of 0.15 s (benchmarks/omp_wait_policy.py, quiet and busy machines). Read once,
+# when torch loads its OpenMP runtime: this applies when alignir is imported before torch, and a
+# value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     __version__ = version("alignir")

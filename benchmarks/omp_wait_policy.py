@@ -1,0 +1,95 @@
+"""Query-encoding latency under OpenMP's two wait policies, on a quiet or a busy machine.
+
+torch's CPU kernels run on OpenMP worker threads. By default (``OMP_WAIT_POLICY`` unset: libgomp spins
+for a while before it sleeps) a worker that finishes its share spins waiting for the next parallel region; when the
+machine has more runnable threads than cores, a spinning worker holds a core that the thread it
+waits for needs, and a forward pass made of many short parallel regions slows down by one or two
+orders of magnitude. ``PASSIVE`` makes waiting workers sleep. alignir sets ``PASSIVE`` on import
+unless the variable is already set (src/alignir/__init__.py).
+
+Each setting runs in its own process (the policy is read when the OpenMP runtime starts): the
+shipped model's query encoder (``alignir.Encoder``), two warm-up queries, then ``--repeats`` passes
+over ten short queries one at a time; p50 / p99 / max seconds per query, with the 1-minute load
+average before and after. Run it on a quiet machine and on a busy one (``--label``), e.g.:
+
+    python benchmarks/omp_wait_policy.py --label busy --out benchmarks/results/omp_wait_policy.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+QUERIES = ["effects of light on plant growth", "central bank interest rates and stock prices",
+           "heat transfer in supersonic flow", "ranking documents by relevance", "how proteins fold",
+           "a fox and a dog", "vitamin d deficiency and bone density", "boundary layer transition at high mach numbers",
+           "information retrieval evaluation measures", "gene expression in yeast"]
+
+#: (name, torch threads, OMP_WAIT_POLICY or None for the runtime's default)
+SETTINGS = [("1 thread", 1, None), ("2 threads, OpenMP default wait", 2, None),
+            ("2 threads, PASSIVE (alignir default)", 2, "PASSIVE")]
+
+
+def child(threads: int, repeats: int, model: str) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    from alignir import Encoder
+
+    enc = Encoder.from_pretrained(model, device="cpu")
+    enc.encode_queries(QUERIES[:2])
+    times = []
+    for _ in range(repeats):
+        for q in QUERIES:
+            t = time.perf_counter()
+            enc.encode_queries([q])
+            times.append(time.perf_counter() - t)
+    times.sort()
+    return {"queries": len(times), "p50_s": round(statistics.median(times), 4),
+            "p99_s": round(times[min(len(times) - 1, int(0.99 * len(times)))], 4), "max_s": round(times[-1], 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--label", required=True, help="the machine's state, e.g. quiet or busy")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", default="smollm2-135m-alignir-v3")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(child(args.child, args.repeats, args.model)))
+        return 0
+    rows = []
+    for name, threads, policy in SETTINGS:
+        # unset = the OpenMP runtime's own default (libgomp: spin a while, then sleep); the child
+        # imports torch before alignir, so alignir's PASSIVE default does not reach that row
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if policy:
+            env["OMP_WAIT_POLICY"] = policy
+        load_before = os.getloadavg()[0]
+        out = subprocess.run([sys.executable, __file__, "--label", args.label, "--repeats", str(args.repeats),
+                              "--model", args.model, "--child", str(threads)],
+                             env=env, capture_output=True, text=True, check=True)
+        row = {"setting": name, "threads": threads, "omp_wait_policy": policy or "unset",
+               "load_1min_before": round(load_before, 1), "load_1min_after": round(os.getloadavg()[0], 1),
+               **json.loads(out.stdout.strip().splitlines()[-1])}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"label": args.label, "cores": os.cpu_count(), "model": args.model, "rows": rows,
+              "command": f"python benchmarks/omp_wait_policy.py --label {args.label} --repeats {args.repeats}"
+                         + (f" --out {args.out}" if args.out else "")}
+    if args.out:
+        data = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        data[args.label] = result
+        args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
