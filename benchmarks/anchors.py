@@ -16,7 +16,7 @@ retrieval.bm25.lexical_leg, the leg the product searches):
 
 Fusions with BM25 over each leg's top 100 (``depth``): the product's ("calibrated":
 retrieval.calibration measures the leg's agreement with BM25 on pseudo-queries of the corpus,
-retrieval.searcher.calibrated_weights gates the leg set's z-score weights, searcher.fuse_legs
+retrieval.fusion_plan.calibrated_weights gates the leg set's z-score weights, fusion_plan.fuse_legs
 fuses) and the plain z-score average 0.5 / 0.5 a user would write (retrieval.fusion.zscore).
 nDCG@10 and recall@100 with alignir's pytrec_eval metrics on the judged test queries.
 
@@ -53,7 +53,7 @@ from alignir.retrieval.bm25 import QueryVectorizer, lexical_leg  # noqa: E402
 from alignir.retrieval.calibration import FusionCalibration, mean_agreement, pseudo_queries  # noqa: E402
 from alignir.retrieval.config import FusionConfig  # noqa: E402
 from alignir.retrieval.metrics import evaluate  # noqa: E402
-from alignir.retrieval.searcher import LEG_SET_WEIGHTS, calibrated_weights, fuse_legs  # noqa: E402
+from alignir.retrieval.fusion_plan import LEG_SET_WEIGHTS, calibrated_weights, fuse_legs  # noqa: E402
 
 Lists = list[dict[int, float]]
 

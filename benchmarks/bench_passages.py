@@ -39,7 +39,8 @@ from alignir.retrieval.beir import load_beir, resolve_dataset
 from alignir.retrieval.evaluation import evaluate_runs, run_queries
 from alignir.retrieval.indexer import build_index
 from alignir.retrieval.metrics import self_hits_apply
-from alignir.retrieval.searcher import LEG_SET_FUSION, Searcher
+from alignir.retrieval.searcher import Searcher
+from alignir.retrieval.fusion_plan import LEG_SET_FUSION
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("dense", "sparse", "bm25", "dense+sparse+bm25")

@@ -19,7 +19,7 @@ product default of those modes: z-score, BM25 at 0.6, ``LEG_SET_DEFAULTS`` — c
 fusion_transfer.py on the other collections) and their ``-best`` variants (fusion
 method and weights chosen on this split, an oracle), from a weight sweep saved to
 sweeps/<dataset>-<model>-lexical.json (+ PNG). The fused runs use the Searcher's own fusion
-(`retrieval.searcher.fuse_legs`), and the default-weight ones are checked against
+(`retrieval.fusion_plan.fuse_legs`), and the default-weight ones are checked against
 `Searcher.batch_search`. An index built without the leg (or before it existed) gets it built
 in memory from --dataset's corpus (nothing is written to the index; `alignir add-lexical
 --index DIR` stores it). ``--lexical-only`` computes and merges just these rows (the bm25s
@@ -46,8 +46,8 @@ from alignir.retrieval.beir import load_beir  # noqa: E402
 from alignir.retrieval.bm25 import bm25_run, lexical_leg  # noqa: E402
 from alignir.retrieval.config import FusionConfig, SparseConfig  # noqa: E402
 from alignir.retrieval.metrics import drop_self_hits, evaluate, self_hits_apply  # noqa: E402
-from alignir.retrieval.searcher import (LEG_SET_AGREE, LEG_SET_DEFAULTS, QueryBatch, Searcher,  # noqa: E402
-                                       fuse_legs, parse_mode)
+from alignir.retrieval.searcher import QueryBatch, Searcher, parse_mode  # noqa: E402
+from alignir.retrieval.fusion_plan import LEG_SET_AGREE, LEG_SET_DEFAULTS, fuse_legs  # noqa: E402
 from alignir.retrieval.sparsify import Sparsifier, resolve_lambda  # noqa: E402
 
 DEPTH = 100

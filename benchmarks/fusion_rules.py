@@ -22,7 +22,7 @@ lists are shuffled the same way, so the calibration sees the defect as the index
     python benchmarks/fusion_rules.py /work/bg/out/fusion/lists/*.json.gz
 
 Prints the per-rule table and writes the held-out rows and the rows of the shipped default
-(the Searcher's LEG_SET_DEFAULTS through searcher.fuse_legs, product code) into benchmarks/results/fusion_transfer.json
+(the Searcher's LEG_SET_DEFAULTS through fusion_plan.fuse_legs, product code) into benchmarks/results/fusion_transfer.json
 (``"kind": "fusion-rule"`` rows; rows of other kinds are kept), each with the exact command.
 Leg lists are cut to the fused modes' depth (FusionConfig.depth = 100) before fusing.
 """
@@ -232,7 +232,7 @@ def w_agree_params(q: Query, base, cap=1.0, **params):
 def w_calibrated(q: Query, base, tau=0.2, power=1.0, **_):
     """The product's "calibrated" rule: LLM leg i at base_i · gate(ā_i) on every query, ā_i its
     mean chance-corrected agreement with BM25 on the setting's pseudo-queries
-    (searcher.calibrated_weights with the gate AgreeParams(tau, power))."""
+    (fusion_plan.calibrated_weights with the gate AgreeParams(tau, power))."""
     if q.calibration is None:
         return np.array(base, float)
     gate = F.AgreeParams(tau=tau, power=power)
@@ -330,12 +330,12 @@ def apply_rule(prepared: dict[str, Query], base, rule: str, params: dict) -> dic
 
 def product_run(setting: Setting, legs: tuple[str, ...], method: str | None = None,
                 base: dict[str, float] | None = None, gate_power: float | None = None) -> dict:
-    """The fused run of the product code (searcher.fuse_legs) with the Searcher's default for
+    """The fused run of the product code (fusion_plan.fuse_legs) with the Searcher's default for
     this leg set (``method``: that method with its LEG_SET_WEIGHTS instead; ``base`` /
     ``gate_power``: these base weights {leg: w} and calibration gate power instead, as an
     index's own leg-set defaults, FusionConfig.leg_sets)."""
-    from alignir.retrieval.searcher import (LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, calibrated_weights,
-                                            fuse_legs)
+    from alignir.retrieval.fusion_plan import (LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, calibrated_weights,
+                                               fuse_legs)
 
     method = method or LEG_SET_DEFAULTS[legs][0]
     cal = calibration(setting)
@@ -359,9 +359,9 @@ def ndcg(setting: Setting, run) -> float:
 
 
 def _product_params(legs: tuple[str, ...]) -> dict:
-    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_DEFAULTS
+    from alignir.retrieval.fusion_plan import LEG_SET_AGREE, LEG_SET_DEFAULTS
 
-    from alignir.retrieval.searcher import LEG_SET_CALIBRATED
+    from alignir.retrieval.fusion_plan import LEG_SET_CALIBRATED
 
     method, w = LEG_SET_DEFAULTS[legs]
     out = {"fusion": method, "weights": w}

@@ -61,9 +61,9 @@ ZSCORE_OPTION = "zscore option (LEG_SET_WEIGHTS['zscore'], fixed z-score weights
 
 
 def product_default(data: dict[str, dict[tuple, dict]], bm25: dict[str, float]) -> list[dict]:
-    """nDCG@10 of the fixed z-score weights (retrieval.searcher.LEG_SET_WEIGHTS["zscore"]) on
+    """nDCG@10 of the fixed z-score weights (retrieval.fusion_plan.LEG_SET_WEIGHTS["zscore"]) on
     every collection, read from the same sweeps (the grid holds that point)."""
-    from alignir.retrieval.searcher import LEG_SET_WEIGHTS
+    from alignir.retrieval.fusion_plan import LEG_SET_WEIGHTS
 
     rows = []
     method = "zscore"

@@ -2,7 +2,7 @@
 lists (benchmarks/dump_leg_lists.py), for the goal "dense+sparse >= both legs".
 
 The hybrid mode fuses the dense and the aligned-token sparse leg, α·dense + (1-α)·sparse over
-each leg's top FusionConfig.depth (100), with the product's own fusion code (searcher.fuse_legs).
+each leg's top FusionConfig.depth (100), with the product's own fusion code (fusion_plan.fuse_legs).
 Which leg is the stronger one depends on the model (untrained PromptEOL SmolLM2: sparse; the
 shipped trained adapter: dense), so the choice is made per model, over the model's dumps: for every
 held-out collection, the (method, α) with the best mean nDCG@10 over the *other* collections is
@@ -25,7 +25,7 @@ except ImportError:
     from fusion_rules import Setting, one_model_cli, ndcg, replace_rows
 from alignir.retrieval import fusion as F
 from alignir.retrieval.config import FusionConfig
-from alignir.retrieval.searcher import fuse_legs
+from alignir.retrieval.fusion_plan import fuse_legs
 
 METHODS = ("minmax", "zscore")
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)

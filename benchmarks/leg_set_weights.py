@@ -4,12 +4,12 @@ dense+sparse+bm25), chosen leave-one-collection-out on dumped leg lists
 
 The product's default for a leg set with BM25 is the "calibrated" z-score fusion
 (retrieval/calibration.py): each LLM leg's base weight times a gate of its agreement with BM25
-on the index's pseudo-queries. The base weights (searcher.LEG_SET_WEIGHTS: dense 0.2, sparse
+on the index's pseudo-queries. The base weights (fusion_plan.LEG_SET_WEIGHTS: dense 0.2, sparse
 0.2, bm25 0.6 for the three legs) were chosen for *untrained* LLM legs, which sit far below BM25;
 a trained embedder's legs can beat BM25 (the shipped v3 on MED: dense 0.760 vs BM25 0.667), so
 the share BM25 gets is chosen per model, like the hybrid mode's α (benchmarks/hybrid_alpha.py).
-The gate is kept: every candidate is the product's calibrated fusion (searcher.fuse_legs with
-searcher.calibrated_weights) with other base weights.
+The gate is kept: every candidate is the product's calibrated fusion (fusion_plan.fuse_legs with
+fusion_plan.calibrated_weights) with other base weights.
 
 For every held-out collection the candidate chosen on the *other* collections is applied to it.
 Candidates must stay within 0.005 of BM25 on every training collection with the LLM legs
@@ -59,7 +59,7 @@ class Candidate:
 def candidates(legs: tuple[str, ...]) -> list[Candidate]:
     """The grid of a leg set: BM25's share × (three legs) dense's part of the rest × gate power
     (weights sum to 1); the product default first."""
-    from alignir.retrieval.searcher import LEG_SET_CALIBRATED, LEG_SET_WEIGHTS
+    from alignir.retrieval.fusion_plan import LEG_SET_CALIBRATED, LEG_SET_WEIGHTS
 
     w0 = LEG_SET_WEIGHTS["calibrated"][legs]
     default = Candidate({leg: w0[leg] / sum(w0.values()) for leg in legs}, LEG_SET_CALIBRATED[legs].power)

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from alignir.errors import InvalidInputError
 
 __all__ = ["ShippedEmbedder", "SHIPPED", "BUILTIN_PREFIX", "adapter_dir", "resolve_adapter", "resolve_shipped",
-           "hybrid_fusion", "leg_set_fusion"]
+           "hybrid_fusion", "leg_set_fusion", "shipped_name"]
 
 BUILTIN_PREFIX = "builtin:"
 ADAPTERS = Path(__file__).resolve().parent / "adapters"
@@ -32,7 +32,8 @@ class ShippedEmbedder:
     hybrid: tuple[str, float] | None = None
     #: the "calibrated" defaults of the leg sets with BM25 an index built with this model gets
     #: (FusionConfig.leg_sets: {"dense+sparse+bm25": {"weights": {...}, "gate_power": p}});
-    #: empty: the searcher's own (searcher.LEG_SET_WEIGHTS, chosen for untrained legs)
+    #: empty: alignir's own (retrieval.fusion_plan.LEG_SET_WEIGHTS, chosen for untrained legs).
+    #: Both are saved in the index at build; a search's plan names them "model default"
     leg_sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
@@ -143,3 +144,12 @@ def leg_set_fusion(model: str) -> dict[str, dict[str, Any]]:
     shipped = SHIPPED.get(model) if isinstance(model, str) else None
     return {} if shipped is None else {k: {"weights": dict(v["weights"]), "gate_power": v["gate_power"]}
                                        for k, v in shipped.leg_sets.items()}
+
+
+def shipped_name(adapter: Any) -> str | None:
+    """The shipped model an index's ``adapter`` option names (``builtin:NAME``, as
+    :func:`resolve_shipped` records it), or None."""
+    if not isinstance(adapter, str) or not adapter.startswith(BUILTIN_PREFIX):
+        return None
+    name = adapter[len(BUILTIN_PREFIX):]
+    return name if name in SHIPPED else None

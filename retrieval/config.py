@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from alignir.encoders.weightings import DOC_WEIGHTINGS, QUERY_WEIGHTINGS
 from alignir.retrieval.fusion import FUSION_METHODS
+from alignir.retrieval.legs import LEGS
 
 #: the fusions a search can use: fusion.FUSION_METHODS (per query) and "calibrated" (z-score
 #: with weights gated by the index's stored collection-level calibration, retrieval/calibration.py)
@@ -235,11 +236,12 @@ class FusionConfig(_Config):
 
     alpha weighs the dense side in convex fusions: score = alpha·dense + (1-alpha)·sparse.
     depth is how many hits each side contributes before fusion.
-    leg_sets: the index's own "calibrated" defaults of leg sets with BM25, overriding the
-    searcher's (searcher.LEG_SET_WEIGHTS / LEG_SET_CALIBRATED) for the leg sets named:
+    leg_sets: the index's own "calibrated" defaults of leg sets with BM25, overriding
+    alignir's (fusion_plan.LEG_SET_WEIGHTS / LEG_SET_CALIBRATED) for the leg sets named:
     ``{"dense+sparse+bm25": {"weights": {"dense": 0.3, "sparse": 0.3, "bm25": 0.4},
     "gate_power": 2.0}}`` (a shipped trained model brings its own, encoders.shipped; chosen by
-    benchmarks/leg_set_weights.py). Keys are '+'-joined legs in dense, sparse, bm25 order.
+    benchmarks/leg_set_weights.py). Keys are '+'-joined built-in legs (legs.LEGS) in their order.
+    Which of these a search uses, and why, is its plan (retrieval/fusion_plan.py).
     """
 
     method: str = "minmax"
@@ -265,12 +267,6 @@ class FusionConfig(_Config):
                      tuple((k, tuple(v["weights"].items()), v["gate_power"]) for k, v in sorted(self.leg_sets.items()))))
 
 
-#: the legs a fusion leg set may name, in the order a leg-set key lists them: searcher.LEGS,
-#: written again here because config may not import the searcher (it imports config; no
-#: import cycles, tests/test_packaging.py); tests/test_leg_set_defaults.py keeps the two equal
-_FUSION_LEGS = ("dense", "sparse", "bm25")
-
-
 def _leg_sets(value: Any) -> dict[str, dict[str, Any]]:
     """FusionConfig.leg_sets validated and normalised (weights summing to 1, floats)."""
     if not isinstance(value, Mapping):
@@ -279,8 +275,8 @@ def _leg_sets(value: Any) -> dict[str, dict[str, Any]]:
     for key, entry in value.items():
         legs = str(key).split("+")
         if (len(legs) < 2 or "bm25" not in legs or len(set(legs)) != len(legs)
-                or legs != [leg for leg in _FUSION_LEGS if leg in legs]):
-            raise InvalidInputError(f"fusion leg set {key!r} must be two or three of {_FUSION_LEGS} joined "
+                or legs != [leg for leg in LEGS if leg in legs]):
+            raise InvalidInputError(f"fusion leg set {key!r} must be two or three of {LEGS} joined "
                                     f"by '+' in that order, bm25 among them")
         if not isinstance(entry, Mapping) or set(entry) != {"weights", "gate_power"}:
             raise InvalidInputError(f"fusion leg set {key!r} needs exactly 'weights' and 'gate_power', got {entry!r}")

@@ -22,6 +22,11 @@ Passages: a leg whose class sets ``over_rows = True`` (dense, sparse) scores the
 encoder rows; when the index splits documents into passages (its ``passages`` part),
 :func:`legs_for` wraps it in a :class:`retrieval.passage_leg.PassageLeg`, which returns
 documents (passage scores aggregated, MaxP by default). The BM25 leg scores whole documents.
+
+Backends: the searcher runs the same way over any dict of legs. A backend other than the
+folder supplies its own legs for the ones it serves (retrieval/milvus_legs.py: the dense,
+sparse and bm25 legs searched in Milvus, encoding and explaining as the folder's) and refuses
+the others before any query (errors.LegNotServedError).
 """
 from __future__ import annotations
 
@@ -35,8 +40,12 @@ import scipy.sparse as sp
 from alignir.encoders.terms import TermContribution, explain as explain_terms, token_text
 from alignir.errors import InvalidInputError
 
-__all__ = ["Leg", "QueryContext", "DenseLeg", "SparseLeg", "BM25Leg", "register_leg", "unregister_leg",
+__all__ = ["LEGS", "Leg", "QueryContext", "DenseLeg", "SparseLeg", "BM25Leg", "register_leg", "unregister_leg",
            "leg_factories", "legs_for"]
+
+
+#: the built-in legs, in the order a mode lists them (registered in this order, at the end)
+LEGS = ("dense", "sparse", "bm25")
 
 
 class QueryContext:
@@ -79,8 +88,9 @@ class Leg(Protocol):
 
     def search(self, encoded: Any, k: int, allowed: np.ndarray | None = None,
                threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` (doc numbers int64 [n, k], scores float32 [n, k]) per query, padded
-        with -1 / -inf; only doc numbers in the sorted ``allowed`` array when given."""
+        """Top-``k`` (doc numbers int64 [n, k], scores [n, k]: float32 for the folder's legs)
+        per query, padded with -1 / -inf; only doc numbers in the sorted ``allowed`` array when
+        given."""
         ...
 
     def explain(self, query_row: Any, doc_number: int) -> list[TermContribution]:

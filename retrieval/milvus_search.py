@@ -5,27 +5,31 @@
 
 The folder supplies what encodes a query (the LLM, PC1, term map, dense transform, BM25
 vocabulary: “A Text is Worth Several Tokens” eq.14-16); only the query vectors go to Milvus,
-which scores every leg (retrieval/milvus.py). Hits, modes, options and fusion are the
-:class:`~alignir.retrieval.searcher.Searcher`'s:
+which scores every leg (retrieval/milvus.py). The backend supplies its legs
+(retrieval/milvus_legs.py: the folder's dense, sparse and bm25 legs searched in Milvus) and the
+:class:`~alignir.retrieval.searcher.Searcher` runs its fusion plan over them as over the
+folder's: hits, modes, options and fusion are the same:
 
 - one leg (``dense``, ``sparse``, ``bm25``): the leg's top k from Milvus, the same ids and scores
   as the folder index (float32 rounding and ties aside);
-- a fused leg set: each leg's top ``depth`` from Milvus, fused client-side by
-  :func:`retrieval.searcher.fuse_legs` exactly as the folder index fuses (min-max, z-score and
-  weighted RRF have no Milvus equivalent: its WeightedRanker normalises by arctan, not as ours);
-- opt-in, ``server_fusion=True``: plain RRF of a leg set (``fusion="rrf"`` without per-leg
-  ``weights``) as one Milvus ``hybrid_search`` with ``RRFRanker(rrf_k)`` over each leg's top
-  ``depth`` — one round trip instead of one per leg, but not always the folder's ranking:
+- a fused leg set: each leg's top ``depth`` from Milvus, fused client-side by the search's
+  :class:`~alignir.retrieval.fusion_plan.FusionPlan` exactly as the folder index fuses (min-max,
+  z-score and weighted RRF have no Milvus equivalent: its WeightedRanker normalises by arctan,
+  not as ours);
+- opt-in, ``server_fusion=True``: a plan of plain RRF over a leg set (``fusion="rrf"`` without
+  per-leg ``weights``) as one Milvus ``hybrid_search`` with ``RRFRanker(rrf_k)`` over each leg's
+  top ``depth`` — one round trip instead of one per leg, but not always the folder's ranking:
   Milvus orders documents tied inside a leg (duplicate texts) its own way, so tied copies get
   other fused ranks, and a leg that finds nothing (a filter, deleted documents) still goes
   through RRF, where the folder returns the other legs' own scores. Its hits carry no per-leg
   scores; queries Milvus cannot take whole (a leg with an empty or signed query vector) are
   fused client-side.
 
-An index with passages: Milvus scores passages, which are aggregated to documents here
-(index.passages.search_documents: the exact document top-k under MaxP, FirstP or sumN, as in
-the folder; a search that needs more than Milvus' top-k limit of 16384 passages is refused); BM25 is searched over the
-documents' first passages (which carry the document's BM25 weights); fusion runs client-side.
+A leg Milvus does not hold (a registered custom leg) is refused when the searcher is opened
+(errors.LegNotServedError). An index with passages: Milvus scores passages, which are aggregated
+to documents here (the exact document top-k under MaxP, FirstP or sumN, as in the folder; a
+search that needs more than Milvus' top-k limit of 16384 passages is refused); BM25 is searched
+over the documents' first passages (which carry the document's BM25 weights).
 """
 from __future__ import annotations
 
@@ -36,13 +40,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from alignir.errors import InvalidInputError
-from alignir.index.passages import parse_aggregation, search_documents
 from alignir.retrieval import fusion as fusion_mod
-from alignir.retrieval.config import FusionConfig
-from alignir.retrieval.milvus import (MAX_LIMIT, MilvusCollection, default_collection_name, expected_rows,
-                                     index_manifest)
-from alignir.retrieval.searcher import (LEG_SET_DEFAULTS, Hit, QueryBatch, Searcher, Timings, _check_queries,
-                                        _leg_weights, parse_mode)
+from alignir.retrieval.milvus import MAX_LIMIT, MilvusCollection, default_collection_name, expected_rows, index_manifest
+from alignir.retrieval.milvus_legs import milvus_legs, refuse_unserved
+from alignir.retrieval.searcher import Hit, QueryBatch, Searcher, Timings, _check_queries
 
 __all__ = ["MilvusSearcher", "open_collection", "check", "wrap"]
 
@@ -67,88 +68,21 @@ class MilvusSearcher(Searcher):
     @classmethod
     def from_searcher(cls, base: Searcher, *, uri: str | None, collection: str | None = None,
                       server_fusion: bool = False) -> "MilvusSearcher":
-        """The same index and query encoder as an open folder :class:`Searcher` (no second
-        model load), its legs in the collection at ``uri`` (checked as in :meth:`open`)."""
-        self = cls(base.index, base.embedder, base.sparsifier, base.fusion, passage_agg=base.passage_agg)
-        self.milvus = open_collection(base.index, uri, collection)
-        self.milvus.release()  # reconnected by the first search, after its queries are encoded
+        """The same index, query encoder and fusion as an open folder :class:`Searcher` (no
+        second model load), each of its legs searched in the collection at ``uri`` (checked as
+        in :meth:`open`); a leg Milvus does not hold raises errors.LegNotServedError first."""
+        refuse_unserved(base.legs)  # before connecting
+        milvus = open_collection(base.index, uri, collection)
+        milvus.release()  # reconnected by the first search, after its queries are encoded
+        self = cls(base.index, base.embedder, base.sparsifier, base.fusion,
+                   legs=milvus_legs(base.legs, milvus, base.index), passage_agg=base.passage_agg)
+        self.milvus = milvus
         self.server_fusion = server_fusion
         return self
-
 
     def close(self) -> None:
         """Close the Milvus connection (Milvus Lite keeps a .db open in this process until it exits)."""
         self.milvus.close()
-
-    # ------------------------------------------------------------------ legs
-    def _leg_lists(self, queries, batch: QueryBatch, legs, side_k: int, allowed_ids, threads,
-                   tm: Timings, search=None, passage_agg: str | None = None) -> dict[str, list[dict[int, float]]]:
-        """As :meth:`Searcher._leg_lists`: check ``batch`` for ``legs``, then search the legs in
-        ``search`` (default: ``legs``) in the Milvus collection."""
-        n = len(queries)
-        for leg in ("dense", "sparse"):
-            part = batch.legs.get(leg)
-            if leg in legs and (part is None or part.shape[0] != n):
-                raise InvalidInputError(f"encoded batch lacks the {leg} vectors of {n} queries")
-        if "bm25" in legs:
-            bm25 = self._leg("bm25")
-            if "bm25" not in batch.legs:
-                batch.legs["bm25"] = bm25.vectorizer(_check_queries(queries))  # type: ignore[attr-defined]
-            if batch.legs["bm25"].shape[0] != n:
-                raise InvalidInputError("encoded batch and queries differ in length")
-        allowed = self._allowed_numbers(allowed_ids)
-        tm.encode = batch.seconds
-        searched = legs if search is None else search
-        if allowed is not None and allowed.size == 0:
-            return {leg: [{} for _ in range(n)] for leg in searched}
-        lists: dict[str, list[dict[int, float]]] = {}
-        if self.index.passages is not None:
-            for leg in searched:
-                t0 = time.perf_counter()
-                lists[leg] = self._passage_lists(leg, batch, side_k, allowed, passage_agg or self.passage_agg)
-                tm.legs[leg] = time.perf_counter() - t0
-            return lists
-        for leg in searched:
-            t0 = time.perf_counter()
-            if leg == "dense":
-                lists[leg] = self.milvus.search_dense(self.index.dense.transform_queries(batch.legs["dense"]),
-                                                      side_k, allowed)
-            else:
-                lists[leg] = self.milvus.search_sparse(batch.legs[leg], side_k, allowed, field=leg)
-            tm.legs[leg] = time.perf_counter() - t0
-        return lists
-
-    def _passage_lists(self, leg: str, batch: QueryBatch, k: int, allowed: np.ndarray | None,
-                       aggregate: str) -> list[dict[int, float]]:
-        """One leg's top-k documents per query from a passage collection: passages scored in
-        Milvus, aggregated here (BM25: the first passages, which carry the whole document's)."""
-        pmap = self.index.passages
-        if leg == "bm25":
-            found = self.milvus.search_sparse(batch.legs["bm25"], k, allowed, field="bm25", first_only=True)
-            return [{int(pmap.doc[r]): s for r, s in hits.items()} for hits in found]
-        how, sum_k = parse_aggregation(aggregate)
-        vectors = self.index.dense.transform_queries(batch.legs["dense"]) if leg == "dense" else batch.legs["sparse"]
-
-        def rows(which: np.ndarray, depth: int, _allowed_rows: Any) -> tuple[np.ndarray, np.ndarray]:
-            # the allowed rows are the allowed documents' (first, for FirstP) passages: filters
-            if int(depth) > MAX_LIMIT:  # a shorter list would read as "no more passages"
-                raise InvalidInputError(
-                    f"this search needs the top {int(depth)} passages of the {leg} leg, more than Milvus "
-                    f"returns in one search ({MAX_LIMIT}): lower k (or use --passage-agg maxp), or search "
-                    f"the index folder")
-            part = vectors[which]
-            hits = (self.milvus.search_dense(part, depth, allowed, first_only=how == "firstp") if leg == "dense"
-                    else self.milvus.search_sparse(part, depth, allowed, field="sparse", first_only=how == "firstp"))
-            out_rows = np.full((len(which), depth), -1, dtype=np.int64)
-            out_scores = np.full((len(which), depth), -np.inf, dtype=np.float32)
-            for i, h in enumerate(hits):
-                ranked = sorted(h.items(), key=lambda rs: (-rs[1], rs[0]))[:depth]
-                for j, (r, sc) in enumerate(ranked):
-                    out_rows[i, j], out_scores[i, j] = r, sc
-            return out_rows, out_scores
-
-        found = search_documents(rows, vectors.shape[0], pmap, k, how, sum_k, allowed)
-        return [{d: s for d, (s, _) in hits.items()} for hits in found]
 
     # ------------------------------------------------------------------ fused search
     def batch_search(self, queries: Sequence[str], k: int = 10, mode: str = "hybrid", *, explain: bool = False,
@@ -163,21 +97,14 @@ class MilvusSearcher(Searcher):
             allowed_ids = list(dict.fromkeys(allowed_ids))  # read once: both paths below use it
         opts = dict(explain=explain, fusion=fusion, alpha=alpha, weights=weights, depth=depth,
                     allowed_ids=allowed_ids, threads=threads, timings=timings, passage_agg=passage_agg)
-        legs = parse_mode(mode)
-        method = fusion
-        if fusion is None and alpha is None and weights is None and legs in LEG_SET_DEFAULTS:
-            method = LEG_SET_DEFAULTS[legs][0]
-        method = method or self.fusion.method
-        if not self.server_fusion or len(legs) < 2 or method != "rrf" or self.index.passages is not None:
+        plan = self.plan(mode, fusion=fusion, alpha=alpha, weights=weights, depth=depth)
+        if (not self.server_fusion or len(plan.legs) < 2 or plan.rule != "rrf" or plan.rrf_weights is not None
+                or self.index.passages is not None):  # weighted RRF, other rules, passages: client-side
             return super().batch_search(queries, k, mode, encoded=encoded, **opts)
-        a = self.fusion.alpha if alpha is None else alpha
-        if _leg_weights(mode, legs, a, alpha is not None, weights)[1] is not None:
-            return super().batch_search(queries, k, mode, encoded=encoded, **opts)  # weighted RRF
+        legs = plan.legs
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise InvalidInputError(f"k must be a positive integer, got {k!r}")
         texts = _check_queries(queries)
-        if "bm25" in legs:
-            self._leg("bm25")
         batch = encoded if encoded is not None else self.encode(texts, legs)
         self._complete_batch(texts, batch, legs)
         dense = batch.legs.get("dense")
@@ -192,23 +119,22 @@ class MilvusSearcher(Searcher):
                 results[i] = hits
         allowed = self._allowed_numbers(allowed_ids)
         if whole and not (allowed is not None and allowed.size == 0):
-            cfg = FusionConfig(method="rrf", alpha=a, depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
-            side_k = min(self.index.n_docs, max(k, cfg.depth))
+            side_k = min(self.index.n_docs, max(k, plan.depth))
             requests = [(leg, [_vector(vectors[leg], i, leg) for i in whole]) for leg in legs]
             t0 = time.perf_counter()
             # the whole fused list (each doc is in some leg's top side_k), so that ties at the
             # k-th place break as ours do (fusion.ranked), not as Milvus happens to cut them
             limit = min(MAX_LIMIT, len(legs) * side_k)
-            fused = self.milvus.hybrid_rrf(requests, limit, side_k, cfg.rrf_k, allowed)
+            fused = self.milvus.hybrid_rrf(requests, limit, side_k, plan.rrf_k, allowed)
             if timings is not None:
                 timings.encode, timings.fuse = batch.seconds, time.perf_counter() - t0
+            explainer = self._explainer(legs) if explain else None
             for i, run in zip(whole, fused):
                 results[i] = [Hit(self.index.doc_ids[num], float(score), rank, num)
                               for rank, (num, score) in enumerate(fusion_mod.ranked(run, k), start=1)]
-                if explain:
-                    leg = "sparse" if "sparse" in legs else "bm25"
+                if explainer is not None:
                     for h in results[i]:
-                        h.explanation = self._leg(leg).explain(batch.legs[leg][i], h.doc_number)
+                        h.explanation = self.legs[explainer].explain(batch.legs[explainer][i], h.doc_number)
         return results
 
 
@@ -240,10 +166,12 @@ def open_collection(stored: Any, uri: str | None, collection: str | None = None)
     return MilvusCollection.open(uri, name, expect=index_manifest(stored), rows=expected_rows(stored))
 
 
-def check(stored: Any, uri: str | None, collection: str | None = None) -> None:
-    """The backend hook :meth:`Searcher.open` calls before loading the model: the collection is
-    reachable and holds this index (raises otherwise)."""
-    open_collection(stored, uri, collection).close()
+def check(searcher: Searcher, uri: str | None, collection: str | None = None) -> None:
+    """The backend hook :meth:`Searcher.open` calls before loading the model: Milvus holds every
+    leg of the folder ``searcher`` (else errors.LegNotServedError, before connecting), and the
+    collection is reachable and holds this index (raises otherwise)."""
+    refuse_unserved(searcher.legs)
+    open_collection(searcher.index, uri, collection).close()
 
 
 def wrap(searcher: Searcher, uri: str | None, collection: str | None = None) -> "MilvusSearcher":

@@ -16,10 +16,12 @@ lexical leg existed) or a '+'-joined leg set such as "dense+sparse+bm25", fused 
 configured method (minmax / zscore: convex combination with per-leg weights; rrf: reciprocal
 ranks, weighted only when weights are given; agree: z-score with each LLM leg's weight gated
 per query by its agreement with the BM25 leg; calibrated: the same gate measured once per
-collection on pseudo-queries, retrieval/calibration.py). Leg sets with BM25 default to
-calibrated (LEG_SET_DEFAULTS, chosen on held-out collections; agree on an uncalibrated index); ``fusion="zscore"`` without weights gives
-the earlier fixed z-score default (BM25 at 0.6); other methods weigh legs equally. Pyserini's
-BEIR hybrid runs fuse a learned representation with BM25 the same way.
+collection on pseudo-queries, retrieval/calibration.py). Which rule, weights and gate a search
+uses, and why, is its :class:`~alignir.retrieval.fusion_plan.FusionPlan`
+(:meth:`Searcher.plan`; the precedence is retrieval/fusion_plan.py's): leg sets with BM25
+default to calibrated (agree on an uncalibrated index). Pyserini's BEIR hybrid runs fuse a
+learned representation with BM25 the same way. The searcher runs the plan over whichever
+legs it holds: the folder's, or a backend's (retrieval/milvus_legs.py).
 
 Long documents split into passages at build time (``build-index --passages``): the dense and
 sparse legs score passages and aggregate them to documents before fusion (MaxP by default;
@@ -39,20 +41,22 @@ from alignir.errors import InvalidInputError
 import importlib
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from alignir.encoders.shipped import SHIPPED, shipped_name
 from alignir.encoders.terms import TermContribution
 from alignir.index.store import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
 from alignir.retrieval.config import FusionConfig, IndexConfig
+from alignir.retrieval.fusion_plan import INDEX, USER, FusionPlan, resolve_plan
 from alignir.index.passages import parse_aggregation
-from alignir.retrieval.legs import Leg, QueryContext, leg_factories, legs_for
+from alignir.retrieval.legs import LEGS, Leg, QueryContext, leg_factories, legs_for
 from alignir.retrieval.passage_leg import PassageLeg
 from alignir.retrieval.manifest import embedder_spec
 from alignir.retrieval.preflight import check_before_loading
@@ -60,68 +64,15 @@ from alignir.retrieval.preflight import check_before_loading
 if TYPE_CHECKING:
     from alignir.retrieval.sparsify import Sparsifier
 
-#: the built-in legs (retrieval/legs.py), in the order a mode lists them
-LEGS = ("dense", "sparse", "bm25")
 #: the modes "all" means for an index with its lexical leg (without it: the first three)
 MODES = ("hybrid", "sparse", "dense", "bm25", "dense+bm25", "sparse+bm25", "dense+sparse+bm25")
 BASE_MODES = MODES[:3]
 #: where the legs are searched: the index folder itself, or a collection exported from it to
-#: another engine — name -> the module serving it, which provides ``check(stored, uri, collection)``
-#: (reach and check the collection before the model loads) and ``wrap(searcher, uri, collection)``
-#: (the folder searcher with its legs there); imported by name, only when used
+#: another engine — name -> the module serving it, which provides ``check(searcher, uri,
+#: collection)`` (refuse the searcher's legs it cannot serve, reach and check the collection:
+#: before the model loads) and ``wrap(searcher, uri, collection)`` (the searcher with the
+#: backend's legs); imported by name, only when used
 BACKENDS: dict[str, str | None] = {"folder": None, "milvus": "alignir.retrieval.milvus_search"}
-#: Base weights of the leg sets with the BM25 leg per fusion method, used when a call gives no
-#: ``weights`` or ``alpha``. "zscore": the fixed weights chosen leave-one-collection-out on ADI,
-#: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; BM25 at 0.6; the default before the
-#: calibrated fusion). "calibrated" (the default, below) gates them once per collection; "agree" (the default
-#: of an index without a calibration): the same z-score fusion with every LLM leg's weight gated per
-#: query by its chance-corrected top-k agreement with the BM25 leg (fusion.agree), so a leg
-#: that is noise for a query (a truncated long document, a model unfit for the domain) drops
-#: out and the fused order falls back to BM25's; weights and gate chosen on dumped leg lists,
-#: with the LLM legs also deliberately degraded (benchmarks/fusion_rules.py: safe within 0.005
-#: of BM25 everywhere, then the best worst gain retention; the dense+sparse+bm25 weights are
-#: the z-score ones, so legs that agree get exactly the fixed z-score fusion).
-LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
-    "zscore": {
-        ("dense", "bm25"): {"dense": 0.4, "bm25": 0.6},
-        ("sparse", "bm25"): {"sparse": 0.4, "bm25": 0.6},
-        ("dense", "sparse", "bm25"): {"dense": 0.2, "sparse": 0.2, "bm25": 0.6},
-    },
-    "agree": {
-        ("dense", "bm25"): {"dense": 0.4, "bm25": 0.6},
-        ("sparse", "bm25"): {"sparse": 0.8, "bm25": 0.6},
-        ("dense", "sparse", "bm25"): {"dense": 0.2, "sparse": 0.2, "bm25": 0.6},
-    },
-}
-#: The agreement gate of each leg set under "agree" (fusion.AgreeParams), chosen per leg set
-#: with the weights above (benchmarks/fusion_rules.py). dense+sparse+bm25 and dense+bm25: each
-#: LLM leg's top 10 against BM25's top 50 and back, corrected for chance with the collection
-#: size, full weight at half of the way from chance to full agreement (AgreeParams()).
-#: fusion.AGREE_TOP10 with weights 0.3/0.3/0.6 is the gate before (plain top-10 overlap).
-LEG_SET_AGREE: dict[tuple[str, ...], fusion_mod.AgreeParams] = {
-    ("dense", "bm25"): fusion_mod.AgreeParams(),
-    ("sparse", "bm25"): fusion_mod.AgreeParams(k=20, depth=None, symmetric=False, tau=0.7, power=1.0),
-    ("dense", "sparse", "bm25"): fusion_mod.AgreeParams(),
-}
-LEG_SET_WEIGHTS["calibrated"] = LEG_SET_WEIGHTS["zscore"]
-#: The gate of each leg set under "calibrated" (retrieval/calibration.py): every LLM leg's
-#: z-score weight times gate(ā), ā its mean chance-corrected agreement with BM25 on the
-#: index's pseudo-queries, for every query; chosen leave-one-collection-out with the LLM legs
-#: also degraded (benchmarks/fusion_rules.py, rule "calibrated").
-#: dense+sparse+bm25: full weight from agreement 0.2 down linearly to 0 (pseudo-query
-#: agreement on the shipped collections 0.22-0.31 with the shipped model, 0.08-0.13 with the
-#: documents cut to 16 tokens, ~0.02 for shuffled legs). CALIBRATED_GATE: other leg sets.
-CALIBRATED_GATE = fusion_mod.AgreeParams(tau=0.2)
-LEG_SET_CALIBRATED: dict[tuple[str, ...], fusion_mod.AgreeParams] = {
-    ("dense", "bm25"): fusion_mod.AgreeParams(tau=0.2, power=2.0),
-    ("sparse", "bm25"): fusion_mod.AgreeParams(tau=0.4, power=2.0),
-    ("dense", "sparse", "bm25"): CALIBRATED_GATE,
-}
-#: The fusion of a leg set with BM25 when a call gives none of fusion, alpha, weights
-#: ("calibrated"; on an index without a stored calibration it is "agree", per query).
-LEG_SET_FUSION = "calibrated"
-LEG_SET_DEFAULTS: dict[tuple[str, ...], tuple[str, dict[str, float]]] = {
-    legs: (LEG_SET_FUSION, w) for legs, w in LEG_SET_WEIGHTS[LEG_SET_FUSION].items()}
 LEXICAL_HINT = ("rebuild it with `alignir build-index --lexical` (the default) or add the leg with "
                 "`alignir add-lexical --index DIR`")
 
@@ -131,7 +82,7 @@ def parse_mode(mode: str, legs: Sequence[str] | None = None) -> tuple[str, ...]:
     (bm25,); "bm25+dense" -> (dense, bm25). ``legs``: the leg names that may appear (None:
     the registered legs, retrieval.legs.register_leg: the built-in ones first)."""
     if legs is None:
-        legs = (*LEGS, *(name for name in leg_factories() if name not in LEGS))
+        legs = parse_mode_legs()
     if not isinstance(mode, str):
         raise InvalidInputError(f"mode must be a string, got {type(mode).__name__}")
     if mode == "hybrid":
@@ -142,6 +93,12 @@ def parse_mode(mode: str, legs: Sequence[str] | None = None) -> tuple[str, ...]:
         raise InvalidInputError(f"mode must be one of {shown} or a '+'-joined set of the legs "
                                 f"{tuple(legs)}, got {mode!r}")
     return tuple(leg for leg in legs if leg in parts)
+
+
+def parse_mode_legs() -> tuple[str, ...]:
+    """The leg names a mode may use when no searcher is at hand: the registered legs, the
+    built-in ones first."""
+    return (*LEGS, *(name for name in leg_factories() if name not in LEGS))
 
 
 def modes_for(stored: StoredIndex) -> tuple[str, ...]:
@@ -228,7 +185,8 @@ class Searcher:
         self.embedder = embedder
         self.sparsifier = sparsifier
         self.fusion = fusion
-        self.passage_agg = passage_agg or IndexConfig.from_manifest(stored.manifest).passages.aggregate
+        saved = IndexConfig.from_manifest(stored.manifest)
+        self.passage_agg = passage_agg or saved.passages.aggregate
         parse_aggregation(self.passage_agg)
         self.legs: dict[str, Leg] = (dict(legs) if legs is not None
                                      else legs_for(stored, sparsifier, self.passage_agg))
@@ -236,11 +194,23 @@ class Searcher:
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
         #: the index's collection-level fusion calibration (None: not calibrated)
         self.calibration = FusionCalibration.from_dict(stored.manifest.get("params", {}).get("fusion_calibration"))
+        # the index's saved fusion (the shipped model's own, when the index was built with one): a
+        # plan names the config's choices "index config" when ``self.fusion`` is this one
+        self._saved_fusion = saved.fusion
+        spec = stored.manifest.get("embedder")  # checked when the encoder loads (manifest.embedder_spec)
+        options = spec.get("options") if isinstance(spec, dict) else None
+        name = shipped_name(options.get("adapter")) if isinstance(options, dict) else None
+        self._model = None if name is None else SHIPPED[name]
 
-    def fusion_in_force(self, method: str) -> str:
-        """The fusion a search asking for ``method`` runs: "calibrated" on an index without a
-        stored calibration (built before it) is "agree", the per-query gate; others as asked."""
-        return "agree" if method == "calibrated" and self.calibration is None else method
+    def plan(self, mode: str = "hybrid", *, fusion: str | None = None, alpha: float | None = None,
+             weights: Mapping[str, float] | None = None, depth: int | None = None) -> FusionPlan:
+        """The :class:`~alignir.retrieval.fusion_plan.FusionPlan` a search of ``mode`` with these
+        options runs: its legs, rule, weights, gate and where each came from (the call, the
+        index's saved fusion and leg-set defaults, its model's, its calibration, the fallback).
+        Raises what the search would for options it refuses."""
+        return resolve_plan(mode, self.parse_mode(mode), fusion=fusion, alpha=alpha, weights=weights, depth=depth,
+                            config=self.fusion, config_source=INDEX if self.fusion == self._saved_fusion else USER,
+                            calibration=self.calibration, model=self._model, known=tuple(self.legs))
 
     @property
     def has_lexical(self) -> bool:
@@ -307,8 +277,6 @@ class Searcher:
         if stored.sparse is None or stored.dense is None:
             raise InvalidInputError(f"{path}: the index lacks its sparse or dense part; rebuild it")
         remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
-        if remote is not None:  # reach the collection and check it before the model loads (seconds)
-            remote.check(stored, uri, collection)
 
         def load() -> Encoder:
             # what can be checked without the model is checked before it loads (or converts)
@@ -321,11 +289,13 @@ class Searcher:
         # the query encoder loads on the first query that needs it (a bm25 search needs none);
         # a model given by the caller (or another precision) is checked against the index now
         encoder = _LazyEncoder(load)
+        searcher = cls(stored, _Deferred(encoder, "embedder"), _Deferred(encoder, "sparsifier"),
+                       fusion or IndexConfig.from_manifest(stored.manifest).fusion, passage_agg=passage_agg)
+        if remote is not None:  # the backend serves these legs, its collection is this index: before the model
+            remote.check(searcher, uri, collection)
         if loaded is not None or model is not None or precision is not None:
             encoder.get()
         stored.dense.use_gpu(dense_on_gpu(device))
-        searcher = cls(stored, _Deferred(encoder, "embedder"), _Deferred(encoder, "sparsifier"),
-                       fusion or IndexConfig.from_manifest(stored.manifest).fusion, passage_agg=passage_agg)
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
 
     def close(self) -> None:
@@ -423,15 +393,13 @@ class Searcher:
         call) the other legs share 1-α equally. ``weights`` ({leg: weight}, relative: convex
         fusions divide by their sum; rrf uses them as given) set every leg's weight of a
         '+'-joined leg set instead (legs not in the mode are ignored; "hybrid" keeps α).
-        Leg sets with the BM25 leg default to :data:`LEG_SET_DEFAULTS` ("calibrated": z-score
-        with each LLM leg gated by its agreement with BM25 on the index's pseudo-queries,
-        :func:`calibrated_weights`; "agree", the same gate per query, fusion.agree, on an index
-        without a calibration) when none of ``fusion``, ``alpha``, ``weights`` is given; with
-        ``fusion`` "zscore", "agree" or "calibrated" and no weights or alpha they take that
-        method's :data:`LEG_SET_WEIGHTS` ("zscore": the fixed weights, the default before the calibrated fusion); an index
-        with its own calibrated defaults for the leg set (``FusionConfig.leg_sets``, which a
-        shipped trained model brings) uses its weights and gate power under "calibrated"; other
-        methods and leg sets weigh legs equally. "agree" and "calibrated" need the bm25 leg. ``allowed_ids``: restrict results to these document
+        Leg sets with the BM25 leg default to "calibrated" (z-score with each LLM leg gated by
+        its agreement with BM25 on the index's pseudo-queries; "agree", the same gate per query,
+        on an index without a calibration) when none of ``fusion``, ``alpha``, ``weights`` is
+        given; the index's own leg-set defaults (``FusionConfig.leg_sets``, which a shipped
+        model brings) replace alignir's under "calibrated". :meth:`plan` returns what a call
+        runs and why (the precedence: retrieval/fusion_plan.py). "agree" and "calibrated" need
+        the bm25 leg. ``allowed_ids``: restrict results to these document
         ids (others never come back, even when k exceeds their number; "agree" then corrects
         for chance among them, not the whole collection). ``explain``: attach
         the shared terms and their contributions to each hit (from the first leg of the mode that
@@ -455,38 +423,19 @@ class Searcher:
         if allowed_ids is not None and not isinstance(allowed_ids, (str, bytes)):
             allowed_ids = list(dict.fromkeys(allowed_ids))  # read once (it may be an iterator)
             n_docs = max(1, len(allowed_ids))  # a filtered search draws from the allowed documents
-        leg_set_default = alpha is None and weights is None and legs in LEG_SET_DEFAULTS
-        requested = fusion or (LEG_SET_FUSION if leg_set_default else self.fusion.method)
-        if requested in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
-            raise InvalidInputError(f"fusion {requested!r} gates the LLM legs by their agreement with the bm25 "
-                                    f"leg; mode {mode!r} has none (use e.g. dense+sparse+bm25, or "
-                                    f"another fusion)")
-        method = self.fusion_in_force(requested)
-        # the index's own calibrated defaults of this leg set (a shipped model's, FusionConfig.leg_sets)
-        own = self.fusion.leg_set(legs) if method == "calibrated" and alpha is None and weights is None else None
-        if leg_set_default or own is not None:
-            weights = own[0] if own is not None else LEG_SET_WEIGHTS.get(method, {}).get(legs)
-        fcfg = FusionConfig(method="zscore" if method == "calibrated" else method,
-                            alpha=self.fusion.alpha if alpha is None else alpha,
-                            depth=depth or self.fusion.depth, rrf_k=self.fusion.rrf_k)
-        leg_w, rrf_w = _leg_weights(mode, legs, fcfg.alpha, alpha is not None, weights, tuple(self.legs))
-        if method == "calibrated" and len(legs) > 1:
-            leg_w = calibrated_weights(legs, leg_w, self.calibration, None if own is None else own[1])
+        plan = self.plan(mode, fusion=fusion, alpha=alpha, weights=weights, depth=depth)
         explainer = self._explainer(legs) if explain else None
         tm = timings if timings is not None else Timings()
         needed = legs + ((explainer,) if explainer is not None and explainer not in legs else ())
         batch = encoded if encoded is not None else self.encode(queries, needed)
-        side_k = min(self.index.n_docs, max(k, fcfg.depth) if len(legs) > 1 else k)
+        side_k = min(self.index.n_docs, max(k, plan.depth) if len(legs) > 1 else k)
         lists = self._leg_lists(queries, batch, needed if explain else legs, side_k, allowed_ids, threads, tm,
                                 search=legs, passage_agg=passage_agg)
 
         t0 = time.perf_counter()
         results = []
         for i in range(len(queries)):
-            per_leg = [lists[leg][i] for leg in legs]
-            ranking = per_leg[0] if len(legs) == 1 else fuse_legs(
-                per_leg, leg_w, fcfg, rrf_w, anchor=legs.index("bm25") if "bm25" in legs else None,
-                agree_params=LEG_SET_AGREE.get(legs), n_docs=n_docs)
+            ranking = plan.fuse([lists[leg][i] for leg in legs], n_docs)
             hits = []
             for rank, (num, score) in enumerate(fusion_mod.ranked(ranking, k), start=1):
                 hits.append(Hit(self.index.doc_ids[num], float(score), rank, num,
@@ -637,16 +586,9 @@ def check_search_options(mode: str, *, fusion: str | None = None, alpha: float |
     the mode's legs, an unknown precision or passage aggregation)."""
     from alignir.encoders.quantize import check_precision
     from alignir.index.passages import parse_aggregation
-    from alignir.retrieval.config import FusionConfig
 
     legs = parse_mode(mode)
-    if fusion is not None or alpha is not None:
-        FusionConfig(method=fusion or "minmax", alpha=0.5 if alpha is None else alpha)
-    if fusion in ("agree", "calibrated") and len(legs) > 1 and "bm25" not in legs:
-        raise InvalidInputError(f"fusion {fusion!r} gates the LLM legs by their agreement with the bm25 leg; "
-                                f"mode {mode!r} has none (use e.g. dense+sparse+bm25, or another fusion)")
-    if weights is not None:
-        _leg_weights(mode, legs, 0.5, False, weights)
+    resolve_plan(mode, legs, fusion=fusion, alpha=alpha, weights=weights, known=parse_mode_legs())
     if precision is not None:
         check_precision(precision)
     if passage_agg is not None:
@@ -689,67 +631,3 @@ def _to_lists(docs: np.ndarray, scores: np.ndarray) -> list[dict[int, float]]:
         keep = drow >= 0
         out.append(dict(zip(drow[keep].tolist(), srow[keep].astype(float).tolist())))
     return out
-
-
-def _leg_weights(mode: str, legs: Sequence[str], alpha: float, alpha_given: bool,
-                 weights: Mapping[str, float] | None, known: Sequence[str] = LEGS
-                 ) -> tuple[list[float], list[float] | None]:
-    """(convex weights summing to 1, rrf weights or None) of the legs of ``mode``. "hybrid"
-    keeps its α (``weights`` apply to '+'-joined leg sets); one leg needs none. ``known``: the
-    leg names ``weights`` may name."""
-    if len(legs) == 1:
-        return [1.0], None
-    if weights is not None and mode != "hybrid":
-        unknown = sorted(set(weights) - set(known) - set(LEGS))
-        missing = [leg for leg in legs if leg not in weights]
-        if unknown or missing:
-            raise InvalidInputError(f"weights must name the legs of mode {mode!r} ({', '.join(legs)}); "
-                             f"unknown {unknown}, missing {missing}")
-        w = [float(weights[leg]) for leg in legs]
-        if any(not np.isfinite(x) or x < 0 for x in w) or sum(w) <= 0:
-            raise InvalidInputError(f"weights must be finite, >= 0 and not all 0, got {dict(weights)}")
-        return [x / sum(w) for x in w], w
-    if mode == "hybrid" or (alpha_given and "dense" in legs and len(legs) > 1):
-        rest = (1.0 - alpha) / (len(legs) - 1)
-        return [alpha if leg == "dense" else rest for leg in legs], None
-    return [1.0 / len(legs)] * len(legs), None
-
-
-def calibrated_weights(legs: Sequence[str], weights: Sequence[float], calibration: FusionCalibration,
-                       gate_power: float | None = None) -> list[float]:
-    """The "calibrated" fusion's weights: each leg's ``weights[i]`` times the gate
-    (:data:`LEG_SET_CALIBRATED` of this leg set; ``gate_power``: that gate with this power,
-    an index's own, FusionConfig.leg_sets) of its stored agreement with BM25
-    (retrieval/calibration.py); the bm25 leg and legs not calibrated keep theirs."""
-    gate = LEG_SET_CALIBRATED.get(tuple(legs), CALIBRATED_GATE)
-    if gate_power is not None:
-        gate = replace(gate, power=gate_power)
-    return [w * calibration.gate(leg, gate) for w, leg in zip(weights, legs)]
-
-
-def fuse_legs(lists: Sequence[Mapping[int, float]], weights: Sequence[float], cfg: FusionConfig,
-              rrf_weights: Sequence[float] | None = None, anchor: int | None = None,
-              agree_params: fusion_mod.AgreeParams | None = None, n_docs: int | None = None) -> dict:
-    """Fuse one query's leg lists (doc number -> raw score). Convex fusions weigh leg i by
-    ``weights[i]``; rrf by ``rrf_weights`` (None: plain RRF); "agree" gates every leg but
-    ``anchor`` (the index of the bm25 list) by its agreement with it (fusion.agree, with
-    ``agree_params``: the leg set's :data:`LEG_SET_AGREE`; None: fusion's defaults; ``n_docs``:
-    the collection size, for its chance correction). Empty
-    lists (e.g. a query with no word in the BM25 vocabulary) drop out and the others keep their
-    weights (an empty anchor: "agree" is plain z-score); one non-empty list is returned as it
-    is. With two lists [dense, sparse] and weights [α, 1-α] this is the hybrid fusion."""
-    keep = [i for i, run in enumerate(lists) if run]
-    if len(keep) <= 1:
-        return dict(lists[keep[0]]) if keep else {}
-    runs = [lists[i] for i in keep]
-    if cfg.method == "rrf":
-        rw = None if rrf_weights is None else [rrf_weights[i] for i in keep]
-        return fusion_mod.rrf(runs, k=cfg.rrf_k, weights=rw)
-    w = [weights[i] for i in keep]
-    if cfg.method == "agree":
-        if anchor is None:
-            raise InvalidInputError("fusion 'agree' needs an anchor list (the bm25 leg)")
-        if anchor not in keep:
-            return fusion_mod.zscore(runs, weights=w)
-        return fusion_mod.agree(runs, weights=w, anchor=keep.index(anchor), params=agree_params, n_docs=n_docs)
-    return fusion_mod.fuse(runs, method=cfg.method, weights=w)

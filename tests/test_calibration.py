@@ -14,7 +14,8 @@ from alignir.retrieval.calibration import (MEASURE, FusionCalibration, calibrate
                                            pseudo_queries)
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index, calibrate_index, resparsify
-from alignir.retrieval.searcher import CALIBRATED_GATE, Searcher, calibrated_weights
+from alignir.retrieval.searcher import Searcher
+from alignir.retrieval.fusion_plan import CALIBRATED_GATE, calibrated_weights
 
 from conftest import write_corpus
 

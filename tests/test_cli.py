@@ -177,6 +177,51 @@ def test_fusion_option_calibrated_default_agree_and_zscore(env, tiny_folder):
     assert not (env / "indexes").exists()
 
 
+def test_search_explain_prints_the_plan_and_eval_records_it(env, tiny_folder):
+    """--explain shows the fusion plan in force (rule, weights, gate, calibration and their
+    sources); --json --explain and `alignir eval --json` carry it as a dict, the one
+    Searcher.plan resolves."""
+    from alignir.retrieval.searcher import Searcher
+
+    texts = ["plants and light", "stock market rates", "supersonic flow", "protein folding", "plants grow"]
+    corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(texts)])
+    idx = env / "idx"
+    assert invoke("build-index", corpus, "--index", idx, "--model", tiny_folder, "--doc-k", "16").exit_code == 0
+    r = invoke("search", "plants light", "--index", idx, "--mode", "dense+sparse+bm25", "--explain")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("fusion plan for dense+sparse+bm25: calibrated (")
+    shown = {line.split()[0]: line for line in lines[1:6]}
+    assert set(shown) == {"rule", "weights", "gate", "calibration", "depth"}
+    assert "[alignir default:" in shown["rule"] and "dense 0.2, sparse 0.2, bm25 0.6" in shown["weights"]
+    assert "[calibration: the index's agreement with bm25 on 5 pseudo-queries" in shown["calibration"]
+    r = invoke("search", "plants light", "--index", idx, "--mode", "dense+bm25", "--fusion", "rrf",
+               "--weights", "dense=1,bm25=3", "--json", "--explain")
+    plan = json.loads(r.stdout)["plan"]
+    with Searcher.open(idx) as s:
+        assert plan == json.loads(json.dumps(s.plan("dense+bm25", fusion="rrf", weights={"dense": 1, "bm25": 3})
+                                             .to_dict()))
+    assert plan["rule"] == "rrf" and plan["rrf_weights"] == {"dense": 1.0, "bm25": 3.0}
+    assert plan["sources"]["rule"]["source"] == plan["sources"]["weights"]["source"] == "user"
+    assert "plan" not in json.loads(invoke("search", "plants", "--index", idx, "--json").stdout)
+    beir = env / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(corpus.read_text())
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "plants"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    from alignir.index.store import update_params
+
+    update_params(idx, {"fusion_calibration": None})  # an index without a calibration: the agree fallback
+    r = invoke("eval", "--index", idx, "--dataset", beir, "--mode", "hybrid,dense+sparse+bm25", "--json")
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.stdout)["plan"]
+    assert set(plans) == {"hybrid", "dense+sparse+bm25"}
+    assert (plans["hybrid"]["rule"], plans["hybrid"]["alpha"]) == ("minmax", 0.5)
+    three = plans["dense+sparse+bm25"]
+    assert (three["rule"], three["requested"], three["calibration"]) == ("agree", "calibrated", None)
+    assert three["sources"]["rule"]["source"] == "fallback" and "no stored calibration" in three["fallback"]
+
+
 # ---------------------------------------------------------------- SIGKILL mid-build
 
 def test_killed_build_leaves_old_index_usable(env, tiny_folder):
@@ -331,10 +376,13 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
     assert r.exit_code == 0, r.output
     main_job = json.loads(r.stdout)
     assert main_job["dataset"] == "adi" and main_job["queries"] > 0
-    fusion = main_job["fusion"]  # the fused modes' default and the calibration it gates by
-    assert fusion["requested"] is None and fusion["leg_set_default"] == "calibrated"
-    assert set(fusion["calibration"]["agreement"]) == {"dense", "sparse"}
-    assert (fusion["index"]["method"], fusion["index"]["alpha"]) == ("zscore", 0.7)  # the shipped model's hybrid
+    plan = main_job["plan"]  # each mode's fusion plan: the leg sets' default gated by the calibration
+    three = plan["dense+sparse+bm25"]
+    assert (three["rule"], three["sources"]["rule"]["source"]) == ("calibrated", "alignir default")
+    assert set(three["calibration"]["agreement"]) == {"dense", "sparse"}
+    assert three["sources"]["weights"]["source"] == "model default"  # the shipped model's own leg set
+    hybrid = plan["hybrid"]  # the shipped model's hybrid
+    assert (hybrid["rule"], hybrid["alpha"], hybrid["sources"]["alpha"]["source"]) == ("zscore", 0.7, "model default")
     for mode in ("dense", "sparse", "hybrid", "bm25"):
         assert main_job["metrics"][mode]["ndcg@10"] == pytest.approx(res["metrics"][mode]["ndcg@10"], abs=1e-9)
     r = invoke("resparsify", "--index", idx, "--doc-k", "64", "--pc1-lambda", "0.5")

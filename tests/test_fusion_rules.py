@@ -30,7 +30,7 @@ def test_replayed_rules_equal_the_product_code():
                 for q in replay:  # same top 10 in the same order (q3 without BM25: the product
                     assert list(replay[q]) == list(product[q])  # keeps one leg's raw scores)
     # the product default's agree on the 3-leg set equals the replayed agree with its parameters
-    from alignir.retrieval.searcher import LEG_SET_AGREE, LEG_SET_WEIGHTS
+    from alignir.retrieval.fusion_plan import LEG_SET_AGREE, LEG_SET_WEIGHTS
 
     for legs in MODES:
         w = LEG_SET_WEIGHTS["agree"][legs]
@@ -87,7 +87,7 @@ def _with_pseudo(s: Setting, seed: int = 2) -> Setting:
 
 
 def test_calibrated_replay_equals_the_product_default():
-    from alignir.retrieval.searcher import LEG_SET_CALIBRATED, LEG_SET_DEFAULTS
+    from alignir.retrieval.fusion_plan import LEG_SET_CALIBRATED, LEG_SET_DEFAULTS
 
     s = _with_pseudo(_setting())
     cal = prepare(s, ("dense", "sparse", "bm25"))["q1"].calibration

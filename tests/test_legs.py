@@ -13,7 +13,8 @@ from alignir.retrieval import fusion
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index
 from alignir.retrieval.legs import Leg, QueryContext, register_leg, unregister_leg
-from alignir.retrieval.searcher import Hit, QueryBatch, Searcher, Timings, fuse_legs
+from alignir.retrieval.searcher import Hit, QueryBatch, Searcher, Timings
+from alignir.retrieval.fusion_plan import fuse_legs
 
 from conftest import TINY_CORPUS
 

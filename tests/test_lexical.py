@@ -14,7 +14,8 @@ from alignir.retrieval import fusion
 from alignir.retrieval.bm25 import BM25, QueryVectorizer, bm25_weights, lexical_leg
 from alignir.retrieval.config import FusionConfig, SparseConfig
 from alignir.retrieval.indexer import add_lexical, build_index, resparsify
-from alignir.retrieval.searcher import Searcher, fuse_legs, parse_mode
+from alignir.retrieval.searcher import Searcher, parse_mode
+from alignir.retrieval.fusion_plan import fuse_legs
 
 from conftest import TINY_CORPUS, write_corpus, write_queries
 
@@ -249,7 +250,7 @@ def _manual_zscore(lists, weights):
 
 
 def test_leg_sets_with_bm25_zscore_option_keeps_the_fixed_weights(built, tiny_model):
-    from alignir.retrieval.searcher import LEG_SET_WEIGHTS
+    from alignir.retrieval.fusion_plan import LEG_SET_WEIGHTS
 
     s = Searcher.open(built, loaded=tiny_model)
     q = QUERIES[2]
@@ -270,12 +271,11 @@ def test_leg_sets_with_bm25_zscore_option_keeps_the_fixed_weights(built, tiny_mo
 
 def test_leg_sets_with_bm25_default_to_calibrated_else_agree(built, tiny_model):
     """The default: "calibrated" (z-score, each LLM leg's weight gated by the index's stored
-    agreement with BM25, searcher.calibrated_weights) on an index with a calibration; on one
+    agreement with BM25, fusion_plan.calibrated_weights) on an index with a calibration; on one
     without (built before it) "agree", each LLM leg gated per query by its agreement with the
     BM25 leg (fusion.agree over the leg lists with LEG_SET_WEIGHTS["agree"] and LEG_SET_AGREE)."""
     from alignir.index.store import update_params
-    from alignir.retrieval.searcher import (LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS,
-                                            calibrated_weights)
+    from alignir.retrieval.fusion_plan import LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, calibrated_weights
 
     s = Searcher.open(built, loaded=tiny_model)
     assert s.calibration is not None and set(s.calibration.agreement) == {"dense", "sparse"}

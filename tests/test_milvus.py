@@ -122,6 +122,82 @@ def test_server_side_rrf_equals_the_folder_index(searchers, exported):
         server.close()
 
 
+def test_the_backend_supplies_its_legs_and_the_searcher_runs_the_same_plan(searchers):
+    """The Milvus searcher holds Milvus legs (the Leg protocol) under the folder's leg names and
+    runs the searcher's own code over them: the same plan for every mode, no leg code of its own."""
+    from alignir.retrieval.legs import Leg
+    from alignir.retrieval.milvus_legs import MilvusLeg
+
+    folder, milvus = searchers
+    assert list(milvus.legs) == list(folder.legs) == ["dense", "sparse", "bm25"]
+    assert all(isinstance(leg, Leg) and isinstance(leg, MilvusLeg) for leg in milvus.legs.values())
+    assert not {"_leg_lists", "leg_lists", "encode"} & set(vars(MilvusSearcher))
+    for mode in MODES:
+        for kw in ({}, {"fusion": "rrf"}, {"alpha": 0.3}):
+            assert milvus.plan(mode, **kw) == folder.plan(mode, **kw)
+
+
+class _ConstLeg:
+    """A registered leg Milvus cannot serve: every document scores 1."""
+
+    name = "const"
+    needs_model = False
+    explains = False
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def encode(self, ctx):
+        return np.zeros((len(ctx.texts), 1), dtype=np.float32)
+
+    def search(self, encoded, k, allowed=None, threads=None):
+        docs = np.arange(self.n) if allowed is None else np.asarray(allowed)
+        docs = np.tile(docs[:k], (encoded.shape[0], 1)).astype(np.int64)
+        return docs, np.ones(docs.shape, dtype=np.float32)
+
+    def explain(self, query_row, doc_number):
+        return []
+
+
+def test_a_leg_milvus_cannot_serve_is_refused_before_any_query(built, exported, tiny_model, monkeypatch):
+    """A registered custom leg (or a built-in name registered with another class) is refused by
+    name when a Milvus searcher is opened: before connecting, before the model loads. A searcher
+    given only the legs Milvus holds is served."""
+    import alignir.encoders.models as models
+    from alignir.errors import LegNotServedError
+    from alignir.retrieval.legs import leg_factories, register_leg, unregister_leg
+
+    register_leg("const", lambda stored, sparsifier: _ConstLeg(stored.n_docs))
+    try:
+        folder = Searcher.open(built / "idx", loaded=tiny_model)
+        assert list(folder.legs) == ["dense", "sparse", "bm25", "const"] and folder.search("plants", mode="const")
+        served = Searcher(folder.index, folder.embedder, folder.sparsifier, folder.fusion,
+                          legs={k: v for k, v in folder.legs.items() if k != "const"})
+        m = MilvusSearcher.from_searcher(served, uri=exported[0])
+        try:
+            _same(folder.search(QUERIES[0], k=5, mode="dense+sparse+bm25"), m.search(QUERIES[0], k=5,
+                                                                                   mode="dense+sparse+bm25"))
+        finally:
+            m.close()
+        monkeypatch.setattr(MilvusCollection, "open", lambda *a, **kw: pytest.fail("Milvus was contacted"))
+        monkeypatch.setattr(models, "load_model", lambda *a, **kw: pytest.fail("the model was loaded"))
+        with pytest.raises(LegNotServedError, match="the milvus backend cannot search the leg 'const'") as e:
+            Searcher.open(built / "idx", backend="milvus", uri=exported[0])
+        assert (e.value.leg, e.value.backend, e.value.served) == ("const", "milvus", ("dense", "sparse", "bm25"))
+        with pytest.raises(LegNotServedError, match="'const'"):
+            MilvusSearcher.from_searcher(folder, uri=exported[0])
+    finally:
+        unregister_leg("const")
+    dense = leg_factories()["dense"]
+    register_leg("dense", lambda stored, sparsifier: type("OtherDense", (_ConstLeg,), {"name": "dense"})(1),
+                 replace=True)
+    try:
+        with pytest.raises(LegNotServedError, match="'dense'"):
+            Searcher.open(built / "idx", backend="milvus", uri=exported[0])
+    finally:
+        register_leg("dense", dense, replace=True)
+
+
 def test_leg_scores_equal_the_kernels(searchers):
     """Each leg's full top list (ids and raw scores): sparse = our numba kernel, dense = FAISS flat,
     bm25 = the lexical kernel."""

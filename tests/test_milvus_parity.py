@@ -152,7 +152,7 @@ def test_passage_search_past_the_topk_limit_is_not_silently_cut(tmp_path, tiny_m
     returned fewer documents than k, or the wrong ones, silently. Simulated with the limit
     lowered to 4 rows; a real collection hits it when a MaxP/sumN search needs more than 16,384
     passages (e.g. long documents, k=100). Now the folder's answer or a clear error."""
-    import alignir.retrieval.milvus_search as ms
+    import alignir.retrieval.milvus_legs as ml
 
     idx = _build(tmp_path, tiny_model, LONG + ["Wind tunnels measure heating.", "Plants make glucose."],
                  embedder_options={"max_length": 64})
@@ -161,16 +161,49 @@ def test_passage_search_past_the_topk_limit_is_not_silently_cut(tmp_path, tiny_m
     folder = Searcher.open(idx, loaded=tiny_model)
     assert folder.index.passages is not None and folder.index.passages.n_rows > 8
     milvus = Searcher.open(idx, loaded=tiny_model, backend="milvus", uri=uri)
-    monkeypatch.setattr(ms, "MAX_LIMIT", 4)
+    monkeypatch.setattr(ml, "MAX_LIMIT", 4)
     try:
         want = folder.search(QUERIES[1], k=8, mode="dense")
         try:
             got = milvus.search(QUERIES[1], k=8, mode="dense")
-        except AlignirError:
-            return  # a clear error is an acceptable answer
+        except AlignirError as e:
+            assert "more than Milvus returns in one search (4)" in str(e)  # a clear error is an acceptable answer
+            return
         _same(want, got)
     finally:
         milvus.close()
+
+
+@pytest.fixture(scope="module")
+def passages(tmp_path_factory, tiny_model):
+    root = tmp_path_factory.mktemp("audit_milvus_passages")
+    idx = _build(root, tiny_model, LONG + ["Wind tunnels measure heating.", "Plants make glucose."],
+                 embedder_options={"max_length": 64})
+    uri = str(root / "p.db")
+    export_index(idx, uri, progress=False)
+    folder = Searcher.open(idx, loaded=tiny_model)
+    milvus = Searcher.open(idx, loaded=tiny_model, backend="milvus", uri=uri)
+    yield folder, milvus
+    milvus.close()
+
+
+@pytest.mark.parametrize("agg", ["maxp", "firstp", "sum2"])
+def test_passage_legs_in_milvus_equal_the_folder(passages, agg):
+    """An index with passages: the Milvus legs score passages, aggregated to documents as the
+    folder's do (every aggregation, a filter, every mode), and name the same best passages."""
+    folder, milvus = passages
+    assert folder.index.passages is not None and folder.index.passages.n_rows > folder.index.n_docs
+    allowed = [folder.index.doc_ids[i] for i in (0, 2, 5, 6)]
+    for mode in ("dense", "sparse", "bm25", "hybrid", "dense+sparse+bm25"):
+        for kw in ({}, {"allowed_ids": allowed}):
+            want = folder.batch_search(QUERIES, k=5, mode=mode, passage_agg=agg, **kw)
+            got = milvus.batch_search(QUERIES, k=5, mode=mode, passage_agg=agg, **kw)
+            for a, b in zip(want, got):
+                _same(a, b, where=(mode, agg, bool(kw)))
+    want = folder.search(QUERIES[0], k=3, mode="dense+sparse", explain=True, passage_agg=agg)
+    got = milvus.search(QUERIES[0], k=3, mode="dense+sparse", explain=True, passage_agg=agg)
+    assert [h.passages for h in got] == [h.passages for h in want] and all(h.passages for h in got)
+    assert [h.explanation for h in got] == [h.explanation for h in want]
 
 
 def test_passage_ids_over_the_primary_key_limit_are_refused_before_any_insert(tmp_path, tiny_model):

@@ -185,7 +185,8 @@ def test_agree_corrects_for_chance_among_the_allowed_documents(built):
     the allowed set agree fully (chance 1), so "agree" keeps the LLM leg's weight. The chance was
     computed from the whole collection, which silenced the sparse leg (BM25's order came back)."""
     from alignir.retrieval import fusion
-    from alignir.retrieval.searcher import LEG_SET_WEIGHTS, Searcher
+    from alignir.retrieval.searcher import Searcher
+    from alignir.retrieval.fusion_plan import LEG_SET_WEIGHTS
 
     s = Searcher.open(built / "idx", device="cpu")
     q = "light plants water market"

@@ -74,7 +74,7 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
     from alignir.retrieval.beir import load_beir
     from alignir.retrieval.evaluation import evaluate_runs, timed_eval
     from alignir.retrieval.runs import write_trec
-    from alignir.retrieval.searcher import LEG_SET_FUSION, Searcher, modes_for
+    from alignir.retrieval.searcher import Searcher, modes_for
 
     data = load_beir(dataset, split=split)
     searcher = Searcher.open(index, instruction=instruction, device=device, passage_agg=passage_agg,
@@ -104,13 +104,9 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
         if searcher.index.passages is not None:
             result["passages"] = {**searcher.index.manifest.get("build", {}).get("passages", {}),
                                   "aggregate": searcher.passage_agg}
-        cal = searcher.calibration
-        result["fusion"] = {"requested": fusion, "alpha": alpha, "weights": weights,
-                            # what the leg sets with bm25 use when nothing is requested
-                            "leg_set_default": searcher.fusion_in_force(LEG_SET_FUSION),
-                            # the index's own fusion: "hybrid" and the leg sets without bm25
-                            "index": searcher.fusion.to_dict(),
-                            "calibration": None if cal is None else cal.to_dict()}
+        # the fusion plan each mode ran: rule, weights, gate, calibration and where each came from
+        result["plan"] = {m: searcher.plan(m, fusion=fusion, alpha=alpha, weights=weights).to_dict()
+                          for m in modes}
     finally:
         searcher.close()  # Milvus: the connection (Milvus Lite keeps its .db open until closed)
     return result

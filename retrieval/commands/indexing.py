@@ -149,8 +149,8 @@ def search_cmd(
     mode: str = typer.Option("hybrid", help="hybrid | sparse | dense | bm25 | a '+'-joined leg set "
                              "(dense+bm25, sparse+bm25, dense+sparse+bm25)."),
     top: int = typer.Option(10, "--top", "-k", help="Number of hits."),
-    explain: bool = typer.Option(False, help="Show the matched tokens and their contributions (␣ = a leading space; "
-                                 "passage spans: docs/searching.md)."),
+    explain: bool = typer.Option(False, help="Show the fusion plan in force and, per hit, the matched tokens and their "
+                                 "contributions (␣ = a leading space; passage spans: docs/searching.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"query\", \"hits\": [...]} as JSON."),
     instruction: Optional[str] = typer.Option(None, help="Query instruction: a task name (e.g. scifact) or text."),
     fusion: Optional[str] = typer.Option(None, help=FUSION_HELP),
@@ -188,9 +188,13 @@ def search_cmd(
                                  passage_agg=passage_agg, **backend_options(backend, uri, collection))
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                weights=leg_weights)
+        plan = searcher.plan(mode, fusion=fusion, alpha=alpha, weights=leg_weights) if explain else None
         if as_json:
-            echo_json({"query": query, "mode": mode, "hits": [_hit_json(h) for h in hits]})
+            echo_json({"query": query, "mode": mode, "hits": [_hit_json(h) for h in hits],
+                       **({} if plan is None else {"plan": plan.to_dict()})})
             return
+        if plan is not None:
+            typer.echo(plan.describe())
         _print_hits(query, hits, explain)
 
 

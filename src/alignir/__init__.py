@@ -72,6 +72,7 @@ _EXPORTS: dict[str, str] = {
     "MilvusError": "alignir.errors",
     "CollectionMismatch": "alignir.errors",
     "IncompleteCollection": "alignir.errors",
+    "LegNotServedError": "alignir.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

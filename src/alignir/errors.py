@@ -18,7 +18,8 @@ from typing import Any
 __all__ = ["AlignirError", "InvalidInputError", "BeirFormatError", "DownloadError", "CorpusError", "QueriesError",
            "QrelsError", "ModelNotFoundError", "IndexStoreError", "NotAnIndexError", "CorruptIndexError",
            "UnsupportedFormatError", "FingerprintMismatch", "PrecisionMismatch", "IndexWriteError", "IndexReadError",
-           "IndexChangedError", "IndexBusyError", "MilvusError", "CollectionMismatch", "IncompleteCollection"]
+           "IndexChangedError", "IndexBusyError", "MilvusError", "CollectionMismatch", "IncompleteCollection",
+           "LegNotServedError"]
 
 _MAX_SHOWN = 25
 
@@ -139,3 +140,19 @@ class CollectionMismatch(AlignirError, ValueError):
 
 class IncompleteCollection(MilvusError):
     """The collection is not whole: an interrupted export, or storage that lost rows."""
+
+
+# ---------------------------------------------------------------- search backends
+
+
+class LegNotServedError(InvalidInputError):
+    """A search backend cannot search one of the searcher's legs (e.g. a registered custom leg
+    on Milvus, which holds only the exported dense, sparse and bm25 fields). Raised when the
+    searcher is opened on that backend, before any query."""
+
+    def __init__(self, leg: str, backend: str, served: tuple[str, ...] = ()):
+        self.leg, self.backend, self.served = leg, backend, tuple(served)
+        serves = f" (it serves {', '.join(self.served)})" if self.served else ""
+        super().__init__(f"the {backend} backend cannot search the leg {leg!r}{serves}: search it on the folder "
+                         f"backend, or open the searcher without that leg (retrieval.legs.unregister_leg, or "
+                         f"Searcher(..., legs=...) then MilvusSearcher.from_searcher)")
