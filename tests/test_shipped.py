@@ -96,6 +96,7 @@ def test_an_index_of_the_shipped_model_gets_its_hybrid_fusion(smollm2, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_the_shipped_model_reproduces_its_recorded_adi_ndcg(name, tmp_path, monkeypatch):
     """`alignir beir adi --model NAME` gives the nDCG@10 recorded in
