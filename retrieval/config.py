@@ -26,7 +26,7 @@ from alignir.retrieval.fusion import FUSION_METHODS
 #: with weights gated by the index's stored collection-level calibration, retrieval/calibration.py)
 SEARCH_FUSIONS = (*FUSION_METHODS, "calibrated")
 
-__all__ = ["UNSET", "SparseConfig", "DenseConfig", "LexicalConfig", "FusionConfig", "PassageConfig", "IndexConfig",
+__all__ = ["UNSET", "INDEX_LEGS", "MODEL_LEGS", "index_legs", "parse_legs", "SparseConfig", "DenseConfig", "LexicalConfig", "FusionConfig", "PassageConfig", "IndexConfig",
            "DOC_WEIGHTINGS", "QUERY_WEIGHTINGS", "FUSION_METHODS", "SEARCH_FUSIONS"]
 
 
@@ -265,10 +265,16 @@ class FusionConfig(_Config):
                      tuple((k, tuple(v["weights"].items()), v["gate_power"]) for k, v in sorted(self.leg_sets.items()))))
 
 
-#: the legs a fusion leg set may name, in the order a leg-set key lists them: searcher.LEGS,
+#: the built-in legs, in the order a leg-set key (and a mode) lists them: searcher.LEGS,
 #: written again here because config may not import the searcher (it imports config; no
-#: import cycles, tests/test_packaging.py); tests/test_leg_set_defaults.py keeps the two equal
-_FUSION_LEGS = ("dense", "sparse", "bm25")
+#: import cycles, tests/test_packaging.py); tests/test_leg_set_defaults.py keeps the two equal.
+#: Also the legs an index can be built with (``build_index(legs=)``, ``build-index --legs``).
+INDEX_LEGS = ("dense", "sparse", "bm25")
+_FUSION_LEGS = INDEX_LEGS
+#: the index part each leg searches
+LEG_PARTS = {"dense": "dense", "sparse": "sparse", "bm25": "lexical"}
+#: the legs that need the model (to encode the documents, and the queries)
+MODEL_LEGS = ("dense", "sparse")
 
 
 def _leg_sets(value: Any) -> dict[str, dict[str, Any]]:
@@ -417,3 +423,22 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     carry keys this version does not know)."""
     known = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in known}
+
+
+def parse_legs(legs: Any) -> tuple[str, ...]:
+    """The legs to build, in :data:`INDEX_LEGS` order, from a collection of names or one string
+    ("bm25", "dense,bm25", "dense+sparse+bm25"); a name twice, an unknown name or none at all
+    is an InvalidInputError."""
+    names = ([p.strip() for p in legs.replace("+", ",").split(",")] if isinstance(legs, str)
+             else list(legs) if isinstance(legs, (list, tuple, set, frozenset)) else None)
+    if (not names or any(not isinstance(n, str) or n not in INDEX_LEGS for n in names)
+            or len(set(names)) != len(names)):
+        raise InvalidInputError(f"legs must name each of {', '.join(INDEX_LEGS)} at most once (at least one), "
+                                f"got {legs!r}")
+    return tuple(leg for leg in INDEX_LEGS if leg in names)
+
+
+def index_legs(manifest: Mapping[str, Any]) -> tuple[str, ...]:
+    """The built-in legs an index has (its parts), in :data:`INDEX_LEGS` order."""
+    parts = manifest.get("parts", {})
+    return tuple(leg for leg in INDEX_LEGS if LEG_PARTS[leg] in parts)
