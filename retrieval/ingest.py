@@ -144,6 +144,10 @@ def ingest(stream: Any, folder: Path, *, encoder: Any = None, passages: PassageC
                 rows.append(encoder.dense(plan.texts, "document", progress=progress))  # type: ignore[union-attr]
             log.info("batch %d: %d documents read", number, len(doc_ids))
             del batch, contents
+    except BaseException:
+        if texts is not None:
+            texts.close()
+        raise
     finally:
         if rows is not None:
             rows.close()
