@@ -41,6 +41,7 @@ __all__ = [
     "download_beir",
     "download_dir",
     "load_beir",
+    "iter_corpus_jsonl",
     "read_corpus_jsonl",
     "read_qrels",
     "read_queries",
@@ -163,6 +164,11 @@ def _check_file(path: str | Path, what: str) -> Path:
     return p
 
 
+def _check_empty_rule(empty: str) -> None:
+    if empty not in ("error", "skip", "keep"):
+        raise InvalidInputError(f"empty must be 'error', 'skip' or 'keep', got {empty!r}")
+
+
 def read_corpus_jsonl(path: str | Path, skip_bad: bool = False, empty: str = "error") -> Corpus:
     """Read a BEIR corpus.jsonl into a :class:`Corpus` (``dict[id, Document]``).
 
@@ -176,14 +182,28 @@ def read_corpus_jsonl(path: str | Path, skip_bad: bool = False, empty: str = "er
     problem like the others), ``"skip"`` (always dropped and listed in ``skipped``, e.g.
     Cranfield docs 471 and 995) or ``"keep"``.
     """
-    if empty not in ("error", "skip", "keep"):
-        raise InvalidInputError(f"empty must be 'error', 'skip' or 'keep', got {empty!r}")
+    _check_empty_rule(empty)
     p = _check_file(path, "corpus")
-    docs: dict[str, Document] = {}
-    first_line: dict[str, int] = {}
     problems: list[tuple[int, str]] = []
     empties: list[tuple[int, str]] = []
-    for ln, obj, why in _jsonl_objects(p):
+    docs = dict(iter_corpus_jsonl(p, problems, empties, empty))
+    if problems and not skip_bad:
+        raise CorpusError(p, problems)
+    if not docs:
+        raise CorpusError(p, problems + empties + [(0, "corpus is empty: no valid documents")])
+    skipped = sorted(problems + empties)
+    return Corpus(docs, skipped=[Skipped(ln, why) for ln, why in skipped], path=str(p))
+
+
+def iter_corpus_jsonl(path: Path, problems: list[tuple[int, str]], empties: list[tuple[int, str]],
+                      empty: str = "error") -> Iterator[tuple[str, Document]]:
+    """The valid documents of a corpus.jsonl as ``(id, Document)`` in file order, one line in
+    memory at a time (the checks of :func:`read_corpus_jsonl`); each bad line is appended to
+    ``problems`` and each document skipped for empty title and text to ``empties``, as
+    ``(line number, reason)``. The caller decides what the problems mean."""
+    _check_empty_rule(empty)
+    first_line: dict[str, int] = {}
+    for ln, obj, why in _jsonl_objects(path):
         if obj is not None:
             doc_id, why = _get_id(obj, first_line)
             if why is None:
@@ -197,16 +217,10 @@ def read_corpus_jsonl(path: str | Path, skip_bad: bool = False, empty: str = "er
                         first_line[doc_id] = ln
                         continue
             if why is None:
-                docs[doc_id] = Document(title=title, text=text)
                 first_line[doc_id] = ln
+                yield doc_id, Document(title=title, text=text)
                 continue
         problems.append((ln, why))
-    if problems and not skip_bad:
-        raise CorpusError(p, problems)
-    if not docs:
-        raise CorpusError(p, problems + empties + [(0, "corpus is empty: no valid documents")])
-    skipped = sorted(problems + empties)
-    return Corpus(docs, skipped=[Skipped(ln, why) for ln, why in skipped], path=str(p))
 
 
 def read_queries(path: str | Path, skip_bad: bool = False) -> dict[str, str]:

@@ -27,7 +27,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Analyzer", "BM25", "QueryVectorizer", "bm25_run", "bm25_weights", "lexical_leg"]
+__all__ = ["Analyzer", "BM25", "LexicalBuilder", "QueryVectorizer", "bm25_from_counts", "bm25_run", "bm25_weights",
+           "lexical_leg"]
 
 
 def _porter():
@@ -153,19 +154,33 @@ def bm25_weights(token_ids: Sequence[Sequence[int]], n_terms: int, k1: float = 0
             if lengths.sum() else np.zeros(0, dtype=np.int64))
     if flat.size and (flat.min() < 0 or flat.max() >= n_terms):
         raise InvalidInputError(f"token ids must lie in [0, {n_terms})")
-    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    tf = sp.csr_matrix((np.ones(flat.size, dtype=np.float64), (rows, flat)), shape=(n, n_terms))
+    return bm25_from_counts(_term_counts(flat, lengths, n_terms), lengths, k1, b)
+
+
+def _term_counts(flat: np.ndarray, lengths: np.ndarray, n_terms: int) -> sp.csr_matrix:
+    """CSR [docs, n_terms] float64 of term counts from the documents' concatenated term ids."""
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    tf = sp.csr_matrix((np.ones(flat.size, dtype=np.float64), (rows, flat)), shape=(len(lengths), n_terms))
     tf.sum_duplicates()
     tf.sort_indices()
+    return tf
+
+
+def bm25_from_counts(tf: sp.csr_matrix, lengths: np.ndarray, k1: float = 0.9, b: float = 0.4) -> sp.csr_matrix:
+    """:func:`bm25_weights` from the term counts ``tf`` (CSR [n_docs, n_terms], float64,
+    indices sorted per row) and the documents' analysed lengths: N, df and avgdl are those of
+    these documents."""
+    _check_kb(k1, b)
+    n, n_terms = tf.shape
     if tf.nnz == 0:
         return sp.csr_matrix((n, n_terms), dtype=np.float32)
     df = np.bincount(tf.indices, minlength=n_terms).astype(np.float64)
-    avgdl = lengths.mean()  # float64, as bm25s
+    avgdl = np.asarray(lengths, dtype=np.int64).mean()  # float64, as bm25s
     # bm25s stores idf as float32 and multiplies it into the float64 tf component
     idf = np.zeros(n_terms, dtype=np.float32)
     used = df > 0
     idf[used] = np.log(1.0 + (n - df[used] + 0.5) / (df[used] + 0.5))
-    dl = np.repeat(lengths.astype(np.float64), np.diff(tf.indptr))
+    dl = np.repeat(np.asarray(lengths, dtype=np.float64), np.diff(tf.indptr))
     tfc = tf.data / (k1 * ((1.0 - b) + b * dl / avgdl) + tf.data)
     data = (idf[tf.indices].astype(np.float64) * tfc).astype(np.float32)
     return sp.csr_matrix((data, tf.indices.astype(np.int32), tf.indptr), shape=(n, n_terms))
@@ -175,25 +190,75 @@ def lexical_leg(texts: Sequence[str], k1: float = 0.9, b: float = 0.4, stem: boo
                 stopwords: str | None = "en", show_progress: bool = False):
     """The BM25 lexical leg of ``texts`` (row i = doc number i) as an
     :class:`index.lexical.LexicalLeg`: sorted vocabulary, float32 postings, parameters."""
-    from alignir.index.lexical import LexicalLeg
-    from alignir.index.sparse import SparseIndex
-
     if not len(texts):
         raise InvalidInputError("cannot build a lexical leg over an empty corpus")
-    analyzer = Analyzer(stopwords, stem)
-    tok = analyzer.ids(texts, show_progress=show_progress)
-    vocab = sorted(tok.vocab)  # bm25s numbers terms in set order: sort for a stable file
-    remap = np.empty(len(tok.vocab), dtype=np.int64)
-    for new, term in enumerate(vocab):
-        remap[tok.vocab[term]] = new
-    ids = [remap[np.asarray(t, dtype=np.int64)] for t in tok.ids]
-    W = bm25_weights(ids, len(vocab), k1=k1, b=b)
-    lengths = np.fromiter((len(t) for t in ids), dtype=np.int64, count=len(ids))
-    params = {"model": "bm25", "k1": float(k1), "b": float(b), "idf": "lucene",
-              "tf": "tf/(tf+k1(1-b+b dl/avgdl)) (bm25s lucene)", **analyzer.to_dict(),
-              "query_weights": "term counts", "n_docs": len(ids),
-              "avgdl": float(lengths.mean())}
-    return LexicalLeg(SparseIndex.from_csr(W), vocab, params)
+    builder = LexicalBuilder(k1=k1, b=b, stem=stem, stopwords=stopwords)
+    builder.add(texts, show_progress=show_progress)
+    return builder.finish()
+
+
+class LexicalBuilder:
+    """The BM25 lexical leg of documents fed in batches (:meth:`add`, in doc-number order).
+
+    Each batch is analysed as it comes and only its term counts are kept (words numbered as
+    first seen); :meth:`finish` sorts the vocabulary and computes the weights with N, document
+    frequencies and average length of all the documents, so the leg equals
+    :func:`lexical_leg` over the same texts at once, bit for bit."""
+
+    def __init__(self, k1: float = 0.9, b: float = 0.4, stem: bool = True, stopwords: str | None = "en") -> None:
+        _check_kb(k1, b)
+        self.k1, self.b = float(k1), float(b)
+        self.analyzer = Analyzer(stopwords, stem)
+        self._words: dict[str, int] = {}
+        self._lengths: list[np.ndarray] = []
+        self._nnz: list[np.ndarray] = []
+        self._terms: list[np.ndarray] = []
+        self._counts: list[np.ndarray] = []
+
+    @property
+    def n_docs(self) -> int:
+        return int(sum(len(x) for x in self._lengths))
+
+    def add(self, texts: Sequence[str], show_progress: bool = False) -> None:
+        """Analyse the next documents."""
+        if not len(texts):
+            return
+        tok = self.analyzer.ids(texts, show_progress=show_progress)
+        remap = np.empty(len(tok.vocab), dtype=np.int64)
+        for word, i in tok.vocab.items():
+            remap[i] = self._words.setdefault(word, len(self._words))
+        lengths = np.fromiter((len(t) for t in tok.ids), dtype=np.int64, count=len(tok.ids))
+        flat = (remap[np.concatenate([np.asarray(t, dtype=np.int64) for t in tok.ids])]
+                if lengths.sum() else np.zeros(0, dtype=np.int64))
+        tf = _term_counts(flat, lengths, max(1, len(self._words)))
+        self._lengths.append(lengths)
+        self._nnz.append(np.diff(tf.indptr))
+        self._terms.append(tf.indices.astype(np.int32))
+        self._counts.append(tf.data.astype(np.int32))
+
+    def finish(self, show_progress: bool = False):
+        """The :class:`index.lexical.LexicalLeg` of every document added."""
+        from alignir.index.lexical import LexicalLeg
+        from alignir.index.sparse import SparseIndex
+
+        if not self.n_docs:
+            raise InvalidInputError("cannot build a lexical leg over an empty corpus")
+        vocab = sorted(self._words)  # words are numbered as first seen: sort for a stable file
+        order = np.empty(len(self._words), dtype=np.int32)
+        for new, word in enumerate(vocab):
+            order[self._words[word]] = new
+        lengths = np.concatenate(self._lengths)
+        indptr = np.concatenate([[0], np.cumsum(np.concatenate(self._nnz))]).astype(np.int64)
+        terms = order[np.concatenate(self._terms)] if len(vocab) else np.zeros(0, dtype=np.int32)
+        tf = sp.csr_matrix((np.concatenate(self._counts).astype(np.float64), terms, indptr),
+                           shape=(len(lengths), len(vocab)))
+        tf.sort_indices()
+        W = bm25_from_counts(tf, lengths, k1=self.k1, b=self.b)
+        params = {"model": "bm25", "k1": self.k1, "b": self.b, "idf": "lucene",
+                  "tf": "tf/(tf+k1(1-b+b dl/avgdl)) (bm25s lucene)", **self.analyzer.to_dict(),
+                  "query_weights": "term counts", "n_docs": int(len(lengths)),
+                  "avgdl": float(lengths.mean())}
+        return LexicalLeg(SparseIndex.from_csr(W), vocab, params)
 
 
 class QueryVectorizer:

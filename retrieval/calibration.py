@@ -47,16 +47,16 @@ ANCHOR = "bm25"
 def pseudo_queries(texts: Sequence[str], n: int = QUERIES, words: int = WORDS, seed: int = 0) -> list[str]:
     """``n`` crops of ``words`` consecutive words, one from each of ``n`` documents drawn
     without replacement (fewer when fewer documents have at least 3 words; the crop is the
-    whole text when it is shorter). Deterministic for a given ``seed``."""
+    whole text when it is shorter). Deterministic for a given ``seed``. ``texts`` is read once in
+    order, then only the sampled documents by index (a sequence that reads from disk will do)."""
     for name, v in (("n", n), ("words", words)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise InvalidInputError(f"pseudo-query {name} must be a positive integer, got {v!r}")
-    split = [t.split() for t in texts]
-    usable = [i for i, w in enumerate(split) if len(w) >= 3]
+    usable = [i for i, t in enumerate(texts) if len(t.split()) >= 3]  # one pass; only the sample is kept
     rng = random.Random(seed)
     out = []
     for i in rng.sample(usable, min(n, len(usable))):
-        w = split[i]
+        w = texts[i].split()
         start = rng.randrange(max(1, len(w) - words + 1))
         out.append(" ".join(w[start:start + words]))
     return out

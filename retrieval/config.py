@@ -27,7 +27,7 @@ from alignir.retrieval.legs import LEGS
 #: with weights gated by the index's stored collection-level calibration, retrieval/calibration.py)
 SEARCH_FUSIONS = (*FUSION_METHODS, "calibrated")
 
-__all__ = ["UNSET", "SparseConfig", "DenseConfig", "LexicalConfig", "FusionConfig", "PassageConfig", "IndexConfig",
+__all__ = ["UNSET", "INDEX_LEGS", "MODEL_LEGS", "index_legs", "parse_legs", "SparseConfig", "DenseConfig", "LexicalConfig", "FusionConfig", "PassageConfig", "IndexConfig",
            "DOC_WEIGHTINGS", "QUERY_WEIGHTINGS", "FUSION_METHODS", "SEARCH_FUSIONS"]
 
 
@@ -267,6 +267,15 @@ class FusionConfig(_Config):
                      tuple((k, tuple(v["weights"].items()), v["gate_power"]) for k, v in sorted(self.leg_sets.items()))))
 
 
+#: the legs an index can be built with (``build_index(legs=)``, ``build-index --legs``): the
+#: built-in legs (legs.LEGS), in their order
+INDEX_LEGS = LEGS
+#: the index part each leg searches
+LEG_PARTS = {"dense": "dense", "sparse": "sparse", "bm25": "lexical"}
+#: the legs that need the model (to encode the documents, and the queries)
+MODEL_LEGS = ("dense", "sparse")
+
+
 def _leg_sets(value: Any) -> dict[str, dict[str, Any]]:
     """FusionConfig.leg_sets validated and normalised (weights summing to 1, floats)."""
     if not isinstance(value, Mapping):
@@ -413,3 +422,22 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     carry keys this version does not know)."""
     known = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in known}
+
+
+def parse_legs(legs: Any) -> tuple[str, ...]:
+    """The legs to build, in :data:`INDEX_LEGS` order, from a collection of names or one string
+    ("bm25", "dense,bm25", "dense+sparse+bm25"); a name twice, an unknown name or none at all
+    is an InvalidInputError."""
+    names = ([p.strip() for p in legs.replace("+", ",").split(",")] if isinstance(legs, str)
+             else list(legs) if isinstance(legs, (list, tuple, set, frozenset)) else None)
+    if (not names or any(not isinstance(n, str) or n not in INDEX_LEGS for n in names)
+            or len(set(names)) != len(names)):
+        raise InvalidInputError(f"legs must name each of {', '.join(INDEX_LEGS)} at most once (at least one), "
+                                f"got {legs!r}")
+    return tuple(leg for leg in INDEX_LEGS if leg in names)
+
+
+def index_legs(manifest: Mapping[str, Any]) -> tuple[str, ...]:
+    """The built-in legs an index has (its parts), in :data:`INDEX_LEGS` order."""
+    parts = manifest.get("parts", {})
+    return tuple(leg for leg in INDEX_LEGS if LEG_PARTS[leg] in parts)

@@ -235,14 +235,22 @@ class Encoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self.use_cache:
-            from alignir.encoders.cache import EmbeddingCache
-
-            return EmbeddingCache(self.cache_dir).encode_cached(self.embedder, texts, role,
-                                                                shard_size=checkpoint_every(self.embedder),
-                                                                progress=progress)
+            return self._embedding_cache().encode_cached(self.embedder, texts, role,
+                                                         shard_size=checkpoint_every(self.embedder),
+                                                         progress=progress)
         if role == "query":
             return self.embedder.encode_queries(texts)
         return self.embedder.encode_documents(texts)
+
+    def _embedding_cache(self) -> Any:
+        """The embedding cache of ``cache_dir``, one instance per folder: a build that encodes
+        batch after batch reads each cache part once, not once per batch."""
+        from alignir.encoders.cache import EmbeddingCache
+
+        held = getattr(self, "_cache", None)
+        if held is None or held[0] != self.cache_dir:
+            held = self._cache = (self.cache_dir, EmbeddingCache(self.cache_dir))
+        return held[1]
 
     def sparse_documents(self, H: np.ndarray) -> sp.csr_matrix:
         """Documents' aligned-token vectors (eq.15) of their dense vectors."""

@@ -21,23 +21,24 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
-from alignir.index.sparse import SparseIndex
-from alignir.index.texts import DocTexts
+from alignir.index.spool import spool_folder
+from alignir.index.texts import DocTexts, SpooledTexts
 from alignir.index.store import open_index, read_manifest, replace_part, replace_parts, update_params, write_index
 from alignir.errors import NotAnIndexError
-from alignir.retrieval.beir import Corpus, Document, Skipped, read_corpus_jsonl
+from alignir.retrieval.beir import Document
 from alignir.encoders.shipped import DEFAULT_MODEL
-from alignir.retrieval.config import UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig, SparseConfig
+from alignir.retrieval.config import (MODEL_LEGS, UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig,
+                                      SparseConfig, index_legs, parse_legs)
+from alignir.retrieval.ingest import DEFAULT_BATCH_DOCS, PassagePlanner, ingest
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,
                                        term_map_arrays, term_map_from_arrays)
 from alignir.retrieval.encoder import Encoder
-from alignir.retrieval.sparsify import Sparsifier, resolve_lambda
+from alignir.retrieval.sources import DocSource, DocumentStream, read_source
 
 log = logging.getLogger(__name__)
 
@@ -46,67 +47,6 @@ DEFAULT_EMBEDDER = "prompteol"
 #: to 0.57 on MED and 0.22 to 0.36 on ADI (benchmarks/results/quality.json, dense_centering.json);
 #: the defaults of retrieval.config.DenseConfig
 DEFAULT_DENSE_OPTIONS = {"center": True, "normalize": True}
-
-
-#: what build_index / add_documents read documents from
-DocSource = Any  # str | Path | Iterable[Mapping[str, str]] | pyarrow.Table
-
-
-def read_source(source: DocSource, skip_bad: bool = False) -> Corpus:
-    """Documents from a BEIR folder (its corpus.jsonl), a corpus .jsonl file, a pyarrow table
-    or any iterable of mappings with ``_id``, optional ``title`` and ``text`` (the corpus.jsonl
-    fields). Documents with empty title and text are skipped and reported (``Corpus.skipped``);
-    other bad records are an error naming them, or skipped too with ``skip_bad``."""
-    if isinstance(source, (str, Path)):
-        p = Path(source)
-        if not p.exists():
-            raise FileNotFoundError(f"source {p} does not exist (give a BEIR folder or a corpus .jsonl)")
-        if p.is_dir():
-            corpus_file = p / "corpus.jsonl"
-            if not corpus_file.is_file():
-                raise InvalidInputError(f"{p} is a folder without corpus.jsonl: not a BEIR folder")
-            p = corpus_file
-        # Documents with empty title and text carry nothing to retrieve by (Cranfield has two):
-        # they are skipped and reported rather than indexed as zero vectors.
-        return read_corpus_jsonl(p, skip_bad=skip_bad, empty="skip")
-    if isinstance(source, (bytes, Mapping)):
-        raise InvalidInputError("documents must be a path, a pyarrow table or an iterable of "
-                                "{'_id', 'title', 'text'} records")
-    if hasattr(source, "to_batches") and hasattr(source, "column_names"):  # a pyarrow table
-        source = (row for batch in source.to_batches() for row in batch.to_pylist())
-    return _corpus_of_records(source, skip_bad)
-
-
-def _corpus_of_records(records: Iterable[Any], skip_bad: bool) -> Corpus:
-    """A :class:`Corpus` of ``{"_id", "title"?, "text"}`` records (record numbers from 1)."""
-    docs: dict[str, Document] = {}
-    problems: list[Skipped] = []
-    for i, rec in enumerate(records, start=1):
-        why = None
-        if not isinstance(rec, Mapping):
-            why = f"record {i} is {type(rec).__name__}, expected a mapping with _id, title, text"
-        else:
-            doc_id, title, text = rec.get("_id"), rec.get("title") or "", rec.get("text")
-            if isinstance(doc_id, int) and not isinstance(doc_id, bool):
-                doc_id = str(doc_id)
-            if not isinstance(doc_id, str) or not doc_id.strip():
-                why = f"record {i} has no _id (a non-empty string)"
-            elif not isinstance(text, str) or not isinstance(title, str):
-                why = f"record {i} ({doc_id!r}) needs a string text (and title, when given)"
-            elif doc_id in docs:
-                why = f"record {i} repeats the _id {doc_id!r}"
-            elif not f"{title} {text}".strip():
-                problems.append(Skipped(i, f"document {doc_id!r} has empty title and text"))
-                continue
-            else:
-                docs[doc_id] = Document(title=title, text=text)
-                continue
-        if not skip_bad:
-            raise InvalidInputError(why)
-        problems.append(Skipped(i, why))
-    if not docs:
-        raise InvalidInputError("no documents to index" + (f" ({problems[0].reason}, ...)" if problems else ""))
-    return Corpus(docs, skipped=problems)
 
 
 def check_target(index_dir: str | Path) -> None:
@@ -151,13 +91,24 @@ def build_index(
     passages: str | PassageConfig = UNSET,
     calibrate: bool = True,
     store_text: bool = False,
+    legs: str | Sequence[str] | None = None,
+    batch_size: int = DEFAULT_BATCH_DOCS,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
     ``source``: a BEIR folder, a corpus .jsonl, a pyarrow table or any iterable of
-    ``{"_id", "title"?, "text"}`` records (read whole before encoding). ``store_text``: keep
-    every document's title and text in the index (its ``texts`` part: ``Searcher.doc``, and
-    ``add_documents`` / calibration without the corpus file).
+    ``{"_id", "title"?, "text"}`` records (a generator is read exactly once). The documents are
+    streamed ``batch_size`` at a time: each batch is checked, encoded, analysed for BM25 and
+    spooled to disk beside the index (index/spool.py), so memory holds one batch of texts plus
+    the index's own arrays, never the corpus (retrieval/ingest.py). A bad record is an error
+    naming its position (a corpus file: every bad line at once, before anything is encoded).
+    ``store_text``: keep every document's title and text in the index (its ``texts`` part:
+    ``Searcher.doc``, and ``add_documents`` / calibration without the corpus file).
+
+    ``legs``: the legs to build, any of "dense", "sparse", "bm25" (a list, or one string such
+    as "bm25" or "dense,bm25"; default: dense and sparse, plus bm25 unless ``lexical`` says no).
+    An index of "bm25" alone loads no model (torch is not imported): it is searched with
+    ``mode="bm25"`` and grows with ``add_documents`` without a model either.
 
     ``config``: the whole :class:`IndexConfig` (sparse, dense, lexical, fusion; default
     ``IndexConfig()``, whose fusion a shipped model replaces by its own "hybrid" fusion and
@@ -174,75 +125,110 @@ def build_index(
     is reported through ``on_stage`` and kept in ``manifest["build"]["passages"]``.
 
     Nothing is written at ``index_dir`` until the whole index is complete (index.store swaps
-    it in atomically); a previous index there stays usable if the build fails or is killed.
-    The dense vectors are cached by encoder fingerprint + text hash, so a rebuild (or a
-    resumed build after a kill) re-encodes only what is new.
+    it in atomically); a previous index there stays usable if the build fails or is killed,
+    and the spool folder is removed either way. The dense vectors are cached by encoder
+    fingerprint + text hash, so a rebuild (or a resumed build after a kill) re-encodes only
+    what is new.
     """
-    from alignir.encoders.embedders import get_embedder
-    from alignir.encoders.models import load_model
-    from alignir.encoders.quantize import check_precision
-    from alignir.encoders.shipped import hybrid_fusion, leg_set_fusion, resolve_shipped
-
     cfg = _build_config(config, sparse, dense_kind, dense_options, lexical, passages)
-    own_hybrid, own_leg_sets = hybrid_fusion(model), leg_set_fusion(model)
-    if config is None and own_hybrid is not None:  # the shipped model's own hybrid fusion
-        cfg = replace(cfg, fusion=replace(cfg.fusion, method=own_hybrid[0], alpha=own_hybrid[1]))
-    if config is None and own_leg_sets:  # ... and its own calibrated leg-set defaults
-        cfg = replace(cfg, fusion=replace(cfg.fusion, leg_sets=own_leg_sets))
+    chosen, cfg = _legs(legs, cfg, lexical)
+    uses_model = any(leg in MODEL_LEGS for leg in chosen)
     stage = on_stage or (lambda s: log.info(s))
-    precision = None if precision is None else check_precision(precision)  # fails before any work
-    model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
+    if uses_model:
+        from alignir.encoders.quantize import check_precision
+        from alignir.encoders.shipped import hybrid_fusion, leg_set_fusion, resolve_shipped
+
+        own_hybrid, own_leg_sets = hybrid_fusion(model), leg_set_fusion(model)
+        if config is None and own_hybrid is not None:  # the shipped model's own hybrid fusion
+            cfg = replace(cfg, fusion=replace(cfg.fusion, method=own_hybrid[0], alpha=own_hybrid[1]))
+        if config is None and own_leg_sets:  # ... and its own calibrated leg-set defaults
+            cfg = replace(cfg, fusion=replace(cfg.fusion, leg_sets=own_leg_sets))
+        precision = None if precision is None else check_precision(precision)  # fails before any work
+        model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
+    stream = DocumentStream(source, skip_bad=skip_bad)
+    calibrates = calibrate and "bm25" in chosen and len(chosen) > 1
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
         check_target(index_dir)
         stage(f"reading {source if isinstance(source, (str, Path)) else 'the documents'}")
-        corpus = read_source(source, skip_bad=skip_bad)
-        doc_ids, texts = corpus.ids(), corpus.texts()
+        stream.check()  # a corpus file: every bad line reported before any work
         t0 = time.perf_counter()
-        stage(f"loading model {model}")
-        loaded = loaded if loaded is not None else load_model(model, device=device)
-        opts = dict(embedder_options or {})
-        if precision is not None and precision != "fp32":
-            opts["precision"] = precision
-        encoder = Encoder.from_embedder(get_embedder(embedder, loaded, progress=progress, **opts), loaded,
-                                        cfg.sparse, model=model, family=embedder, options=opts,
-                                        cache_dir=cache_dir, use_cache=use_cache)
-        enc = encoder.embedder
-        plan, pmap = _passages(cfg.passages, texts, enc, stage)
-        stage(f"encoding {len(plan.texts)} {'passages' if pmap is not None else 'documents'}")
-        H = encoder.dense(plan.texts, "document", progress=progress)
-        t_enc = time.perf_counter() - t0
-        stage("projecting onto the vocabulary (aligned tokens)")
-        encoder.fit(H)  # u1 and λ of eq.14 from this corpus
-        sparse, sparsifier, pc1 = encoder.config, encoder.sparsifier, encoder.sparsifier.pc1
-        cfg = replace(cfg, sparse=sparse)  # with the λ derived from the corpus
-        sparse_index = SparseIndex.from_csr(encoder.sparse_documents(H), quantize=sparse.quantize)
-        stage(f"building the dense index ({cfg.dense.kind})")
-        dense_index = DenseIndex.build(H, **cfg.dense.build_options())
-        leg = None
-        if cfg.lexical is not None:
-            from alignir.retrieval.bm25 import lexical_leg
+        encoder, opts = None, dict(embedder_options or {})
+        if uses_model:
+            encoder, loaded = _document_encoder(model, embedder, opts, precision, cfg, loaded, device, progress,
+                                                cache_dir, use_cache, stage)
+        with spool_folder(index_dir) as folder:
+            stage(f"reading{', encoding' if uses_model else ''} and analysing the documents, "
+                  f"{batch_size} at a time")
+            got = ingest(stream, folder, encoder=encoder, passages=cfg.passages, lexical=cfg.lexical,
+                         keep_texts=store_text or calibrates, batch_size=batch_size, progress=progress,
+                         stage=stage)
+            t_enc = time.perf_counter() - t0
+            parts: dict[str, Any] = {"lexical": got.lexical, "passages": got.pmap,
+                                     "texts": SpooledTexts(got.texts, batch_size) if store_text else None}
+            manifest: dict[str, Any] = {"encoder": {}, "params": {}}
+            pc1 = extra = None
+            if encoder is not None:
+                H = got.rows
+                stage("projecting onto the vocabulary (aligned tokens)")
+                encoder.fit(H)  # u1 and λ of eq.14 from this corpus
+                cfg = replace(cfg, sparse=encoder.config)  # with the λ derived from the corpus
+                if "sparse" in chosen:
+                    from alignir.index.sparse import SparseIndex
 
-            stage("building the lexical leg (BM25)")
-            leg = lexical_leg(texts, k1=cfg.lexical.k1, b=cfg.lexical.b, stem=cfg.lexical.stem,
-                              stopwords=cfg.lexical.stopwords)
-        manifest = {
-            "encoder": doc_encoder_fingerprint(enc),
-            "embedder": {"family": embedder, "model": model, "options": opts},
-            "params": {"sparse": sparse.to_dict(), "term_map": sparsifier.term_map.kind, "config": cfg.to_dict()},
-            "build": {"source": str(Path(source).absolute()) if isinstance(source, (str, Path)) else None,
-                      "encode_seconds": round(t_enc, 3),
-                      "skipped_lines": [[s.line, s.reason] for s in corpus.skipped],
-                      "passages": plan.stats},
-        }
-        stage(f"writing {index_dir}")
-        write_index(index_dir, manifest, doc_ids, H,
-                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg, "passages": pmap,
-                           "texts": DocTexts.of(list(corpus.values())) if store_text else None},
-                    pc1=pc1, extra_arrays=term_map_arrays(sparsifier.term_map))
-        if calibrate:
-            stage("calibrating the fusion (pseudo-queries from the corpus)")
-            store_calibration(index_dir, texts, loaded)
+                    parts["sparse"] = SparseIndex.from_csr(encoder.sparse_documents(H), quantize=cfg.sparse.quantize)
+                if "dense" in chosen:
+                    from alignir.index.dense import DenseIndex
+
+                    stage(f"building the dense index ({cfg.dense.kind})")
+                    parts["dense"] = DenseIndex.build(H, **cfg.dense.build_options())
+                sparsifier = encoder.sparsifier
+                pc1, extra = sparsifier.pc1, term_map_arrays(sparsifier.term_map)
+                manifest = {"encoder": doc_encoder_fingerprint(encoder.embedder),
+                            "embedder": {"family": embedder, "model": model, "options": opts},
+                            "params": {"sparse": cfg.sparse.to_dict(), "term_map": sparsifier.term_map.kind}}
+            manifest["params"]["config"] = cfg.to_dict()
+            manifest["build"] = {"source": str(Path(source).absolute()) if isinstance(source, (str, Path)) else None,
+                                 "encode_seconds": round(t_enc, 3),
+                                 "skipped_lines": [[sk.line, sk.reason] for sk in got.skipped],
+                                 "passages": got.passage_stats or None}
+            stage(f"writing {index_dir}")
+            write_index(index_dir, manifest, got.doc_ids, got.rows, parts=parts, pc1=pc1, extra_arrays=extra)
+            if calibrates:
+                stage("calibrating the fusion (pseudo-queries from the corpus)")
+                store_calibration(index_dir, got.texts.contents(), loaded)  # type: ignore[union-attr]
         return read_manifest(index_dir)
+
+
+def _document_encoder(model: str, embedder: str, opts: dict[str, Any], precision: str | None, cfg: IndexConfig,
+                      loaded: Any, device: str, progress: bool, cache_dir: str | Path | None, use_cache: bool,
+                      stage: Callable[[str], None]) -> tuple[Encoder, Any]:
+    """(the build's document encoder, its loaded model); ``opts`` gets the precision option."""
+    from alignir.encoders.embedders import get_embedder
+    from alignir.encoders.models import load_model
+
+    stage(f"loading model {model}")
+    loaded = loaded if loaded is not None else load_model(model, device=device)
+    if precision is not None and precision != "fp32":
+        opts["precision"] = precision
+    encoder = Encoder.from_embedder(get_embedder(embedder, loaded, progress=progress, **opts), loaded,
+                                    cfg.sparse, model=model, family=embedder, options=opts,
+                                    cache_dir=cache_dir, use_cache=use_cache)
+    return encoder, loaded
+
+
+def _legs(legs: Any, cfg: IndexConfig, lexical: Any) -> tuple[tuple[str, ...], IndexConfig]:
+    """(the legs to build, ``cfg`` with its lexical part following them): default dense and
+    sparse, plus bm25 when ``cfg`` has a lexical part; legs naming bm25 while ``lexical`` (or
+    the config) says no BM25 part is a contradiction."""
+    if legs is None:
+        return (*MODEL_LEGS, *(("bm25",) if cfg.lexical is not None else ())), cfg
+    chosen = parse_legs(legs)
+    if "bm25" not in chosen:
+        return chosen, replace(cfg, lexical=None)
+    if cfg.lexical is None:
+        said = "lexical=False" if lexical is False or lexical is None else "the config's lexical=None"
+        raise InvalidInputError(f"legs {', '.join(chosen)} include bm25 but {said} asks for no BM25 part")
+    return chosen, cfg
 
 
 def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded: Any = None,
@@ -265,29 +251,9 @@ def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded
 def _passages(cfg: PassageConfig, texts: list[str], enc: Any, stage: Callable[[str], None]) -> tuple[Any, Any]:
     """(the rows to encode, the passage map or None) for ``texts`` under ``cfg`` (reported
     through ``stage`` when documents are split)."""
-    from alignir.index.passages import PassageMap
-    from alignir.retrieval.passages import plan_passages
-
-    budget = enc.text_budget("document") if hasattr(enc, "text_budget") else None
-    window = cfg.window or budget
-    if window is None:  # an encoder without a known window: nothing to split by
-        if cfg.split == "on":
-            raise InvalidInputError("this encoder has no known text budget: give the passage window "
-                                    "(--passages WINDOW)")
-        window, split = 1, "off"
-    else:
-        split = cfg.split
-    plan = plan_passages(texts, enc.tokenizer, split, window, cfg.stride, budget=budget)
-    st = plan.stats
-    if not plan.split:
-        if split != "off" and st["long_documents"] == 0:
-            log.info("no document exceeds the %d-token window: one row per document", window)
-        return plan, None
-    reads = "the encoder's window" if window == budget else f"the window (the encoder reads {budget})"
-    stage(f"passages: {st['split_documents']} of {st['documents']} documents exceed {reads} of {window} tokens "
-          f"and are split (stride {st['stride']}): {st['documents']} documents -> {st['rows']} passages, "
-          f"{st['token_factor']:.2f}x the tokens encoded (--passages off to truncate)")
-    return plan, PassageMap.from_counts(plan.counts, plan.starts, plan.ends)
+    planner = PassagePlanner(cfg, enc)
+    plan = planner.plan(texts)
+    return plan, planner.finish(stage)
 
 
 def _build_config(config: IndexConfig | None, sparse: Any, dense_kind: Any, dense_options: Any,
@@ -325,9 +291,13 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
     :data:`UNSET` keeps the current one, ``None`` is a value (``quantize=None``: float32)."""
     from alignir.encoders.embedders import get_embedder
     from alignir.encoders.models import load_model
+    from alignir.index.sparse import SparseIndex
+    from alignir.retrieval.sparsify import Sparsifier, resolve_lambda
 
     with writer_lock(index_dir, wait=wait):  # one writer at a time, from read to swap
-        stored = open_index(index_dir, parts=("sparse", "passages"))  # passages: which documents are deleted
+        legs = _model_legs(index_dir, "to re-sparsify")
+        # passages, and the sparse part (else the dense one): which documents are deleted
+        stored = open_index(index_dir, parts=("sparse" if "sparse" in legs else "dense", "passages"))
         config = IndexConfig.from_manifest(stored.manifest)
         old = SparseConfig.from_dict(stored.params.get("sparse", {}))
         new = old.with_changes(**changes)
@@ -348,6 +318,8 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         if stored.sparse is not None:  # deleted documents (their rows) stay deleted
             dead = np.setdiff1d(np.arange(sparse_index.n_docs), stored.sparse.live_doc_numbers())
             sparse_index.delete(dead)
+        elif stored.dense is not None:  # an index without the sparse leg gets it
+            sparse_index.delete(np.flatnonzero(stored.dense.deleted))
         params = {"sparse": new.to_dict(), "term_map": sparsifier.term_map.kind,
                   "config": replace(config, sparse=new).to_dict()}
         # folding changes the term map: its arrays are replaced in the same atomic step
@@ -359,13 +331,23 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         return read_manifest(index_dir)
 
 
+def _model_legs(index_dir: str | Path, what: str) -> tuple[str, ...]:
+    """The legs of an index, which must include a model leg (``what``: the operation, for the
+    error an index built without a model gets)."""
+    legs = index_legs(read_manifest(index_dir))
+    if not any(leg in MODEL_LEGS for leg in legs):
+        raise InvalidInputError(f"{index_dir} was built without a model (its legs: {', '.join(legs)}): "
+                                f"there are no encoder vectors {what}")
+    return legs
+
+
 def calibrate_index(index_dir: str | Path, source: str | Path | None = None, *, loaded: Any = None,
                     device: str = "auto", wait: bool = False) -> dict[str, Any] | None:
     """(Re)measure and store the fusion calibration of an existing index (e.g. one built before
     it existed) from its corpus: ``source`` (BEIR folder or .jsonl), default the one the
     manifest records. Loads the model to encode the pseudo-queries; no document is re-encoded."""
     with writer_lock(index_dir, wait=wait):
-        stored = open_index(index_dir, verify=False, parts=("sparse", "passages"))
+        stored = open_index(index_dir, verify=False, parts=_deletion_parts(index_dir))
         deleted = deleted_ids(stored)
         if source is None:
             texts = _corpus_texts(index_dir, stored.doc_ids, deleted)
@@ -390,13 +372,23 @@ def _indexed_texts(source: str | Path, doc_ids: Sequence[str], skip_bad: bool = 
     return [corpus[d].contents if d in corpus else "" for d in doc_ids]
 
 
+def _deletion_parts(index_dir: str | Path) -> tuple[str, str]:
+    """The parts to open for :func:`deleted_numbers`: the first of sparse, dense, lexical the
+    index has, and passages."""
+    parts = read_manifest(index_dir)["parts"]
+    return next((name for name in ("sparse", "dense", "lexical") if name in parts), "sparse"), "passages"
+
+
 def deleted_numbers(stored: Any) -> np.ndarray:
     """Doc numbers of the deleted documents (``alignir delete``: no live row left) of an index
-    opened with its sparse (or dense) and passages parts."""
+    opened with its sparse (or dense, or for an index without them lexical) and passages parts."""
     if stored.sparse is not None:
         rows = np.asarray(stored.sparse.live_doc_numbers(), dtype=np.int64)
     elif stored.dense is not None:
         rows = np.flatnonzero(~stored.dense.deleted)
+    elif stored.lexical is not None:  # an index without the model legs: its documents are the BM25 part's
+        live = np.asarray(stored.lexical.index.live_doc_numbers(), dtype=np.int64)
+        return np.setdiff1d(np.arange(stored.n_docs, dtype=np.int64), live)
     else:
         return np.zeros(0, dtype=np.int64)
     live = rows if stored.passages is None else np.asarray(stored.passages.doc, dtype=np.int64)[rows]
@@ -436,7 +428,7 @@ def add_lexical(index_dir: str | Path, source: str | Path | None = None, *, k1: 
         src = source or manifest.get("build", {}).get("source")
         if not src:
             raise InvalidInputError(f"{index_dir}: the manifest does not record its corpus; pass the source")
-        stored = open_index(index_dir, verify=False, parts=("sparse", "passages"))
+        stored = open_index(index_dir, verify=False, parts=_deletion_parts(index_dir))
         dead = deleted_numbers(stored)
         texts = _indexed_texts(src, stored.doc_ids, skip_bad=skip_bad, deleted=deleted_ids(stored))
         lexical = LexicalConfig(k1=k1, b=b)
@@ -496,9 +488,8 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
     moves to the end with its new text). One atomic write under the writer lock.
 
     The BM25 part and the calibration need the texts of the stored documents: from the index's
-    stored texts (``store_text``), else ``source`` or the corpus the manifest records."""
-    from alignir.index.passages import PassageMap
-
+    stored texts (``store_text``), else ``source`` or the corpus the manifest records. An index
+    without the model legs (``legs=["bm25"]``) loads no model: only its BM25 part is made again."""
     stage = on_stage or (lambda s: log.info(s))
     new = read_source(docs, skip_bad=skip_bad)
     with writer_lock(index_dir, wait=wait):
@@ -516,63 +507,86 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
         texts_part = stored.parts.get("texts")
         need_texts = cfg.lexical is not None or texts_part is not None
         old_docs = _stored_documents(index_dir, stored, keep, source) if need_texts else None
-        encoder = Encoder.for_stored(stored, index_dir, loaded=loaded, device=device, progress=progress)
-        encoder.cache_dir, encoder.use_cache = cache_dir, use_cache
-        plan, _ = _passages(cfg.passages, new.texts(), encoder.embedder, stage)
-        stage(f"encoding {len(plan.texts)} new rows of {len(new)} documents")
-        H_new = encoder.dense(plan.texts, "document", progress=progress)
-        pm = stored.passages
-        if pm is None:
-            rows = np.asarray(keep, dtype=np.int64)
-            counts, starts, ends = [1] * len(keep), [0] * len(keep), [len(d.contents) for d in (old_docs or [])]
-        else:
-            rows = pm.rows_of(np.asarray(keep, dtype=np.int64))
-            counts = np.asarray(pm.counts)[keep].tolist()
-            starts = None if pm.start is None else np.asarray(pm.start)[rows].tolist()
-            ends = None if pm.end is None else np.asarray(pm.end)[rows].tolist()
-        H = np.concatenate([np.asarray(stored.dense_vectors, dtype=np.float32)[rows], H_new])
-        counts += list(plan.counts)
-        pmap = None
-        if pm is not None or plan.split:
-            if pm is None:  # the stored documents were one row each: spans are their whole texts
-                if old_docs is None:
-                    raise InvalidInputError("the new documents are split into passages but the stored ones' "
-                                            "texts are unknown; pass source=")
-                starts, ends = [0] * len(keep), [len(d.contents) for d in old_docs]
-            pmap = (PassageMap.from_counts(counts) if starts is None
-                    else PassageMap.from_counts(counts, starts + list(plan.starts), ends + list(plan.ends)))
-        stage("re-fitting u1/λ and projecting onto the vocabulary (aligned tokens)")
-        encoder.fit(H)
-        sparse = encoder.config
-        cfg = dataclasses.replace(cfg, sparse=sparse)
-        sparse_index = SparseIndex.from_csr(encoder.sparse_documents(H), quantize=sparse.quantize)
-        dense_index = DenseIndex.build(H, **cfg.dense.build_options())
+        legs = index_legs(manifest)
         all_docs = [*(old_docs or []), *new.values()]
         texts = [d.contents for d in all_docs] if old_docs is not None else None
-        leg = None
+        parts: dict[str, Any] = {"texts": DocTexts.of(all_docs) if texts_part is not None else None}
+        out = {"encoder": manifest["encoder"], "params": {"config": cfg.to_dict()}}
+        encoder = None
+        if any(leg in MODEL_LEGS for leg in legs):
+            encoder = Encoder.for_stored(stored, index_dir, loaded=loaded, device=device, progress=progress)
+            encoder.cache_dir, encoder.use_cache = cache_dir, use_cache
+            H, model_parts, cfg = _added_rows(encoder, stored, cfg, legs, keep, old_docs, new, progress, stage)
+            parts.update(model_parts)
+            out = {"encoder": manifest["encoder"], "embedder": manifest["embedder"],
+                   "params": {"sparse": cfg.sparse.to_dict(), "term_map": encoder.sparsifier.term_map.kind,
+                              "config": cfg.to_dict()}}
+        else:  # an index without the model legs: documents only
+            H = np.zeros((len(keep) + len(new), 0), dtype=np.float32)
         if cfg.lexical is not None:
             from alignir.retrieval.bm25 import lexical_leg
 
             stage("rebuilding the lexical leg (BM25) with the new collection statistics")
-            leg = lexical_leg(texts, k1=cfg.lexical.k1, b=cfg.lexical.b, stem=cfg.lexical.stem,
-                              stopwords=cfg.lexical.stopwords)
+            parts["lexical"] = lexical_leg(texts, k1=cfg.lexical.k1, b=cfg.lexical.b, stem=cfg.lexical.stem,
+                                           stopwords=cfg.lexical.stopwords)
         build = dict(manifest.get("build", {}))
         build["added"] = [*build.get("added", []), {"documents": len(new), "replaced": len(clash),
                                                     "purged_deleted": len(dead),
                                                     "skipped_lines": [[s.line, s.reason] for s in new.skipped]}]
-        out = {"encoder": manifest["encoder"], "embedder": manifest["embedder"],
-               "params": {"sparse": sparse.to_dict(), "term_map": encoder.sparsifier.term_map.kind,
-                          "config": cfg.to_dict()},
-               "build": build}
+        out["build"] = build
         stage(f"writing {index_dir}")
-        write_index(index_dir, out, [*old_ids, *new.ids()], H,
-                    parts={"sparse": sparse_index, "dense": dense_index, "lexical": leg, "passages": pmap,
-                           "texts": DocTexts.of(all_docs) if texts_part is not None else None},
-                    pc1=encoder.sparsifier.pc1, extra_arrays=term_map_arrays(encoder.sparsifier.term_map))
-        if calibrate:
-            stage("calibrating the fusion (pseudo-queries from the corpus)")
-        store_calibration(index_dir, texts if calibrate else None, encoder.loaded)
+        write_index(index_dir, out, [*old_ids, *new.ids()], H, parts=parts,
+                    pc1=None if encoder is None else encoder.sparsifier.pc1,
+                    extra_arrays=None if encoder is None else term_map_arrays(encoder.sparsifier.term_map))
+        if encoder is not None:
+            if calibrate:
+                stage("calibrating the fusion (pseudo-queries from the corpus)")
+            store_calibration(index_dir, texts if calibrate else None, encoder.loaded)
         return read_manifest(index_dir)
+
+
+def _added_rows(encoder: Encoder, stored: Any, cfg: IndexConfig, legs: Sequence[str], keep: list[int],
+                old_docs: list[Document] | None, new: Any, progress: bool,
+                stage: Callable[[str], None]) -> tuple[np.ndarray, dict[str, Any], IndexConfig]:
+    """(the rows of the kept and the new documents, the model parts made from them, ``cfg``
+    with the re-fitted λ) for :func:`add_documents`: only the new documents are encoded."""
+    from alignir.index.passages import PassageMap
+
+    plan, _ = _passages(cfg.passages, new.texts(), encoder.embedder, stage)
+    stage(f"encoding {len(plan.texts)} new rows of {len(new)} documents")
+    H_new = encoder.dense(plan.texts, "document", progress=progress)
+    pm = stored.passages
+    if pm is None:
+        rows = np.asarray(keep, dtype=np.int64)
+        counts, starts, ends = [1] * len(keep), [0] * len(keep), [len(d.contents) for d in (old_docs or [])]
+    else:
+        rows = pm.rows_of(np.asarray(keep, dtype=np.int64))
+        counts = np.asarray(pm.counts)[keep].tolist()
+        starts = None if pm.start is None else np.asarray(pm.start)[rows].tolist()
+        ends = None if pm.end is None else np.asarray(pm.end)[rows].tolist()
+    H = np.concatenate([np.asarray(stored.dense_vectors, dtype=np.float32)[rows], H_new])
+    counts += list(plan.counts)
+    parts: dict[str, Any] = {}
+    if pm is not None or plan.split:
+        if pm is None:  # the stored documents were one row each: spans are their whole texts
+            if old_docs is None:
+                raise InvalidInputError("the new documents are split into passages but the stored ones' "
+                                        "texts are unknown; pass source=")
+            starts, ends = [0] * len(keep), [len(d.contents) for d in old_docs]
+        parts["passages"] = (PassageMap.from_counts(counts) if starts is None
+                             else PassageMap.from_counts(counts, starts + list(plan.starts), ends + list(plan.ends)))
+    stage("re-fitting u1/λ and projecting onto the vocabulary (aligned tokens)")
+    encoder.fit(H)
+    cfg = dataclasses.replace(cfg, sparse=encoder.config)
+    if "sparse" in legs:
+        from alignir.index.sparse import SparseIndex
+
+        parts["sparse"] = SparseIndex.from_csr(encoder.sparse_documents(H), quantize=cfg.sparse.quantize)
+    if "dense" in legs:
+        from alignir.index.dense import DenseIndex
+
+        parts["dense"] = DenseIndex.build(H, **cfg.dense.build_options())
+    return H, parts, cfg
 
 
 def _stored_documents(index_dir: str | Path, stored: Any, numbers: Sequence[int],

@@ -12,7 +12,8 @@ import numpy as np
 
 from alignir.encoders.terms import TermMap
 from alignir.index.store import check_fingerprint
-from alignir.errors import CorruptIndexError, PrecisionMismatch
+from alignir.errors import CorruptIndexError, InvalidInputError, PrecisionMismatch
+from alignir.retrieval.config import MODEL_LEGS, index_legs
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,13 @@ __all__ = ["embedder_spec", "check_encoder", "doc_encoder_fingerprint", "normali
 
 def embedder_spec(manifest: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
     """The manifest's ``embedder`` entry (family, model spec, options), or CorruptIndexError
-    naming what is missing (never a KeyError from deep inside a search)."""
+    naming what is missing (never a KeyError from deep inside a search); an index built
+    without a model (``legs=["bm25"]``) has none: InvalidInputError saying so."""
     spec = manifest.get("embedder")
+    legs = index_legs(manifest)
+    if spec is None and legs and not any(leg in MODEL_LEGS for leg in legs):
+        raise InvalidInputError(f"{path} was built without a model (its legs: {', '.join(legs)}): it has no "
+                                f"encoder; search it with mode='bm25'")
     if not isinstance(spec, dict) or not spec:
         raise CorruptIndexError(f"{path}: manifest.json does not say which encoder built the index "
                                 f"(no 'embedder' entry); rebuild it or restore the manifest")

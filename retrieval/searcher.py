@@ -102,8 +102,11 @@ def parse_mode_legs() -> tuple[str, ...]:
 
 
 def modes_for(stored: StoredIndex) -> tuple[str, ...]:
-    """The modes "all" means for this index (the bm25 ones only when it has the lexical leg)."""
-    return MODES if stored.lexical is not None else BASE_MODES
+    """The modes "all" means for this index: those of :data:`MODES` whose legs it has (the
+    bm25 ones only with its lexical leg, only those without a model)."""
+    has = {"dense": stored.dense is not None, "sparse": stored.sparse is not None,
+           "bm25": stored.lexical is not None}
+    return tuple(mode for mode in MODES if all(has[leg] for leg in parse_mode(mode, LEGS)))
 
 
 @dataclass
@@ -223,6 +226,9 @@ class Searcher:
             if name == "bm25":
                 raise InvalidInputError(f"{self.index.path}: this index has no lexical (BM25) leg, so the "
                                         f"bm25 modes are not available; {LEXICAL_HINT}")
+            if name in LEGS:
+                raise InvalidInputError(f"{self.index.path}: this index was built without the {name} leg "
+                                        f"(build-index --legs); its legs: {', '.join(self.legs)}")
             raise InvalidInputError(f"{self.index.path}: this searcher has no leg {name!r} "
                                     f"(its legs: {', '.join(self.legs)})")
         return leg
@@ -274,8 +280,9 @@ class Searcher:
         from alignir.retrieval.encoder import Encoder
 
         stored = open_index(path, verify=verify)
-        if stored.sparse is None or stored.dense is None:
-            raise InvalidInputError(f"{path}: the index lacks its sparse or dense part; rebuild it")
+        if not any(leg in stored.parts for leg in ("sparse", "dense", "lexical")):
+            raise InvalidInputError(f"{path}: the index has no leg to search (no sparse, dense or lexical part); "
+                                    f"rebuild it")
         remote = None if BACKENDS[backend] is None else importlib.import_module(BACKENDS[backend])
 
         def load() -> Encoder:
@@ -295,7 +302,8 @@ class Searcher:
             remote.check(searcher, uri, collection)
         if loaded is not None or model is not None or precision is not None:
             encoder.get()
-        stored.dense.use_gpu(dense_on_gpu(device))
+        if stored.dense is not None:
+            stored.dense.use_gpu(dense_on_gpu(device))
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
 
     def close(self) -> None:
@@ -584,12 +592,13 @@ def check_search_options(mode: str, *, fusion: str | None = None, alpha: float |
     """The legs of ``mode``; an InvalidInputError for any option a search would refuse after
     loading the model (an unknown mode or fusion, alpha outside [0, 1], weights that do not name
     the mode's legs, an unknown precision or passage aggregation)."""
-    from alignir.encoders.quantize import check_precision
     from alignir.index.passages import parse_aggregation
 
     legs = parse_mode(mode)
     resolve_plan(mode, legs, fusion=fusion, alpha=alpha, weights=weights, known=parse_mode_legs())
     if precision is not None:
+        from alignir.encoders.quantize import check_precision  # imports torch: only when asked
+
         check_precision(precision)
     if passage_agg is not None:
         parse_aggregation(passage_agg)

@@ -19,6 +19,8 @@ from alignir.retrieval.config import SparseConfig
 
 #: documents sampled to fit the first principal component u1 (eq.14)
 PC1_SAMPLE = 4096
+#: rows projected onto the vocabulary at a time (its logits: rows x one vocabulary chunk)
+PROJECT_ROWS = 1024
 
 
 @dataclass
@@ -56,8 +58,13 @@ class Sparsifier:
         return adjust(H, self.pc1, lam)
 
     def documents(self, H: np.ndarray) -> sp.csr_matrix:
-        """Top-K aligned terms per document with the configured weighting (eq.15)."""
-        return self.documents_from_topk(*self.document_topk(H, self.config.doc_k))
+        """Top-K aligned terms per document with the configured weighting (eq.15), projected
+        :data:`PROJECT_ROWS` rows at a time (``H`` may be a memory map of a whole corpus)."""
+        k = self.config.doc_k
+        if H.shape[0] <= PROJECT_ROWS:
+            return self.documents_from_topk(*self.document_topk(H, k))
+        return sp.vstack([self.documents_from_topk(*self.document_topk(H[s:s + PROJECT_ROWS], k))
+                          for s in range(0, H.shape[0], PROJECT_ROWS)], format="csr", dtype=np.float32)
 
     def document_topk(self, H: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
         """The projection behind :meth:`documents` at any K: (ids, logits) [n, K], rows sorted."""

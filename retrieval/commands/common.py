@@ -97,9 +97,14 @@ def setup_logging(verbose: bool = False) -> None:
         # so are the libraries' deprecation notices (meant for developers, not for a CLI user)
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
-        from transformers.utils import logging as hf_logging
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()
+        else:  # transformers starts with the hub's setting when a command imports it (a bm25 one never does)
+            from huggingface_hub.utils import disable_progress_bars
+
+            disable_progress_bars()
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> None:

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
+from alignir.retrieval.ingest import DEFAULT_BATCH_DOCS
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
                                                LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
                                                renamed_flag,
@@ -85,6 +86,10 @@ def build_index_cmd(
     skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines (reported) instead of stopping."),
     lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="Also store the BM25 lexical "
                                  "leg (k1 0.9, b 0.4, Lucene IDF) for the bm25 and fused modes."),
+    legs: Optional[str] = typer.Option(None, "--legs", help="The legs to build, comma-separated: dense, sparse, "
+                                       "bm25 (default: all three; bm25 alone loads no model)."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_DOCS, "--batch-size", help="Documents read, encoded and analysed at a time "
+                                   "(memory holds one batch of texts, never the corpus)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse dense vectors cached by an "
                                 "earlier (or killed) encode of the same texts with the same encoder."),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
@@ -96,17 +101,20 @@ def build_index_cmd(
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Encode a corpus once and build its sparse (aligned-token) + dense index.
+    """Encode a corpus once and build its sparse (aligned-token) + dense index (and BM25 leg).
 
-    Nothing appears at --index until the index is complete: a failed or killed build leaves
-    an older index there intact. Re-running after a kill resumes from the encoded shards.
+    The corpus is streamed --batch-size documents at a time. Nothing appears at --index until
+    the index is complete: a failed or killed build leaves an older index there intact.
+    Re-running after a kill resumes from the encoded shards. --legs bm25 builds a BM25 index
+    without loading any model.
     """
     setup_logging(verbose)
     with user_errors(verbose):
-        from alignir.retrieval.config import PassageConfig
+        from alignir.retrieval.config import PassageConfig, parse_legs
         from alignir.retrieval.indexer import build_index
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
+        legs = None if legs is None else parse_legs(legs)  # ... and so does a bad --legs
         k, m, lam = _sparse_flags(doc_k, query_m, pc1_lambda, old_k, old_m, old_lambda)
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
         opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
@@ -115,12 +123,12 @@ def build_index_cmd(
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
                                device=device, lexical=lexical, wait=wait, precision=precision,
-                               passages=passage_cfg, store_text=store_text,
+                               passages=passage_cfg, store_text=store_text, legs=legs, batch_size=batch_size,
                                on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
             typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
-        postings = manifest["parts"].get("sparse", {}).get("n_postings", 0)
+        postings = manifest["parts"].get("sparse", manifest["parts"].get("lexical", {})).get("n_postings", 0)
         rows = manifest["counts"].get("rows")
         as_rows = f" as {rows} passages" if rows is not None else ""
         typer.echo(f"indexed {manifest['counts']['docs']} documents{as_rows} into {index} "
@@ -314,6 +322,7 @@ def info_cmd(
     setup_logging(verbose)
     with user_errors(verbose):
         from alignir.index.store import read_manifest, verify_index
+        from alignir.retrieval.config import index_legs
 
         opts = backend_options(backend, uri, collection)
         manifest = read_manifest(index)
@@ -333,12 +342,14 @@ def info_cmd(
             f"documents  {manifest['counts']['docs']}" + (
                 f" as {manifest['counts']['rows']} passages ({_passage_summary(manifest)})"
                 if "rows" in manifest["counts"] else "") + _live_summary(manifest),
+            f"legs       {', '.join(index_legs(manifest))}",
             f"postings   {sparse.get('n_postings', '-')} over {sparse.get('n_terms', '-')} terms",
             f"dense      {manifest['dims']['dense']} dims, {dense.get('kind', '-')}"
             f", stored {manifest.get('dense_dtype')}",
-            f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
-            f"embedder   {emb.get('family')} {emb.get('options', {})}",
-            f"sparse     {manifest.get('params', {}).get('sparse')}",
+            *([f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
+               f"embedder   {emb.get('family')} {emb.get('options', {})}",
+               f"sparse     {manifest.get('params', {}).get('sparse')}"] if emb
+              else ["model      none (built without one: searched by bm25 alone)"]),
             f"fusion     {_fusion_summary(manifest)}",
             f"calibrated {_calibration_summary(manifest)}",
             "lexical    " + (f"{lexical.get('n_terms')} terms, {lexical.get('n_postings')} postings, "
