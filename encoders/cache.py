@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder
 from alignir.encoders.models import cache_dir
 from alignir.errors import InvalidInputError
-from alignir.index.io import atomic_write, atomic_write_json
+from alignir.io import atomic_write, atomic_write_json
 
 log = logging.getLogger(__name__)
 

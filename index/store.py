@@ -61,7 +61,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from alignir.index.io import exchange_paths, fsync_dir, fsync_path, save_npy, sha256_file, umask
+from alignir.io import exchange_paths, fsync_dir, fsync_path, save_npy, sha256_file, umask
 from alignir.index.parts import PASSAGES, Part, PartSpec, json_clean, part_spec, registered_parts
 
 log = logging.getLogger(__name__)
