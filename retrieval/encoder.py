@@ -154,7 +154,7 @@ class Encoder:
         the rows the index stores and :meth:`encode_queries` the vectors its searches use.
         The model's fingerprint must equal the index's (errors.FingerprintMismatch);
         ``model`` / ``loaded`` / ``instruction`` / ``precision`` as in ``Searcher.open``."""
-        from alignir.index.store import open_index
+        from alignir.index.reader import open_index
 
         return cls.for_stored(open_index(path, verify=False, parts=()), path, model=model, loaded=loaded,
                               instruction=instruction, precision=precision, device=device,

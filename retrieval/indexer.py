@@ -29,7 +29,9 @@ from alignir.index.dense import DenseIndex
 from alignir.index.lock import writer_lock
 from alignir.index.sparse import SparseIndex
 from alignir.index.texts import DocTexts
-from alignir.index.store import open_index, read_manifest, replace_part, replace_parts, update_params, write_index
+from alignir.index.manifest_io import read_manifest
+from alignir.index.reader import open_index
+from alignir.index.writer import replace_part, replace_parts, update_params, write_index
 from alignir.errors import NotAnIndexError
 from alignir.retrieval.beir import Corpus, Document, Skipped, read_corpus_jsonl
 from alignir.encoders.shipped import DEFAULT_MODEL

@@ -47,7 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from alignir.encoders.terms import TermContribution
-from alignir.index.store import StoredIndex, open_index
+from alignir.index.reader import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
 from alignir.retrieval.config import FusionConfig, IndexConfig

@@ -165,6 +165,14 @@ def test_imports_respect_the_layers():
     assert not problems, "imports against the layering (docs/interfaces.md):\n" + "\n".join(problems)
 
 
+def test_the_package_imports_the_store_modules_not_their_public_front():
+    """index.store only gathers the public names of index.writer / reader / manifest_io; the
+    package's own code imports the module that does the work."""
+    users = [f"{f}:{line}" for m, f in _source_modules().items() for name, line in _imports(m, f)
+             if name == "alignir.index.store" or name.startswith("alignir.index.store.")]
+    assert users == []
+
+
 def test_no_import_cycles():
     cycle = _find_cycle(_import_graph(_source_modules()))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
