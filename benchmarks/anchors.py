@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "quality.json"
 DEPTH = 100
 
-from alignir.index.io import atomic_write_json  # noqa: E402
+from alignir.io import atomic_write_json  # noqa: E402
 from alignir.index.sparse import SparseIndex  # noqa: E402
 from alignir.retrieval import fusion  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402

@@ -13,6 +13,7 @@ Everything takes arrays (H, lm_head, id sets); a tokenizer is only needed for to
 """
 from __future__ import annotations
 
+from alignir.checks import check_texts
 from alignir.errors import InvalidInputError
 
 import logging
@@ -66,13 +67,9 @@ def surface_sets(texts: Sequence[str], tokenizer: Any, max_length: int | None = 
     ``max_length`` keeps only the first tokens (match what the embedder saw after truncation);
     ``exclude`` drops ids (e.g. special ids that literal control strings tokenize into).
     """
-    if isinstance(texts, str):
-        raise InvalidInputError("texts must be a sequence of strings, not a single string")
     ex = np.asarray(sorted(set(int(i) for i in exclude)) if exclude is not None else [], dtype=np.int64)
     out = []
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str")
+    for t in check_texts(texts):
         ids = tokenizer(t, add_special_tokens=False)["input_ids"]
         if max_length is not None:
             ids = ids[:max_length]

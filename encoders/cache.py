@@ -36,8 +36,9 @@ from tqdm.auto import tqdm
 
 from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder
 from alignir.encoders.models import cache_dir
+from alignir.checks import check_texts
 from alignir.errors import InvalidInputError
-from alignir.index.io import atomic_write, atomic_write_json
+from alignir.io import atomic_write, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +78,6 @@ def shard_rows(n: int, shard_id: int, shard_num: int) -> np.ndarray:
 def _check_role(role: str) -> None:
     if role not in ROLES:
         raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}")
-
-
-def _check_texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise InvalidInputError("texts must be a sequence of strings, not a single string")
-    out = list(texts)
-    for i, t in enumerate(out):
-        if not isinstance(t, str):
-            raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str")
-    return out
 
 
 #: a ``.part-*.tmp`` older than this is left over from a killed checkpoint (a live write takes < 1 s)
@@ -224,7 +215,7 @@ class EmbeddingCache:
     def lookup(self, embedder: Embedder, texts: Sequence[str], role: str) -> tuple[np.ndarray, np.ndarray]:
         """(vectors [n, d] float32 with NaN rows where missing, found bool [n]) — no encoding."""
         _check_role(role)
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         fp = fingerprint_key(embedder.fingerprint())
         idx = self._index(fp, role)
         keys = [text_key(t) for t in texts]
@@ -256,7 +247,7 @@ class EmbeddingCache:
         :meth:`merge` roots first) to read the whole input from the cache.
         """
         _check_role(role)
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if shard_size is None:
             on_gpu = getattr(getattr(getattr(embedder, "loaded", None), "device", None), "type", "cpu") == "cuda"
             shard_size = GPU_SHARD_TEXTS if on_gpu else CPU_SHARD_TEXTS

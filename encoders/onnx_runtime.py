@@ -19,9 +19,7 @@ the LM-head projection onto the vocabulary (aligned tokens, “A Text is Worth S
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -36,6 +34,7 @@ import torch
 
 from alignir.encoders.smoothing import ALPHA, CALIBRATION_TEXTS, input_maxima, smooth
 from alignir.errors import InvalidInputError
+from alignir.io import file_lock
 
 __all__ = ["RUNTIMES", "EXPORT_FORMAT", "check_runtime", "model_key", "backbone_files", "OnnxBackbone", "to_onnx"]
 
@@ -115,17 +114,6 @@ def _quantize(src: Path, dst: Path) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=keep)
 
 
-@contextlib.contextmanager
-def _locked(folder: Path):
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 def _atomic(folder: Path, name: str, write) -> Path:
     """``folder/name`` written by ``write(tmp_path)`` to a temporary file, then renamed."""
     target = folder / name
@@ -148,7 +136,7 @@ def backbone_files(embedder: Any, backbone: torch.nn.Module | Callable[[], torch
 
     folder = (Path(root).expanduser() if root is not None else cache_dir() / "onnx") / model_key(embedder)
     name = "backbone-int8.onnx" if quantize else "backbone.onnx"
-    with _locked(folder):
+    with file_lock(folder / ".lock"):
         if (folder / name).is_file():
             return folder / name, False
         fp32 = folder / "backbone.onnx"

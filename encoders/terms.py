@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from alignir.checks import int_ids
 from alignir.errors import InvalidInputError
-from alignir.index.io import save_npy
+from alignir.io import save_npy
 
 __all__ = ["TermMap", "TermContribution", "explain", "token_text", "SPACE_MARK"]
 

@@ -38,7 +38,7 @@ from typing import Any, Mapping
 import faiss
 import numpy as np
 
-from alignir.index.io import save_npy
+from alignir.io import save_npy
 from alignir.index.parts import check_empty_folder
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from alignir.index import blockmax, kernels
-from alignir.index.io import save_npy
+from alignir.io import save_npy
 from alignir.index.parts import check_empty_folder
 
 FORMAT = "alignir-sparse"

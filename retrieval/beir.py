@@ -14,7 +14,7 @@ records them in ``.skipped`` instead.
 from __future__ import annotations
 
 from alignir.errors import CorpusError, DownloadError, InvalidInputError, QueriesError
-from alignir.index.io import replace_dir
+from alignir.io import replace_dir
 from alignir.qrels import read_qrels
 
 import hashlib

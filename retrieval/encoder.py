@@ -27,6 +27,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from alignir.checks import check_texts
 from alignir.errors import InvalidInputError
 from alignir.retrieval.config import SparseConfig
 
@@ -153,7 +154,7 @@ class Encoder:
         the rows the index stores and :meth:`encode_queries` the vectors its searches use.
         The model's fingerprint must equal the index's (errors.FingerprintMismatch);
         ``model`` / ``loaded`` / ``instruction`` / ``precision`` as in ``Searcher.open``."""
-        from alignir.index.store import open_index
+        from alignir.index.reader import open_index
 
         return cls.for_stored(open_index(path, verify=False, parts=()), path, model=model, loaded=loaded,
                               instruction=instruction, precision=precision, device=device,
@@ -231,7 +232,7 @@ class Encoder:
         through the embedding cache when it is on."""
         if role not in ("query", "document"):
             raise InvalidInputError(f"role must be 'query' or 'document', got {role!r}")
-        texts = _texts(texts)
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self.use_cache:
@@ -258,7 +259,7 @@ class Encoder:
 
     def sparse_queries(self, H: np.ndarray, texts: Sequence[str]) -> sp.csr_matrix:
         """Queries' aligned-token vectors (eq.16: surface tokens ∪ top-M) of their dense vectors."""
-        return self.sparsifier.queries(H, self.embedder.surface_token_ids(_texts(texts)))
+        return self.sparsifier.queries(H, self.embedder.surface_token_ids(check_texts(texts)))
 
     def encode_documents(self, texts: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE,
                          show_progress_bar: bool = False) -> Encoded:
@@ -271,7 +272,7 @@ class Encoder:
         return self._encode(texts, "query", batch_size, show_progress_bar)
 
     def _encode(self, texts: Sequence[str], role: str, batch_size: int, show: bool) -> Encoded:
-        texts = _texts(texts)
+        texts = check_texts(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
         dense, sparse = [], []
@@ -295,16 +296,6 @@ class Encoder:
 def _recorded(opts: dict[str, Any]) -> dict[str, Any]:
     """The embedder options an index records (no display-only options)."""
     return {k: v for k, v in opts.items() if k != "progress"}
-
-
-def _texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, (str, bytes)):
-        raise InvalidInputError("texts must be a list of strings, not a single string")
-    out = list(texts)
-    for i, t in enumerate(out):
-        if not isinstance(t, str):
-            raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str")
-    return out
 
 
 def _batches(texts: list[str], size: int, show: bool, role: str) -> Iterator[list[str]]:

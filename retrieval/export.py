@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from alignir.errors import InvalidInputError
-from alignir.index.store import open_index
+from alignir.index.reader import open_index
 from alignir.retrieval.runs import DEFAULT_SCALE, write_json_vector_collection, write_pyserini_queries
 
 log = logging.getLogger(__name__)

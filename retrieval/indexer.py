@@ -28,7 +28,9 @@ import numpy as np
 from alignir.index.lock import writer_lock
 from alignir.index.spool import spool_folder
 from alignir.index.texts import DocTexts, SpooledTexts
-from alignir.index.store import open_index, read_manifest, replace_part, replace_parts, update_params, write_index
+from alignir.index.manifest_io import read_manifest
+from alignir.index.reader import open_index
+from alignir.index.writer import replace_part, replace_parts, update_params, write_index
 from alignir.errors import NotAnIndexError
 from alignir.retrieval.beir import Document
 from alignir.encoders.shipped import DEFAULT_MODEL

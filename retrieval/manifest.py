@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from alignir.encoders.terms import TermMap
-from alignir.index.store import check_fingerprint
+from alignir.index.manifest_io import check_fingerprint
 from alignir.errors import CorruptIndexError, InvalidInputError, PrecisionMismatch
 from alignir.retrieval.config import MODEL_LEGS, index_legs
 

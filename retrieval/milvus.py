@@ -415,7 +415,7 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
     Run one export per collection at a time (two concurrent runs may insert a document twice)."""
     from tqdm.auto import tqdm
 
-    from alignir.index.store import open_index
+    from alignir.index.reader import open_index
 
     stored = open_index(index_dir, verify=verify)
     if stored.sparse is None or stored.dense is None:

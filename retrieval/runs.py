@@ -18,7 +18,7 @@ tokens. Queries for ``pyserini.search.lucene --impact --encoder FILE`` are
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
-from alignir.index.io import atomic_write
+from alignir.io import atomic_write
 
 import json
 import math

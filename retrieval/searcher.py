@@ -50,7 +50,7 @@ import scipy.sparse as sp
 
 from alignir.encoders.shipped import SHIPPED, shipped_name
 from alignir.encoders.terms import TermContribution
-from alignir.index.store import StoredIndex, open_index
+from alignir.index.reader import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
 from alignir.retrieval.config import FusionConfig, IndexConfig

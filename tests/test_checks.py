@@ -1,8 +1,11 @@
-"""alignir.checks: the id checks shared by index/ and encoders/."""
+"""alignir.checks: the input checks shared by index/, encoders/ and retrieval/."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
-from alignir.checks import doc_numbers_for_add, int_ids
+from alignir.checks import check_texts, doc_numbers_for_add, int_ids
 from alignir.errors import InvalidInputError
 
 
@@ -65,3 +68,42 @@ def test_term_map_keeps_the_shape_and_uses_the_same_check():
     assert tm.map_ids(np.zeros((0, 3), np.int64)).shape == (0, 3)
     with pytest.raises(InvalidInputError, match=r"ids has token ids outside \[0, 5\): \[5\]"):
         tm.map_ids(np.array([[1], [5]]))
+
+
+def test_check_texts_returns_a_new_list_of_the_texts():
+    given = ("a", "", "b c")
+    assert check_texts(given) == ["a", "", "b c"]
+    assert check_texts(t for t in ["x"]) == ["x"] and check_texts([]) == []
+    mine = ["a"]
+    assert check_texts(mine) is not mine
+
+
+@pytest.mark.parametrize("texts, msg", [
+    ("one text", r"^texts must be a sequence of strings, not a single string$"),
+    (b"bytes", "not a single string"),
+    (42, r"^texts must be a sequence of strings, got int$"),
+    (["ok", None], r"^texts\[1\] is NoneType, expected str$"),
+    (["ok", b"\xff"], r"^texts\[1\] is bytes, expected str \(decode bytes to str first\)$"),
+])
+def test_check_texts_refuses_what_is_not_a_list_of_strings(texts, msg):
+    with pytest.raises(InvalidInputError, match=msg):
+        check_texts(texts)
+    with pytest.raises(InvalidInputError, match=msg.replace("texts", "queries", 1)):
+        check_texts(texts, "queries")
+
+
+def test_the_embedding_cache_checks_texts_with_it(tmp_path):
+    from alignir.encoders.cache import EmbeddingCache
+
+    cache = EmbeddingCache(tmp_path)
+    with pytest.raises(InvalidInputError, match="^texts must be a sequence of strings, not a single string$"):
+        cache.lookup(None, "one text", "document")  # refused before the embedder is asked anything
+    with pytest.raises(InvalidInputError, match=r"^texts\[0\] is int, expected str$"):
+        cache.lookup(None, [3], "query")
+
+
+def test_checks_import_neither_torch_nor_numba():
+    code = ("import sys, alignir.checks\n"
+            "print(','.join(m for m in ('torch', 'numba') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == ""

@@ -454,7 +454,7 @@ def test_a_manifest_without_its_embedder_key_is_one_line(env, tiny_folder, key):
     mf = env / "idx" / "manifest.json"
     manifest = json.loads(mf.read_text())
     del manifest["embedder"][key]
-    from alignir.index.store import seal_manifest
+    from alignir.index.manifest_io import seal_manifest
 
     mf.write_text(json.dumps(seal_manifest(manifest)))  # a well-formed manifest that lacks the key
     r = runner.invoke(app, ["search", "plants", "--index", str(env / "idx")])

@@ -70,9 +70,9 @@ def _bug(*_a, **_k):
 
 
 def test_a_bug_shows_its_traceback(tmp_path, monkeypatch):
-    import alignir.index.store as store
+    import alignir.index.manifest_io as manifest_io
 
-    monkeypatch.setattr(store, "read_manifest", _bug)
+    monkeypatch.setattr(manifest_io, "read_manifest", _bug)
     r = runner.invoke(app, ["info", "--index", str(tmp_path)])
     assert r.exit_code == 1 and isinstance(r.exception, ValueError)
     assert "internal bug" in str(r.exception)
@@ -86,11 +86,11 @@ def test_verbose_shows_the_traceback_of_a_user_error(tmp_path):
 def test_an_oserror_without_a_file_has_no_stray_brackets(tmp_path, monkeypatch):
     import errno
 
-    import alignir.index.store as store
+    import alignir.index.manifest_io as manifest_io
 
     def disk_full(*_a, **_k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store, "read_manifest", disk_full)
+    monkeypatch.setattr(manifest_io, "read_manifest", disk_full)
     r = runner.invoke(app, ["info", "--index", str(tmp_path)])
     assert r.exit_code == 1 and r.output.strip() == "error: No space left on device", r.output

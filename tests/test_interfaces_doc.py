@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "interfaces.md"
-CALL = re.compile(r"`((?:encoders|index|retrieval)\.[A-Za-z_.]+)\(([^`]*?)\)(?: -> [^`]*)?`")
+CALL = re.compile(r"`((?:encoders|index|retrieval|errors|checks|io|qrels)\.[A-Za-z_.]+)\(([^`]*?)\)(?: -> [^`]*)?`")
 
 
 def _resolve(dotted: str):

@@ -1,14 +1,17 @@
-"""index/io.py: the package's one place for atomic writes (temp file/folder + rename)."""
+"""alignir/io.py: the package's one place for atomic writes (temp file/folder + rename) and file locks."""
 from __future__ import annotations
 
 import errno
 import json
 import os
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
 
-import alignir.index.io as io
+import alignir.io as io
 
 
 def test_atomic_write_replaces_whole_or_not_at_all(tmp_path):
@@ -69,3 +72,37 @@ def test_sha256_file_matches_hashlib(tmp_path):
     data = os.urandom(10_000)
     (tmp_path / "f").write_bytes(data)
     assert io.sha256_file(tmp_path / "f", chunk=777) == hashlib.sha256(data).hexdigest()
+
+
+HOLD = """
+import sys
+from alignir.io import file_lock
+with file_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_file_lock_waits_for_another_process_to_release_it(tmp_path):
+    lock = tmp_path / "new-folder" / "model.lock"
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        entered = threading.Event()
+
+        def take() -> None:
+            with io.file_lock(lock):
+                entered.set()
+
+        waiter = threading.Thread(target=take)
+        waiter.start()
+        assert not entered.wait(0.5)  # the other process holds the lock
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert entered.wait(60)
+        waiter.join()
+    finally:
+        child.kill()
+        child.wait()
+    assert lock.read_text() == ""  # the lock file's content is never touched

@@ -1,6 +1,7 @@
 """One namespace: the folders encoders/, index/ and retrieval/ install as
 alignir.encoders, alignir.index and alignir.retrieval, in a wheel and in the editable install;
-`import alignir` exposes the public surface; no import cycles; `alignir.index` needs no model code."""
+`import alignir` exposes the public surface; imports follow the layers of docs/interfaces.md and form
+no cycle; `alignir.index` needs no model code."""
 from __future__ import annotations
 
 import ast
@@ -76,44 +77,126 @@ def test_public_surface():
         alignir.no_such_name  # noqa: B018
 
 
-def _imports(module: str, path: Path) -> set[str]:
-    """alignir modules imported by ``module`` (at any depth of its code, relative ones resolved)."""
+#: the layers, bottom up: each package may import itself and what it lists, never a sibling layer.
+#: "alignir" is the core (src/alignir/: errors, checks, io, qrels); its __init__ names the public
+#: surface but imports it lazily (by name), with no import statement.
+LAYERS: dict[str, frozenset[str]] = {
+    "alignir": frozenset({"alignir"}),
+    "alignir.index": frozenset({"alignir", "alignir.index"}),
+    "alignir.encoders": frozenset({"alignir", "alignir.encoders"}),
+    "alignir.retrieval": frozenset({"alignir", "alignir.index", "alignir.encoders", "alignir.retrieval"}),
+}
+#: the repository's folders outside the package: the package never imports them
+OUTSIDE = ("benchmarks", "scripts", "tests", "conftest")
+
+
+def _layer(module: str) -> str:
+    return next((p for p in LAYERS if p != "alignir" and (module == p or module.startswith(p + "."))), "alignir")
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, int]]:
+    """(imported name, line) of every import in ``module``, at any depth of its code (inside
+    functions and ``if TYPE_CHECKING`` too), relative ones resolved; ``from a import b`` gives
+    ``a`` and ``a.b``. A public name of the top package (``from alignir import Searcher``) counts
+    as its defining module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     pkg = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out = set()
+    out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
+            out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = ".".join(pkg.split(".")[: len(pkg.split(".")) - node.level + 1] + ([base] if base else []))
-            out.add(base)
-            out |= {f"{base}.{a.name}" for a in node.names}
-    return {m for m in out if m.startswith("alignir")}
+            out.append((base, node.lineno))
+            out += [(alignir._EXPORTS.get(a.name, f"{base}.{a.name}") if base == "alignir" else f"{base}.{a.name}",
+                     node.lineno) for a in node.names]
+    return out
 
 
-def test_no_import_cycles():
-    mods = _source_modules()
-    graph = {m: {i for i in _imports(m, f) if i in mods and i != m} for m, f in mods.items()}
+def _layering_violations(mods: dict[str, Path]) -> list[str]:
+    """One line per import that goes up or sideways between layers, or out of the package."""
+    bad: dict[tuple[Path, int], str] = {}
+    for m, f in sorted(mods.items()):
+        allowed = LAYERS[_layer(m)]
+        for name, line in _imports(m, f):
+            top = name.split(".")[0]
+            if top == "alignir" and _layer(name) not in allowed:
+                bad.setdefault((f, line), f"{f}:{line}: {m} imports {name} ({_layer(m)} may import only "
+                                          f"{', '.join(sorted(allowed))})")
+            elif top in OUTSIDE:
+                bad.setdefault((f, line), f"{f}:{line}: {m} imports {name} (the package never imports "
+                                          f"the repository's {top}/)")
+    return list(bad.values())
+
+
+def _import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    graph = {m: {i for i, _ in _imports(m, f) if i in mods and i != m} for m, f in mods.items()}
     # a package's __init__ importing its own submodules is not a cycle through the importer
     for m in graph:
         graph[m] = {i for i in graph[m] if not m.startswith(i + ".") or mods[i].name != "__init__.py"}
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> modules it imports), or None."""
     state: dict[str, int] = {}
 
-    def visit(m: str, stack: list[str]) -> None:
+    def visit(m: str, stack: list[str]) -> list[str] | None:
         state[m] = 1
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                cycle = stack[stack.index(n):] + [n] if n in stack else [m, n]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if n not in state:
-                visit(n, stack + [n])
+                return stack[stack.index(n):] + [n]
+            if n not in state and (cycle := visit(n, stack + [n])):
+                return cycle
         state[m] = 2
+        return None
 
     for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
+        if m not in state and (cycle := visit(m, [m])):
+            return cycle
+    return None
+
+
+def test_imports_respect_the_layers():
+    """core alignir < alignir.index, alignir.encoders (never each other) < alignir.retrieval."""
+    problems = _layering_violations(_source_modules())
+    assert not problems, "imports against the layering (docs/interfaces.md):\n" + "\n".join(problems)
+
+
+def test_the_package_imports_the_store_modules_not_their_public_front():
+    """index.store only gathers the public names of index.writer / reader / manifest_io; the
+    package's own code imports the module that does the work."""
+    users = [f"{f}:{line}" for m, f in _source_modules().items() for name, line in _imports(m, f)
+             if name == "alignir.index.store" or name.startswith("alignir.index.store.")]
+    assert users == []
+
+
+def test_no_import_cycles():
+    cycle = _find_cycle(_import_graph(_source_modules()))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_layering_check_names_an_offending_import(tmp_path):
+    """The two checks above on a made-up package: each wrong import is reported with its line."""
+    files = {"alignir.encoders.bad": "import numpy\n\ndef f():\n    from alignir.index.sparse import SparseIndex\n",
+             "alignir.index.ok": "from alignir.io import save_npy\nfrom alignir.index import parts\n",
+             "alignir.index.up": "from alignir import Searcher\n",
+             "alignir.leaky": "import benchmarks.common\n",
+             "alignir.retrieval.top": "from alignir.encoders import bad\nfrom alignir.index.ok import x\n"}
+    mods = {}
+    for name, text in files.items():
+        mods[name] = tmp_path / f"{name}.py"
+        mods[name].write_text(text)
+    problems = _layering_violations(mods)
+    assert [p.split(": ", 1)[1].split(" (")[0] for p in problems] == [
+        "alignir.encoders.bad imports alignir.index.sparse",
+        "alignir.index.up imports alignir.retrieval.searcher",
+        "alignir.leaky imports benchmarks.common"], problems
+    assert problems[0].startswith(f"{mods['alignir.encoders.bad']}:4: ")
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_index_package_loads_no_model_code():

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alignir.errors import InvalidInputError
-from alignir.index import store
+from alignir.index import manifest_io
 from alignir.errors import CorruptIndexError
 from alignir.retrieval.cli import app
 from alignir.retrieval.config import SparseConfig
@@ -81,7 +81,7 @@ def test_a_resealed_manifest_naming_another_registered_model_is_refused_before_l
     m = json.loads((case / "manifest.json").read_text())
     m["encoder"]["model"]["name"] = "smollm2-135m"
     m["embedder"]["model"] = "gemma3-270m"
-    (case / "manifest.json").write_text(json.dumps(store.seal_manifest(m)))
+    (case / "manifest.json").write_text(json.dumps(manifest_io.seal_manifest(m)))
     searcher = Searcher.open(case, verify=False)  # the model loads lazily: the check runs before it does
     with pytest.raises(CorruptIndexError, match="'gemma3-270m' is another model"):
         searcher.search("indexing", mode="dense")

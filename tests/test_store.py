@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import alignir.index.store as store
+import alignir.index.manifest_io as manifest_io
+import alignir.index.reader as reader
+import alignir.index.writer as writer
 from alignir.index.dense import DenseIndex
 from alignir.index.sparse import SparseIndex
 from alignir.index.store import check_fingerprint, open_index, replace_part, write_index
@@ -72,9 +74,9 @@ def test_round_trip_of_every_part(tmp_path):
     dgot = st.dense.search(VECS[:5], 10)
     np.testing.assert_array_equal(dref[0], dgot[0])
     m = st.manifest
-    assert m["format"] == "alignir-index" and m["format_version"] == store.FORMAT_VERSION
+    assert m["format"] == "alignir-index" and m["format_version"] == manifest_io.FORMAT_VERSION
     assert m["encoder"] == FP and m["params"] == MANIFEST["params"]
-    assert m["encoder_hash"] == store.fingerprint_hash(FP)
+    assert m["encoder_hash"] == manifest_io.fingerprint_hash(FP)
     assert m["counts"] == {"docs": N} and m["dims"] == {"dense": D}
     assert m["parts"]["sparse"] == {"path": "sparse", "n_docs": N, "n_terms": V, "n_postings": CSR.nnz,
                                     "n_segments": 1, "quantize": None}
@@ -109,7 +111,7 @@ def test_rewrite_replaces_the_old_index(tmp_path):
 
 
 def test_two_rename_swap_and_recovery_of_an_interrupted_swap(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "USE_RENAME_EXCHANGE", False)
+    monkeypatch.setattr(writer, "USE_RENAME_EXCHANGE", False)
     build(tmp_path / "idx")
     build(tmp_path / "idx", ids=[f"n{i}" for i in range(N)])
     assert open_index(tmp_path / "idx").doc_ids[0] == "n0"
@@ -185,7 +187,7 @@ def test_corruption_is_detected(tmp_path, damage):
 def test_newer_format_is_refused(tmp_path):
     path = build(tmp_path / "idx")
     m = json.loads((path / "manifest.json").read_text())
-    m["format_version"] = store.FORMAT_VERSION + 1
+    m["format_version"] = manifest_io.FORMAT_VERSION + 1
     (path / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(UnsupportedFormatError, match="newer than this alignir supports"):
         open_index(path)
@@ -374,7 +376,7 @@ def test_a_pickled_array_planted_in_an_index_is_never_loaded(tmp_path, mmap):
     np.save(path / "dense.npy", evil, allow_pickle=True)
     m = json.loads((path / "manifest.json").read_text())  # a consistent manifest, as an attacker would
     m["files"]["dense.npy"] = {"sha256": sha(path / "dense.npy"), "bytes": (path / "dense.npy").stat().st_size}
-    (path / "manifest.json").write_text(json.dumps(store.seal_manifest(m)))  # checksum recomputed too
+    (path / "manifest.json").write_text(json.dumps(manifest_io.seal_manifest(m)))  # checksum recomputed too
     with pytest.raises(CorruptIndexError, match="cannot read"):
         open_index(path, mmap=mmap)
     assert not marker.exists()
@@ -445,7 +447,7 @@ def test_a_manifest_path_outside_the_index_is_refused(tmp_path):
     path = build(tmp_path / "idx")
     m = json.loads((path / "manifest.json").read_text())
     m["components"]["pc1"] = "../../etc/passwd"
-    (path / "manifest.json").write_text(json.dumps(store.seal_manifest(m)))
+    (path / "manifest.json").write_text(json.dumps(manifest_io.seal_manifest(m)))
     with pytest.raises(CorruptIndexError, match="outside the index folder"):
         open_index(path)
 
@@ -478,7 +480,7 @@ def test_an_open_racing_a_swap_opens_the_new_version(tmp_path, monkeypatch):
     """A reader that read the old manifest while a writer swapped the index in must not call the
     healthy index corrupt: it notices the manifest changed and opens the new version."""
     path = build(tmp_path / "idx")
-    real_verify = store.verify_index
+    real_verify = manifest_io.verify_index
     calls = []
 
     def swap_then_verify(p, manifest=None):
@@ -488,10 +490,12 @@ def test_an_open_racing_a_swap_opens_the_new_version(tmp_path, monkeypatch):
             replace_part(path, "sparse", SparseIndex.from_csr(new_csr), params={"K": 8})
         return real_verify(p, manifest)
 
-    monkeypatch.setattr(store, "verify_index", swap_then_verify)
+    for module in (reader, writer):  # each verifies through the name it imported
+        monkeypatch.setattr(module, "verify_index", swap_then_verify)
     st = open_index(path)
     assert st.params["K"] == 8 and len(calls) == 3  # stale read (fails) + the writer's own + a fresh read
-    monkeypatch.setattr(store, "verify_index", real_verify)
+    for module in (reader, writer):
+        monkeypatch.setattr(module, "verify_index", real_verify)
     (path / "dense.npy").write_bytes(b"garbage")  # a really damaged index is still reported
     with pytest.raises(CorruptIndexError):
         open_index(path)
@@ -565,7 +569,7 @@ def test_a_format1_index_written_by_main_opens_and_searches_the_same(tmp_path):
     check(st)
     replace_part(path, "lexical", st.lexical)  # carried over by a write: now format 2
     upgraded = json.loads((path / "manifest.json").read_text())
-    assert upgraded["format_version"] == store.FORMAT_VERSION and "lexical" not in upgraded
+    assert upgraded["format_version"] == manifest_io.FORMAT_VERSION and "lexical" not in upgraded
     assert upgraded["parts"]["sparse"] == m["parts"]["sparse"]
     assert (path / "sparse" / "manifest.json").is_file()  # the old sparse folder is carried as it was
     check(open_index(path))

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from alignir.errors import InvalidInputError
-from alignir.index.io import sha256_file
+from alignir.io import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from alignir.errors import InvalidInputError
+from alignir.checks import check_texts
 
 #: the truncation warning, with (truncated, total, role, max_length): logged per call by an
 #: embedder, or once per corpus by encoders.cache when it encodes the corpus in parts
@@ -30,13 +30,6 @@ def clean_text(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return _SURROGATE.sub("\ufffd", text)
-
-
-def text_list(texts: Sequence[str]) -> list[str]:
-    """``texts`` as a list; a single str is an error (``list("abc")`` would encode 3 characters)."""
-    if isinstance(texts, str):
-        raise InvalidInputError("texts must be a sequence of strings, not a single string")
-    return list(texts)
 
 
 class Embedder(ABC):
@@ -65,10 +58,10 @@ class Embedder(ABC):
         return int(self.lm_head.shape[1])
 
     def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
-        return self._encode(text_list(texts), role="query", **kw)
+        return self._encode(check_texts(texts), role="query", **kw)
 
     def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
-        return self._encode(text_list(texts), role="document", **kw)
+        return self._encode(check_texts(texts), role="document", **kw)
 
     @abstractmethod
     def _encode(self, texts: list[str], role: str, **kw) -> np.ndarray:
@@ -90,7 +83,7 @@ class Embedder(ABC):
         """Deduplicated tokenizer ids of each raw text (no template, no special tokens):
         the surface token set T_q of “A Text is Worth Several Tokens” eq.16."""
         out = []
-        for t in text_list(texts):
+        for t in check_texts(texts):
             ids = self.tokenizer(clean_text(t), add_special_tokens=False)["input_ids"]
             out.append(np.unique(np.asarray(ids, dtype=np.int64)).astype(np.int32))
         return out

@@ -34,13 +34,14 @@ Mechanics shared by all of them:
 """
 from __future__ import annotations
 
+from alignir.checks import check_texts
 from alignir.errors import InvalidInputError
 
 import itertools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -327,27 +328,12 @@ class PromptEmbedder(Embedder):
 
     # ------------------------------------------------------------------ encode
 
-    def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
-        if isinstance(texts, str):
-            raise InvalidInputError("texts must be a sequence of strings, not a single string")
-        return self._encode(list(texts), role="query", **kw)
-
-    def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
-        if isinstance(texts, str):
-            raise InvalidInputError("texts must be a sequence of strings, not a single string")
-        return self._encode(list(texts), role="document", **kw)
-
     def _encode(self, texts: list[str], role: str, progress: bool | None = None, **kw) -> np.ndarray:
         if role not in ROLES:
             raise InvalidInputError(f"role must be one of {ROLES}, got {role!r}")
         if kw:
             raise InvalidInputError(f"unknown encode options: {sorted(kw)}")
-        if isinstance(texts, str):
-            raise InvalidInputError("texts must be a sequence of strings, not a single string")
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                hint = " (decode bytes to str first)" if isinstance(t, (bytes, bytearray)) else ""
-                raise InvalidInputError(f"texts[{i}] is {type(t).__name__}, expected str{hint}")
+        texts = check_texts(texts)
         t0 = time.perf_counter()
         n = len(texts)
         out = np.zeros((n, self.dim), dtype=np.float32)

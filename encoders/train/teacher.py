@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from alignir.errors import InvalidInputError
-from alignir.index.io import atomic_save_npy, atomic_write_json
+from alignir.io import atomic_save_npy, atomic_write_json
 
 __all__ = ["DenseTeacher", "SentenceTransformerTeacher", "CachedTeacher", "Teacher", "TEACHERS",
            "ST_TEACHERS", "MODELS_ENV", "ROLES", "resolve_teacher", "make_teacher", "teacher_key"]

@@ -11,7 +11,7 @@ after the step in flight with a checkpoint (encoders/train/stopping.py), like ``
 from __future__ import annotations
 
 from alignir.errors import InvalidInputError
-from alignir.index.io import replace_dir
+from alignir.io import replace_dir
 
 import copy
 import json

@@ -103,7 +103,7 @@ def export_milvus_cmd(
 
 def _texts(index: Path, corpus: Optional[Path]) -> dict[str, tuple[str, str]]:
     """doc id -> (title, text) from ``corpus`` or the source recorded in the index's manifest."""
-    from alignir.index.store import read_manifest
+    from alignir.index.manifest_io import read_manifest
     from alignir.retrieval.indexer import read_source
 
     if corpus is None:

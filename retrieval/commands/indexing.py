@@ -321,7 +321,7 @@ def info_cmd(
     is refused)."""
     setup_logging(verbose)
     with user_errors(verbose):
-        from alignir.index.store import read_manifest, verify_index
+        from alignir.index.manifest_io import read_manifest, verify_index
         from alignir.retrieval.config import index_legs
 
         opts = backend_options(backend, uri, collection)
@@ -376,7 +376,7 @@ def _live_summary(manifest) -> str:
 
 def _milvus_summary(index: Path, opts: dict) -> dict:
     """The collection of ``index`` at the Milvus URI, opened as a search opens it (same index, whole)."""
-    from alignir.index.store import open_index
+    from alignir.index.reader import open_index
     from alignir.retrieval.milvus_search import open_collection
 
     c = open_collection(open_index(index, verify=False), opts["uri"], opts["collection"])

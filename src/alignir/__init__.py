@@ -9,9 +9,11 @@ The public surface, imported lazily so that ``import alignir`` stays light (no t
     searcher = alignir.Searcher.open("indexes/adi")
     hits = searcher.search("information retrieval systems", k=10, mode="hybrid")
 
-The layers are subpackages: ``alignir.encoders`` (text -> dense h -> aligned tokens),
-``alignir.index`` (storage and scoring; never imports the encoders) and ``alignir.retrieval``
-(what a user calls: searcher, fusion, runs, metrics, the ``alignir`` command line).
+The layers: this core package (``errors``, ``checks``, ``io``, ``qrels``; imports no other
+alignir package), then ``alignir.encoders`` (text -> dense h -> aligned tokens) and
+``alignir.index`` (storage and scoring), which never import each other, then
+``alignir.retrieval`` (what a user calls: searcher, fusion, runs, metrics, the ``alignir``
+command line). docs/interfaces.md states the rules; tests/test_packaging.py checks them.
 """
 from __future__ import annotations
 

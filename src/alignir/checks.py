@@ -1,4 +1,5 @@
-"""Input checks shared by index/ and encoders/ (neither may import the other)."""
+"""Input checks shared by index/, encoders/ and retrieval/ (index/ and encoders/ may not import
+each other); numpy only, no numba or torch."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +8,27 @@ import numpy as np
 
 from alignir.errors import InvalidInputError
 
-__all__ = ["int_ids", "doc_numbers_for_add"]
+__all__ = ["check_texts", "int_ids", "doc_numbers_for_add"]
+
+
+def check_texts(texts: Any, name: str = "texts") -> list[str]:
+    """``texts`` as a new list, every item a ``str``.
+
+    Raises :class:`InvalidInputError` for a single string (``list("abc")`` would be three texts),
+    for something that is not a sequence, and for an item that is not a ``str``, naming its
+    position and type (bytes: decode them first). ``name`` is what the messages call the input.
+    """
+    if isinstance(texts, (str, bytes, bytearray)):
+        raise InvalidInputError(f"{name} must be a sequence of strings, not a single string")
+    try:
+        out = list(texts)
+    except TypeError:
+        raise InvalidInputError(f"{name} must be a sequence of strings, got {type(texts).__name__}") from None
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            hint = " (decode bytes to str first)" if isinstance(t, (bytes, bytearray)) else ""
+            raise InvalidInputError(f"{name}[{i}] is {type(t).__name__}, expected str{hint}")
+    return out
 
 
 def int_ids(ids: Any, n: int, name: str, unit: str = "ids") -> np.ndarray:

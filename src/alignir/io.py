@@ -9,10 +9,12 @@ whole package (index store, embedding cache, runs, BEIR download, model conversi
   temp file in the same folder, flush + fsync, ``os.replace``: a reader sees the old or the
   new file, never part of one, and a failure removes the temp file;
 * :func:`exchange_paths` / :func:`replace_dir` — put a finished folder in place of another
-  (``renameat2(RENAME_EXCHANGE)`` where the kernel offers it, else rename-aside).
+  (``renameat2(RENAME_EXCHANGE)`` where the kernel offers it, else rename-aside);
+* :func:`file_lock` — an exclusive advisory lock on a file for the length of a block (one process
+  at a time converts a model, exports an ONNX backbone, updates a memo).
 
-Only ``alignir.errors`` is imported here, so any module — index/, encoders/, retrieval/ — may
-import this one without a cycle (and without torch).
+Part of the core package: only ``alignir.errors`` is imported here, so index/, encoders/ and
+retrieval/ all import this one without a cycle (and without torch).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from alignir.errors import InvalidInputError
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -33,7 +36,7 @@ import numpy as np
 
 __all__ = ["sha256_file", "save_npy", "write_npy", "fsync_path", "fsync_dir", "atomic_write", "atomic_write_bytes",
            "atomic_write_text", "atomic_write_json", "atomic_save_npy", "exchange_paths", "replace_dir",
-           "umask"]
+           "file_lock", "umask"]
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
@@ -205,3 +208,18 @@ def replace_dir(src: str | Path, dst: str | Path, fsync: bool = True, overwrite:
         fsync_dir(dst.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock (POSIX ``flock``) on ``path`` for the block, waiting for
+    another holder to release it. The file (and its folder) is created if needed; its content is
+    never touched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
