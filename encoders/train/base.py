@@ -9,7 +9,7 @@ import torch
 
 from alignir.encoders.train.data import Pair, normal_query
 
-__all__ = ["Method", "pair_texts", "in_batch_candidates"]
+__all__ = ["Method", "pair_texts", "in_batch_candidates", "check_finite"]
 
 
 class Method:
@@ -69,6 +69,22 @@ class Method:
 
     def loss(self, batch: list) -> tuple[torch.Tensor, dict[str, float]]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def backward(self, batch: list, scale: float = 1.0) -> dict[str, float]:
+        """Accumulate ``scale`` × d loss / d parameters of ``batch`` into the parameters' ``.grad``
+        and return the loss parts (:meth:`loss`'s logs). The trainer calls this once per
+        micro-batch (``scale`` = 1 / grad_accum); a method that computes its gradient another way
+        (InfoNCE's gradient cache) overrides it."""
+        loss, logs = self.loss(batch)
+        check_finite(loss, logs)
+        (loss * scale).backward()
+        return logs
+
+
+def check_finite(loss: torch.Tensor, logs: dict[str, float]) -> None:
+    """Refuse a non-finite loss before its backward (FloatingPointError naming the parts)."""
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"non-finite loss {float(loss)}: {logs}")
 
 
 def pair_texts(batch: list[Pair]) -> tuple[list[str], list[str], list[int]]:

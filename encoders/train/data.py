@@ -4,7 +4,9 @@ Sources:
 - a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv): one pair per relevant
   (query, document); hard negatives are mined with BM25 (bm25s) as the top-ranked documents that
   are not judged relevant;
-- a jsonl of triples: {"query", "positive"|"pos", "negatives"|"negative"|"neg" (str or list)};
+- a jsonl of triples: {"query", "positive"|"pos", "negatives"|"negative"|"neg" (str or list),
+  optionally "relevant" (the texts of every document judged relevant to the query: none of them
+  is an in-batch negative of it)}; scripts/mine_negatives.py writes one from a BEIR split;
 - raw text for the unsupervised tasks: a BEIR folder's corpus, a jsonl with "text" (+ "title"),
   or a .txt file with one text per line.
 """
@@ -16,11 +18,11 @@ from alignir.qrels import read_qrels
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["Pair", "load_beir_pairs", "queries_shared_with_test", "load_triples", "load_texts", "load_pairs", "batch_indices", "doc_text",
+__all__ = ["Pair", "JudgedSplit", "judged_split", "load_beir_pairs", "queries_shared_with_test", "load_triples", "triple_row", "load_texts", "load_pairs", "batch_indices", "doc_text",
            "normal_query", "bm25_top",
            "describe_texts"]
 
@@ -116,18 +118,60 @@ def queries_shared_with_test(folder: str | Path, split: str = "train") -> list[s
                   key=lambda s: (len(s), s))
 
 
-def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int = 1, mine_depth: int = 30,
-                    seed: int = 0, max_queries: int | None = None) -> list[Pair]:
-    """Pairs from a BEIR split; ``n_negatives`` BM25 hard negatives per pair, drawn (seeded) from the
-    top ``mine_depth`` BM25 documents that are not relevant to the query.
+@dataclass
+class JudgedSplit:
+    """A BEIR split read for training pairs: documents (id -> :func:`doc_text`), queries, qrels,
+    ``qids`` (the judged queries with a relevant document, in (length, id) order), ``relevant``
+    (normal query text, :func:`normal_query` -> ids of the documents judged relevant to any query
+    id with that text), ``shared`` (ids whose text is also a test query: they give no pairs), and
+    where they come from (``folder``, ``split``)."""
+    corpus: dict[str, str]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    qids: list[str]
+    relevant: dict[str, set[str]]
+    shared: set[str]
+    folder: Path
+    split: str
 
-    Query ids with the same text (:func:`normal_query`) are one query: a document judged relevant
-    to either is never mined as a negative of either, and a (query text, document) pair is kept
-    once. Each pair carries the texts of all documents judged relevant to its query text
-    (``Pair.relevant``). Queries whose text is also a test query (:func:`queries_shared_with_test`)
-    give no pairs; they and repeated pairs are dropped after the negatives are drawn, so every
-    other pair is what it would be with them.
-    """
+    def relevant_to(self, qid: str) -> set[str]:
+        """Ids of the documents judged relevant to ``qid``'s text: never its negatives."""
+        return self.relevant[normal_query(self.queries[qid])]
+
+    def pairs(self, negatives: Callable[[str], list[str]]) -> list[tuple[str, str, list[str]]]:
+        """(query id, relevant document id, negative document ids) for every judged relevant
+        document of every query in ``qids``, a (query text, document) pair once, no pair from
+        ``shared`` ids. ``negatives(qid)`` is called once per judged pair, in order, those that
+        are dropped included (a seeded draw then gives every kept pair what it would be without
+        the dropped ones)."""
+        out, seen, n_judged = [], set(), 0
+        for q in self.qids:
+            text = normal_query(self.queries[q])
+            for d, rel in sorted(self.qrels[q].items()):
+                if rel <= 0 or d not in self.corpus:
+                    continue
+                n_judged += 1
+                negs = negatives(q)
+                if q not in self.shared and (text, d) not in seen:
+                    seen.add((text, d))
+                    out.append((q, d, negs))
+        if not n_judged:
+            raise InvalidInputError(f"none of the documents judged relevant in {self.folder} split {self.split!r} "
+                                    f"is in {self.folder / 'corpus.jsonl'}")
+        if not out:
+            raise InvalidInputError(f"every judged query of {self.folder} split {self.split!r} is also a test query")
+        return out
+
+    def pair(self, qid: str, doc: str, negatives: list[str]) -> Pair:
+        """The training example of :meth:`pairs`' ``(qid, doc, negatives)``, carrying the texts of
+        every document judged relevant to the query's text."""
+        rel_texts = tuple(self.corpus[d] for d in sorted(self.relevant_to(qid)) if d in self.corpus)
+        return Pair(self.queries[qid], self.corpus[doc], [self.corpus[n] for n in negatives], rel_texts)
+
+
+def judged_split(folder: str | Path, split: str = "train", max_queries: int | None = None) -> JudgedSplit:
+    """Read ``split`` of a BEIR folder for pairs (:class:`JudgedSplit`); ``max_queries``: only the
+    first that many judged queries."""
     folder = Path(folder)
     corpus, queries, qrels = _beir(folder, split)
     if not corpus:
@@ -142,36 +186,38 @@ def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int =
     for q, row in qrels.items():
         if q in queries:
             relevant.setdefault(normal_query(queries[q]), set()).update(d for d, v in row.items() if v > 0)
-    doc_ids = list(corpus)
-    mined: dict[str, list[str]] = {q: [] for q in qids}
+    return JudgedSplit(corpus, queries, qrels, qids, relevant, shared, folder, split)
+
+
+def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int = 1, mine_depth: int = 30,
+                    seed: int = 0, max_queries: int | None = None) -> list[Pair]:
+    """Pairs from a BEIR split; ``n_negatives`` BM25 hard negatives per pair, drawn (seeded) from the
+    top ``mine_depth`` BM25 documents that are not relevant to the query.
+
+    Query ids with the same text (:func:`normal_query`) are one query: a document judged relevant
+    to either is never mined as a negative of either, and a (query text, document) pair is kept
+    once. Each pair carries the texts of all documents judged relevant to its query text
+    (``Pair.relevant``). Queries whose text is also a test query (:func:`queries_shared_with_test`)
+    give no pairs; they and repeated pairs are dropped after the negatives are drawn, so every
+    other pair is what it would be with them.
+    """
+    js = judged_split(folder, split, max_queries)
+    doc_ids = list(js.corpus)
+    mined: dict[str, list[str]] = {q: [] for q in js.qids}
     if n_negatives > 0:
-        k = min(len(doc_ids), mine_depth + max(max(len(qrels[q]), len(relevant[normal_query(queries[q])]))
-                                               for q in qids))
-        rows = bm25_top(folder, [corpus[d] for d in doc_ids], [queries[q] for q in qids], k)
-        for q, row in zip(qids, rows):
-            rel = relevant[normal_query(queries[q])]
+        k = min(len(doc_ids), mine_depth + max(max(len(js.qrels[q]), len(js.relevant_to(q))) for q in js.qids))
+        rows = bm25_top(js.folder, [js.corpus[d] for d in doc_ids], [js.queries[q] for q in js.qids], k)
+        for q, row in zip(js.qids, rows):
+            rel = js.relevant_to(q)
             mined[q] = [doc_ids[i] for i in row if doc_ids[i] not in rel][:mine_depth]
     rng = np.random.default_rng(seed)
-    pairs, seen = [], set()
-    n_judged = 0
-    for q in qids:
-        text = normal_query(queries[q])
-        rel_texts = tuple(corpus[d] for d in sorted(relevant[text]) if d in corpus)
-        for d, rel in sorted(qrels[q].items()):
-            if rel <= 0 or d not in corpus:
-                continue
-            n_judged += 1
-            cands = mined[q]
-            pick = rng.choice(len(cands), size=min(n_negatives, len(cands)), replace=False) if cands else []
-            if q not in shared and (text, d) not in seen:
-                seen.add((text, d))
-                pairs.append(Pair(queries[q], corpus[d], [corpus[cands[int(i)]] for i in pick], rel_texts))
-    if not n_judged:
-        raise InvalidInputError(f"none of the documents judged relevant in {folder} split {split!r} is in "
-                                f"{folder / 'corpus.jsonl'}")
-    if not pairs:
-        raise InvalidInputError(f"every judged query of {folder} split {split!r} is also a test query")
-    return pairs
+
+    def draw(q: str) -> list[str]:
+        cands = mined[q]
+        pick = rng.choice(len(cands), size=min(n_negatives, len(cands)), replace=False) if cands else []
+        return [cands[int(i)] for i in pick]
+
+    return [js.pair(q, d, negs) for q, d, negs in js.pairs(draw)]
 
 
 def bm25_top(source: str | Path, texts: list[str], queries: list[str], k: int) -> list[list[int]]:
@@ -189,9 +235,17 @@ def bm25_top(source: str | Path, texts: list[str], queries: list[str], k: int) -
     return [[int(i) for i in row] for row in res]
 
 
+def triple_row(pair: Pair) -> dict:
+    """``pair`` as a record of the triples jsonl (:func:`load_triples` reads it back equal)."""
+    row = {"query": pair.query, "positive": pair.positive, "negatives": list(pair.negatives)}
+    if pair.relevant:
+        row["relevant"] = list(pair.relevant)
+    return row
+
+
 def load_triples(path: str | Path) -> list[Pair]:
-    """Pairs from a jsonl of {"query", "positive"/"pos", "negatives"/"negative"/"neg"}; a record
-    with an empty text is refused naming its line."""
+    """Pairs from a jsonl of {"query", "positive"/"pos", "negatives"/"negative"/"neg", "relevant"?};
+    a record with an empty text is refused naming its line."""
     out = []
     for n, r in _numbered_jsonl(Path(path)):
         q = r.get("query")
@@ -208,7 +262,10 @@ def load_triples(path: str | Path) -> list[Pair]:
                  if not text.strip()]
         if empty:
             raise InvalidInputError(f"{path}:{n}: empty {empty[0]} text (a triple needs non-empty texts)")
-        out.append(Pair(q, p, list(negs)))
+        rel = r.get("relevant", [])
+        if not isinstance(rel, list) or not all(isinstance(x, str) for x in rel):
+            raise InvalidInputError(f"{path}:{n}: 'relevant' must be a list of strings")
+        out.append(Pair(q, p, list(negs), tuple(rel)))
     if not out:
         raise InvalidInputError(f"{path}: no triples")
     return out

@@ -20,6 +20,13 @@ held fixed), so training also shapes the aligned tokens the sparse leg searches.
 ``sparse_distill`` × KL(softmax(cos(q, d)/tau).detach() || softmax(sparse scores/sparse_tau)) over the
 same candidates (aligned_loss.sparse_distill_kl): the dense leg's own ranking of the batch teaches
 the sparse leg, and no gradient reaches the dense scores through this term.
+
+``grad_cache`` = N > 0 computes the same gradient with gradient caching (encoders.train.grad_cache,
+GradCache): every text embedded without autograd N at a time, the whole loss (every term above:
+all depend on the model only through the embeddings) backpropagated to the embeddings, then each
+sub-batch embedded again with autograd and its embedding gradient backpropagated. Activations of
+N texts are held at once instead of the batch's, so the batch (its in-batch negatives) is bounded
+by time, not memory; each text is embedded twice.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from alignir.encoders.embedders.infonce import InfoNCEEmbedder
 from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
 from alignir.encoders.train.aligned_loss import aligned_scores, sparse_distill_kl, sparse_info_nce
 from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
+from alignir.encoders.train.grad_cache import cached_backward, check_sub_batch
 from alignir.encoders.train.losses import cosine_scores, distill_kl, info_nce
 from alignir.errors import InvalidInputError
 
@@ -47,9 +55,11 @@ class InfoNCEMethod(Method):
     STAGES = {"contrastive": "pairs"}
     DEFAULTS = {"contrastive": {"tau": 0.05, "instruction": None, "teacher": None, "distill": 0.0,
                                 "teacher_tau": 0.05, "sparse": 0.0, "sparse_tau": 10.0,
-                                "sparse_distill": 0.0, "teacher_cache": None, "teacher_max_length": None}}
+                                "sparse_distill": 0.0, "teacher_cache": None, "teacher_max_length": None,
+                                "grad_cache": 0}}
 
     def setup(self, extra):
+        self.sub_batch = check_sub_batch(self.hp["grad_cache"])
         self.reader = PromptEOLEmbedder(self.loaded, instruction=self.hp["instruction"],
                                         max_length=self.max_length, progress=False)
         self.teacher = None
@@ -75,9 +85,30 @@ class InfoNCEMethod(Method):
         return {"instruction": self.hp["instruction"]}
 
     def loss(self, batch):
+        queries, docs, _ = pair_texts(batch)
+        return self.objective(batch, self.embed(queries, "query"), self.embed(docs, "document"))
+
+    def embed(self, texts: list[str], role: str) -> torch.Tensor:
+        """Embeddings [n, d] of ``texts``; without autograd and with ``grad_cache`` on, ``grad_cache``
+        texts at a time (the held-out loss of a batch that only fits in memory that way)."""
+        if self.sub_batch and not torch.is_grad_enabled():
+            n = self.sub_batch
+            return torch.cat([self.reader.embed_with(self.model, texts[i:i + n], role) for i in range(0, len(texts), n)])
+        return self.reader.embed_with(self.model, texts, role)
+
+    def backward(self, batch, scale: float = 1.0) -> dict[str, float]:
+        """The batch's gradient, through the gradient cache when ``grad_cache`` > 0."""
+        if not self.sub_batch:
+            return super().backward(batch, scale)
+        queries, docs, _ = pair_texts(batch)
+        roles = ("query", "document")
+        return cached_backward([queries, docs], lambda texts, g: self.reader.embed_with(self.model, texts, roles[g]),
+                               lambda emb: self.objective(batch, emb[0], emb[1]), self.sub_batch, scale, self.device)
+
+    def objective(self, batch, q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss and its parts from the embeddings of the batch's queries ``q`` [B, d] and
+        documents ``d`` [M, d] (:func:`pair_texts`' order)."""
         queries, docs, pos = pair_texts(batch)
-        q = self.reader.embed_with(self.model, queries, "query")
-        d = self.reader.embed_with(self.model, docs, "document")
         pos_t = torch.tensor(pos)
         cand = in_batch_candidates(batch, docs)  # no document judged relevant to a query is its negative
         loss = info_nce(q, d, pos_t, self.hp["tau"], cand)

@@ -1,7 +1,9 @@
 """The LoRA training loop shared by all methods: data, optimizer, schedule, log, checkpoint, resume.
 
 CPU toy scale: fp32, a few steps, small batches. GPU paper scale: ``dtype="bf16"``,
-``grad_accum`` for the effective batch, ``grad_checkpointing=True``. Output directory:
+``grad_accum`` for the effective batch, ``grad_checkpointing=True``. Each micro-batch's gradient
+comes from ``Method.backward`` (the loss's backward; InfoNCE's ``grad_cache`` computes it with
+gradient caching, so one batch holds more in-batch negatives than its activations fit). Output directory:
 the final adapter (peft files + soft tokens + ``alignir_train.json``), ``loss_log.jsonl`` (one
 line per optimizer step), ``eval_log.jsonl`` (loss on ``eval_examples`` held-out examples before
 training, every ``eval_every`` steps and at the end: one batch's loss is noisy, this one is the
@@ -426,10 +428,10 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
                     raise InvalidInputError(f"step {step}: no example of this batch has a negative candidate (no hard "
                                             f"negatives, every other document relevant to it): its contrastive loss "
                                             f"is 0 with no gradient; add negatives or raise batch_size")
-                loss, logs = method.loss(batch)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}: {logs}")
-                (loss / cfg.grad_accum).backward()
+                try:
+                    logs = method.backward(batch, 1.0 / cfg.grad_accum)
+                except FloatingPointError as e:
+                    raise FloatingPointError(f"step {step}: {e}") from None
                 for k, v in logs.items():
                     agg[k] = agg.get(k, 0.0) + v / cfg.grad_accum
             if cfg.max_grad_norm and cfg.max_grad_norm > 0:

@@ -18,7 +18,9 @@ the same command resumes the unfinished stage)::
 No labelled data: ``--data-mix title,crop`` trains pair stages on title<->abstract pairs and
 independent crops of the corpus (``--corpus DIR`` once per corpus; default the --data folder).
 
-GPU paper scale: ``--dtype bf16 --grad-accum 8 --grad-checkpointing --max-length 512``.
+GPU paper scale: ``--dtype bf16 --grad-accum 8 --grad-checkpointing --max-length 512``. InfoNCE
+with more in-batch negatives than memory holds: ``--batch-size 256 --set grad_cache=64`` (gradient
+caching, 64 texts per sub-batch; docs/training.md).
 """
 from __future__ import annotations
 
