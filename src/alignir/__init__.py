@@ -61,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "QrelsError": "alignir.errors",
     "DownloadError": "alignir.errors",
     "ModelNotFoundError": "alignir.errors",
+    "CorpusOverlapError": "alignir.errors",
     "IndexStoreError": "alignir.errors",
     "NotAnIndexError": "alignir.errors",
     "CorruptIndexError": "alignir.errors",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["AlignirError", "InvalidInputError", "BeirFormatError", "DownloadError", "CorpusError", "QueriesError",
-           "QrelsError", "ModelNotFoundError", "IndexStoreError", "NotAnIndexError", "CorruptIndexError",
+           "QrelsError", "ModelNotFoundError", "CorpusOverlapError", "IndexStoreError", "NotAnIndexError", "CorruptIndexError",
            "UnsupportedFormatError", "FingerprintMismatch", "PrecisionMismatch", "IndexWriteError", "IndexReadError",
            "IndexChangedError", "IndexBusyError", "MilvusError", "CollectionMismatch", "IncompleteCollection",
            "LegNotServedError"]
@@ -67,6 +67,21 @@ class QrelsError(BeirFormatError):
 
 class ModelNotFoundError(InvalidInputError):
     """A model spec could not be resolved; the message lists everything that was tried."""
+
+
+class CorpusOverlapError(InvalidInputError):
+    """A training corpus contains sentences of an evaluation collection; ``overlaps`` lists every
+    (record id, collection, sentence) found."""
+
+    def __init__(self, source: str, overlaps: list[tuple[str, str, str]]):
+        self.source = source
+        self.overlaps = list(overlaps)
+        shown = [f"  {rec}: {col}: {sent[:120]!r}" for rec, col, sent in self.overlaps[:_MAX_SHOWN]]
+        more = len(self.overlaps) - len(shown)
+        if more > 0:
+            shown.append(f"  ... and {more} more")
+        super().__init__(f"{source}: {len(self.overlaps)} record(s) contain text of an evaluation collection; "
+                         "refusing to write the corpus:\n" + "\n".join(shown))
 
 
 # ---------------------------------------------------------------- the index folder
