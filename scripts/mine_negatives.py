@@ -67,7 +67,7 @@ def mine(folder: str | Path, split: str, encoder: Any, depth: int = 30, skip: in
 
 def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
     """The rows as a jsonl file, written whole or not at all."""
-    from alignir.index.io import atomic_write
+    from alignir.io import atomic_write
 
     with atomic_write(path, "w", encoding="utf-8") as fh:
         for row in rows:

@@ -16,7 +16,7 @@ from alignir.encoders.train.corpus_overlap import Overlap, OverlapGuard
 from alignir.encoders.train.corpus_text import clean_space, cut_words, norm_words, word_count
 from alignir.encoders.train.unsupervised import CorpusDoc
 from alignir.errors import InvalidInputError
-from alignir.index.io import atomic_write_json, atomic_write_text, replace_dir
+from alignir.io import atomic_write_json, atomic_write_text, replace_dir
 
 __all__ = ["Selection", "select_records", "write_corpus", "DEFAULT_MAX_DOCS", "DEFAULT_MAX_WORDS", "DEFAULT_MIN_WORDS"]
 
