@@ -44,8 +44,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "quality.json"
 DEPTH = 100
+if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
+    sys.path.insert(0, str(ROOT))
 
 from alignir.io import atomic_write_json  # noqa: E402
+from benchmarks.bench_dense_anchor import encode as mean_pooled  # noqa: E402
 from alignir.index.sparse import SparseIndex  # noqa: E402
 from alignir.retrieval import fusion  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
@@ -103,18 +106,7 @@ def minilm_encoder(max_length: int = 256, batch: int = 32) -> Callable[[list[str
     tok, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
 
     def encode(texts: list[str], role: str) -> np.ndarray:
-        out = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths per batch
-        with torch.inference_mode():
-            for i in range(0, len(texts), batch):
-                idx = order[i:i + batch]
-                enc = tok([texts[j] for j in idx], padding=True, truncation=True, max_length=max_length,
-                          return_tensors="pt")
-                h = model(**enc).last_hidden_state
-                m = enc["attention_mask"].unsqueeze(-1).float()
-                v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-                out[idx] = torch.nn.functional.normalize(v, dim=-1).numpy()
-        return out
+        return mean_pooled(texts, tok, model, max_length, batch)
 
     return encode
 

@@ -37,7 +37,7 @@ def model_dir() -> Path:
 def encode(texts: list[str], tok, model, max_length: int, batch: int = 32) -> np.ndarray:
     """Mean of the token states over the attention mask, L2-normalised (the model's own pooling)."""
     out = []
-    order = np.argsort([-len(t) for t in texts])  # similar lengths per batch: less padding
+    order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths per batch: less padding
     with torch.inference_mode():
         for i in range(0, len(texts), batch):
             idx = order[i:i + batch]
