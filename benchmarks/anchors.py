@@ -44,11 +44,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "quality.json"
 DEPTH = 100
-if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
-    sys.path.insert(0, str(ROOT))
 
 from alignir.io import atomic_write_json  # noqa: E402
-from benchmarks.bench_dense_anchor import encode as mean_pooled  # noqa: E402
+try:
+    from benchmarks.bench_dense_anchor import encode as mean_pooled  # noqa: E402
+except ModuleNotFoundError:  # run as a script (python benchmarks/anchors.py): its own folder is on the path
+    from bench_dense_anchor import encode as mean_pooled  # noqa: E402
 from alignir.index.sparse import SparseIndex  # noqa: E402
 from alignir.retrieval import fusion  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
