@@ -20,6 +20,10 @@ Only quality and token counts are recorded, no timings (the machine is shared).
     nice -n 10 .venv/bin/python benchmarks/bench_passages.py --datasets med,cisi --lengths 64,128 \\
         --work /work/bg/out/passages --out benchmarks/results/passages.json
 
+``--settings off,auto,full`` adds windows that do not overlap (STRIDE = WINDOW): the overlap's
+price in encoded tokens against what it buys in nDCG@10 (``token_factor_full``,
+``ndcg@10_delta_full`` beside the half-stride ``token_factor``, ``ndcg@10_delta``).
+
 The JSON is rewritten after every (collection, max length) pair, so a run cut short keeps the
 rows it finished.
 """
@@ -60,36 +64,43 @@ def _evaluate(searcher: Searcher, data, runs_wanted, log) -> dict[str, dict[str,
     return out
 
 
-def run_pair(name: str, max_length: int, work: Path, model: str, loaded, log) -> dict:
+def run_pair(name: str, max_length: int, work: Path, model: str, loaded, log,
+             settings: tuple[str, ...] = ("off", "auto")) -> dict:
     folder = resolve_dataset(name)
     data = load_beir(folder, split="test")
     row: dict = {"dataset": folder.name, "max_length": max_length, "queries": len(data.queries)}
-    for passages in ("off", "auto"):
+    window = None
+    for passages in settings:
         idx = work / f"{folder.name}-{Path(model).name}-len{max_length}-{passages}"
+        # "full": windows that do not overlap (STRIDE = WINDOW, the encoder's text budget)
+        spec = f"{window}:{window}" if passages == "full" else passages
         if not (idx / "manifest.json").exists():
-            log(f"{name} len {max_length} passages {passages}: building {idx}")
+            log(f"{name} len {max_length} passages {spec}: building {idx}")
             t = time.perf_counter()
-            build_index(folder, idx, model=model, loaded=loaded, passages=passages, progress=False,
+            build_index(folder, idx, model=model, loaded=loaded, passages=spec, progress=False,
                         embedder_options={"max_length": max_length}, on_stage=lambda s: log(f"  {s}"))
             log(f"  built in {time.perf_counter() - t:.0f}s")
         manifest = read_manifest(idx)
         st = manifest["build"]["passages"]
+        window = window or st["window"]
         searcher = Searcher.open(idx, loaded=loaded)
         wanted = [(m, m, {}) for m in MODES] + list(EXTRA)
-        if passages == "auto" and searcher.index.passages is not None:
+        if passages != "off" and searcher.index.passages is not None:
             wanted += [(f"{m} ({agg})", m, {"passage_agg": agg}) for agg in AGGREGATES for m in ("dense", "sparse")]
         log(f"{name} len {max_length} passages {passages}: {st['rows']} rows for {st['documents']} documents")
         row[f"passages_{passages}"] = {
             "rows": manifest["counts"].get("rows", manifest["counts"]["docs"]),
-            "window": st["window"], "stride": st["stride"] if passages == "auto" else None,
+            "window": st["window"], "stride": st["stride"] if passages != "off" else None,
             "long_documents": st["long_documents"], "split_documents": st["split_documents"],
-            "encoded_tokens": st["passage_tokens"] if passages == "auto" else st["truncated_tokens"],
+            "encoded_tokens": st["passage_tokens"] if passages != "off" else st["truncated_tokens"],
             "metrics": _evaluate(searcher, data, wanted, log),
         }
-    on, off = row["passages_auto"], row["passages_off"]
-    row["token_factor"] = round(on["encoded_tokens"] / max(1, off["encoded_tokens"]), 3)
-    row["ndcg@10_delta"] = {m: round(on["metrics"][m]["ndcg@10"] - off["metrics"][m]["ndcg@10"], 4)
-                            for m in off["metrics"]}
+    off = row["passages_off"]
+    for passages in settings[1:]:
+        on, tag = row[f"passages_{passages}"], "" if passages == "auto" else f"_{passages}"
+        row[f"token_factor{tag}"] = round(on["encoded_tokens"] / max(1, off["encoded_tokens"]), 3)
+        row[f"ndcg@10_delta{tag}"] = {m: round(on["metrics"][m]["ndcg@10"] - off["metrics"][m]["ndcg@10"], 4)
+                                      for m in off["metrics"]}
     return row
 
 
@@ -120,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/work/bg/out/passages"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "passages.json")
     ap.add_argument("--markdown", action="store_true", help="only print the README table of --out")
+    ap.add_argument("--settings", default="off,auto",
+                    help="off,auto[,full]: full = windows that do not overlap (STRIDE = WINDOW), against auto's "
+                         "STRIDE = WINDOW / 2")
     args = ap.parse_args(argv)
     if args.markdown:
         print(render(json.loads(args.out.read_text())))
@@ -142,8 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     loaded = load_model(resolve_shipped(args.model, "prompteol", None)[0], device="cpu")  # a shipped name: its base
     for name in [d.strip() for d in args.datasets.split(",") if d.strip()]:
         for length in [int(x) for x in args.lengths.split(",")]:
-            row = run_pair(name, length, args.work, args.model, loaded, log)
-            row["command"] = result["command"]
+            settings = tuple(x.strip() for x in args.settings.split(",") if x.strip())
+            if settings[:2] != ("off", "auto") or not set(settings) <= {"off", "auto", "full"}:
+                raise SystemExit(f"--settings must start with off,auto and may add full, got {args.settings!r}")
+            row = run_pair(name, length, args.work, args.model, loaded, log, settings)
+            row["command"], row["model"] = result["command"], args.model
             # re-read: another run may have written its rows meanwhile (keep them)
             old = json.loads(args.out.read_text()).get("rows", []) if args.out.exists() else []
             rows = {(r["dataset"], r["max_length"]): r for r in old}
