@@ -36,6 +36,7 @@ FAISS searches only read.
 """
 from __future__ import annotations
 
+from alignir.checks import check_texts
 from alignir.errors import InvalidInputError
 
 import importlib
@@ -617,12 +618,9 @@ def dense_on_gpu(device: str) -> bool:
 
 
 def _check_queries(queries: Sequence[str]) -> list[str]:
-    if isinstance(queries, str):
-        raise InvalidInputError("queries must be a list of strings, not a single string")
-    texts = list(queries)
+    """``check_texts`` plus what a query needs besides: something to search for, valid text."""
+    texts = check_texts(queries, "queries")
     for i, q in enumerate(texts):
-        if not isinstance(q, str):
-            raise InvalidInputError(f"queries[{i}] is {type(q).__name__}, expected str")
         if not q.strip():
             raise InvalidInputError(f"queries[{i}] is empty: nothing to search for")
         try:
