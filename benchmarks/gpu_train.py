@@ -101,7 +101,7 @@ def score(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> di
     fusion = cfg.fusion if shipped.hybrid is None else replace(cfg.fusion, method=shipped.hybrid[0],
                                                                 alpha=shipped.hybrid[1])
     cfg = replace(cfg, fusion=replace(fusion, leg_sets=dict(shipped.leg_sets)))
-    target = work / f"{folder.name}-{abs(hash(adapter)) % 10**8}"
+    target = work / f"{folder.name}-{hashlib.sha256(adapter.encode()).hexdigest()[:10]}"
     t0 = time.perf_counter()
     build_index(folder, target, model=shipped.base_model, embedder=shipped.family,
                 embedder_options={"adapter": adapter, "max_length": 512}, config=cfg, device=device,
