@@ -16,29 +16,52 @@ unchanged), so the fp32 and the int8 file come from one export.
 Everything around the backbone is unchanged: prompts, batching, pooling run as for torch, and
 the LM-head projection onto the vocabulary (aligned tokens, “A Text is Worth Several Tokens”
 §2, eq.15-16) reads the fp32 head in torch.
+
+The runtime an encoder runs on (:func:`apply_runtime`): ``"auto"`` (the default) takes ONNX
+Runtime fp32 wherever it applies — a prompt-family embedder at fp32 on the CPU, the packages
+installed, a backbone under the single-file ONNX limit — and torch elsewhere. Its vectors equal
+torch's within float rounding, and its matrix products are faster where ONNX Runtime's kernels
+use the CPU's full vector width (on the 2-core AMD machine of benchmarks/results/onnx_runtime.json:
+2.2x torch's documents/s and half its query time). An export that fails leaves a note in its
+cache folder, so ``auto`` falls back to torch at once the next time.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import importlib.util
+import io
 import json
+import logging
 import os
+import warnings
 import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
+from alignir.encoders.runtimes import RUNTIME_ENV, RUNTIMES, check_runtime
 from alignir.encoders.smoothing import ALPHA, CALIBRATION_TEXTS, input_maxima, smooth
 from alignir.errors import InvalidInputError
 from alignir.io import file_lock
 
-__all__ = ["RUNTIMES", "EXPORT_FORMAT", "check_runtime", "model_key", "backbone_files", "OnnxBackbone", "to_onnx"]
+__all__ = ["RUNTIMES", "RUNTIME_ENV", "EXPORT_FORMAT", "check_runtime", "onnx_unavailable", "model_key",
+           "backbone_files", "OnnxBackbone", "to_onnx", "apply_runtime", "runtime_of"]
 
-RUNTIMES = ("torch", "onnx")
+log = logging.getLogger(__name__)
+
+#: the packages the ONNX runtime needs: the runtime, the model format, the exporter's op library
+ONNX_PACKAGES = ("onnxruntime", "onnx", "onnxscript")
+#: a backbone whose fp32 weights exceed this is not exported by ``auto``: one .onnx file holds
+#: at most 2 GiB (protobuf's limit), and a model that large pays its export's minutes and disk
+MAX_EXPORT_BYTES = 2**31 - 2**27
+#: the note an export that failed leaves in its cache folder
+FAILED_NOTE = "export-failed.json"
 #: what the exported file is; part of the cache key (change it whenever the export changes)
 EXPORT_FORMAT = 2
 #: MatMuls whose weight name contains one of these stay fp32 in the int8 file
@@ -48,13 +71,30 @@ INPUTS = ("input_ids", "attention_mask", "position_ids")
 SMOOTHING = f"smoothquant-a{ALPHA}:qkv,gate-up"
 
 
-def check_runtime(runtime: str | None) -> str:
-    """``None`` -> torch; anything outside :data:`RUNTIMES` is an InvalidInputError."""
-    r = "torch" if runtime is None else str(runtime).strip().lower()
-    if r not in RUNTIMES:
-        raise InvalidInputError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
-    return r
+def onnx_unavailable(embedder: Any) -> str | None:
+    """Why ``embedder`` cannot run on ONNX Runtime here (None when it can): its family (the
+    backbone must be a transformer run once per batch: the prompt families), its device or
+    dtype (an fp32 model on the CPU), its precision (int8 is torch's), the packages, the size."""
+    from alignir.encoders.quantize import precision_of
 
+    if not isinstance(getattr(embedder, "_backbone", None), torch.nn.Module) or not hasattr(embedder, "collate"):
+        return f"the embedder family {getattr(embedder, 'family', type(embedder).__name__)!r} is not supported"
+    if getattr(embedder, "bidirectional", False):
+        return "the embedder attends bidirectionally (the exported graph keeps the model's causal mask)"
+    loaded = embedder.loaded
+    if loaded.device.type != "cpu":
+        return f"the model is on {loaded.device.type}, not the CPU"
+    if loaded.dtype != torch.float32:
+        return f"the model is {str(loaded.dtype).replace('torch.', '')}, not float32"
+    if precision_of(loaded) != "fp32":
+        return f"precision {precision_of(loaded)} runs on torch (leave precision at fp32)"
+    missing = [p for p in ONNX_PACKAGES if importlib.util.find_spec(p) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (pip install {' '.join(ONNX_PACKAGES)})"
+    size = sum(p.numel() * p.element_size() for p in embedder._backbone.parameters())
+    if size > MAX_EXPORT_BYTES:
+        return f"the backbone's {size / 2**30:.1f} GiB of weights exceed one ONNX file's 2 GiB"
+    return None
 
 def model_key(embedder: Any) -> str:
     """The cache key of an embedder's exported backbone: the parts of its fingerprint that make
@@ -87,10 +127,27 @@ def _example(embedder: Any) -> tuple[torch.Tensor, ...]:
     return embedder.collate(ids, pos)[:3]
 
 
+@contextlib.contextmanager
+def _quiet(*loggers: str) -> Iterator[None]:
+    """The named loggers pass only errors inside the block."""
+    found = [logging.getLogger(name) for name in loggers]
+    levels = [lg.level for lg in found]
+    for lg in found:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(found, levels):
+            lg.setLevel(level)
+
+
 def _export(embedder: Any, backbone: torch.nn.Module, path: Path) -> None:
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     dims = {name: {0: batch, 1: length} for name in INPUTS}
-    with torch.inference_mode(False), torch.no_grad():
+    # the exporter reports its passes on stdout and warns about the axis names: not the user's business
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), \
+            contextlib.redirect_stdout(io.StringIO()), _quiet("torch.onnx", "torch.export", "onnxscript"):
+        warnings.simplefilter("ignore")
         torch.onnx.export(_Forward(backbone).eval(), _example(embedder), str(path), input_names=list(INPUTS),
                           output_names=["last_hidden_state"], dynamic_shapes=dims, dynamo=True,
                           external_data=False, verbose=False)
@@ -132,9 +189,7 @@ def backbone_files(embedder: Any, backbone: torch.nn.Module | Callable[[], torch
     now). Exported (and quantised) once per encoder fingerprint under ``root`` (default
     ``cache_dir()/onnx``); later calls reuse the file. ``backbone`` may be a function that makes
     the module, called only when the file has to be exported."""
-    from alignir.encoders.models import cache_dir
-
-    folder = (Path(root).expanduser() if root is not None else cache_dir() / "onnx") / model_key(embedder)
+    folder = _folder(embedder, root)
     name = "backbone-int8.onnx" if quantize else "backbone.onnx"
     with file_lock(folder / ".lock"):
         if (folder / name).is_file():
@@ -142,11 +197,23 @@ def backbone_files(embedder: Any, backbone: torch.nn.Module | Callable[[], torch
         fp32 = folder / "backbone.onnx"
         if not fp32.is_file():
             module = backbone() if callable(backbone) and not isinstance(backbone, torch.nn.Module) else backbone
-            _atomic(folder, fp32.name, lambda p: _export(embedder, module, p))
+            log.info("exporting the encoder's backbone to ONNX once (kept in %s)", folder)
+            try:
+                _atomic(folder, fp32.name, lambda p: _export(embedder, module, p))
+            except Exception as exc:
+                (folder / FAILED_NOTE).write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000],
+                                                              "torch": torch.__version__}, indent=1))
+                raise
             (folder / "fingerprint.json").write_text(json.dumps(embedder.fingerprint(), indent=1, default=str))
         if quantize:
             _atomic(folder, name, lambda p: _quantize(fp32, p))
         return folder / name, True
+
+
+def _folder(embedder: Any, root: str | Path | None) -> Path:
+    from alignir.encoders.models import cache_dir
+
+    return (Path(root).expanduser() if root is not None else cache_dir() / "onnx") / model_key(embedder)
 
 
 class OnnxBackbone:
@@ -215,3 +282,37 @@ def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None
         identity = {**loaded.identity, "runtime": "onnx", "precision": "int8", "int8_scheme": scheme}
         embedder.loaded = dataclasses.replace(loaded, identity=identity)
     return embedder
+
+
+def runtime_of(embedder: Any) -> str:
+    """"onnx" when ``embedder``'s backbone runs on ONNX Runtime, else "torch"."""
+    return "onnx" if isinstance(getattr(embedder, "_backbone", None), OnnxBackbone) else "torch"
+
+
+def apply_runtime(embedder: Any, runtime: str | None = None, root: str | Path | None = None) -> Any:
+    """Put ``embedder`` on its runtime (:func:`check_runtime`: the argument, ``$ALIGNIR_RUNTIME``,
+    else "auto") and return it. "torch": unchanged. "onnx": :func:`to_onnx` at fp32, or an
+    InvalidInputError saying why it cannot (:func:`onnx_unavailable`). "auto": ONNX where it
+    applies, torch otherwise; an export that fails is logged once as a warning, noted in the
+    cache (:data:`FAILED_NOTE`: later calls skip the attempt) and leaves the embedder on torch.
+    The fingerprint does not change (fp32 vectors equal within float rounding)."""
+    chosen = check_runtime(runtime)
+    if chosen == "torch" or runtime_of(embedder) == "onnx":
+        return embedder
+    why = onnx_unavailable(embedder)
+    if why is not None:
+        if chosen == "onnx":
+            raise InvalidInputError(f"runtime onnx: {why}")
+        return embedder
+    if chosen == "auto" and (_folder(embedder, root) / FAILED_NOTE).is_file():
+        return embedder
+    prefix_cache = embedder.prefix_cache
+    try:
+        return to_onnx(embedder, quantize=False, root=root)
+    except Exception as exc:  # the backbone is still torch's (an adapter merged: the same function)
+        embedder.prefix_cache = prefix_cache
+        if chosen == "onnx":
+            raise
+        log.warning("the ONNX export failed (%s: %s); the encoder runs on torch (note in %s)",
+                    type(exc).__name__, str(exc)[:200], _folder(embedder, root))
+        return embedder

@@ -97,7 +97,7 @@ class Encoder:
                         sparse: SparseConfig | None = None, pc1: np.ndarray | None = None,
                         instruction: str | None = None, cache_dir: str | Path | None = None,
                         use_cache: bool = False, loaded: Any = None, progress: bool = False,
-                        **embedder_options: Any) -> "Encoder":
+                        runtime: str | None = None, **embedder_options: Any) -> "Encoder":
         """Load ``name_or_path``: a shipped trained embedder (``smollm2-135m-alignir-v3``, the
         default), a registered model (``smollm2-135m``), a local Hugging Face folder, a
         ``.gguf`` file or a hub id. ``adapter``: a LoRA adapter folder (not with a shipped
@@ -107,6 +107,8 @@ class Encoder:
         ``pc1``: a fitted u1 for eq.14 (else call :meth:`fit`); ``cache_dir`` / ``use_cache``:
         keep dense vectors in the embedding cache (encoders.cache), keyed by encoder fingerprint
         and text; ``loaded``: an already loaded ``LoadedModel`` of ``name_or_path``;
+        ``runtime``: what runs the transformer, "auto" (default, or ``$ALIGNIR_RUNTIME``: ONNX
+        Runtime fp32 where it applies, else torch), "torch" or "onnx" (encoders.onnx_runtime);
         ``embedder_options``: more options of the family (``max_length``, ``batch_tokens``...)."""
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
@@ -129,17 +131,22 @@ class Encoder:
         embedder = get_embedder(fam, loaded, progress=progress, **opts)
         return cls.from_embedder(embedder, loaded, sparse or SparseConfig(), pc1=pc1, model=model, family=fam,
                                  options=_recorded(opts), cache_dir=cache_dir,
-                                 use_cache=use_cache or cache_dir is not None)
+                                 use_cache=use_cache or cache_dir is not None, runtime=runtime)
 
     @classmethod
     def from_embedder(cls, embedder: Any, loaded: Any, sparse: SparseConfig, *, pc1: np.ndarray | None = None,
                       term_map: Any = None, model: str = "", family: str = "", options: dict[str, Any] | None = None,
-                      cache_dir: str | Path | None = None, use_cache: bool = False) -> "Encoder":
-        """An Encoder around an embedder already built (``get_embedder``) of ``loaded``."""
+                      cache_dir: str | Path | None = None, use_cache: bool = False,
+                      runtime: str | None = None) -> "Encoder":
+        """An Encoder around an embedder already built (``get_embedder``) of ``loaded``, put on
+        ``runtime`` (as in :meth:`from_pretrained`; the embedder is changed in place)."""
+        from alignir.encoders.onnx_runtime import apply_runtime
+        from alignir.encoders.runtimes import check_runtime
         from alignir.retrieval.sparsify import Sparsifier
 
         if not isinstance(sparse, SparseConfig):
             raise InvalidInputError(f"sparse must be a SparseConfig, got {type(sparse).__name__}")
+        embedder = apply_runtime(embedder, check_runtime(runtime))
         sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1, term_map=term_map)
         return cls(embedder, sparsifier, loaded, model=model or str(getattr(loaded, "name", "")),
                    family=family or getattr(embedder, "family", ""), options=options or {},
@@ -148,22 +155,25 @@ class Encoder:
     @classmethod
     def from_index(cls, path: str | Path, *, model: str | None = None, loaded: Any = None,
                    instruction: str | None = None, precision: str | None = None, device: str = "auto",
-                   allow_precision_mismatch: bool = False, progress: bool = False) -> "Encoder":
+                   allow_precision_mismatch: bool = False, progress: bool = False,
+                   runtime: str | None = None) -> "Encoder":
         """The encoder of the index at ``path``: its model, family and options, its sparse
         configuration, fitted u1/λ (eq.14) and term map, so that :meth:`encode_documents` gives
         the rows the index stores and :meth:`encode_queries` the vectors its searches use.
         The model's fingerprint must equal the index's (errors.FingerprintMismatch);
-        ``model`` / ``loaded`` / ``instruction`` / ``precision`` as in ``Searcher.open``."""
+        ``model`` / ``loaded`` / ``instruction`` / ``precision`` / ``runtime`` as in ``Searcher.open``."""
         from alignir.index.reader import open_index
 
         return cls.for_stored(open_index(path, verify=False, parts=()), path, model=model, loaded=loaded,
                               instruction=instruction, precision=precision, device=device,
-                              allow_precision_mismatch=allow_precision_mismatch, progress=progress)
+                              allow_precision_mismatch=allow_precision_mismatch, progress=progress,
+                              runtime=runtime)
 
     @classmethod
     def for_stored(cls, stored: Any, path: str | Path, *, model: str | None = None, loaded: Any = None,
                    instruction: str | None = None, precision: str | None = None, device: str = "auto",
-                   allow_precision_mismatch: bool = False, progress: bool = False) -> "Encoder":
+                   allow_precision_mismatch: bool = False, progress: bool = False,
+                   runtime: str | None = None) -> "Encoder":
         """:meth:`from_index` of an index already opened (``index.store.StoredIndex``)."""
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
@@ -186,7 +196,7 @@ class Encoder:
         term_map = (term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
                     if "token_to_term" in stored.extra else None)
         return cls.from_embedder(embedder, loaded, config, pc1=stored.pc1, term_map=term_map,
-                                 model=spec["model"], family=spec["family"], options=options)
+                                 model=spec["model"], family=spec["family"], options=options, runtime=runtime)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -198,6 +208,13 @@ class Encoder:
     def terms(self) -> tuple[str, ...]:
         """Column names of the sparse matrices (token or folded-term strings)."""
         return self.sparsifier.term_map.term_strings
+
+    @property
+    def runtime(self) -> str:
+        """What runs the transformer: "onnx" (ONNX Runtime) or "torch"."""
+        from alignir.encoders.onnx_runtime import runtime_of
+
+        return runtime_of(self.embedder)
 
     @property
     def dim(self) -> int:

@@ -95,6 +95,7 @@ def build_index(
     store_text: bool = False,
     legs: str | Sequence[str] | None = None,
     batch_size: int = DEFAULT_BATCH_DOCS,
+    runtime: str | None = None,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
@@ -120,6 +121,10 @@ def build_index(
     when given. By default the BM25 leg is stored (k1 0.9, b 0.4, Lucene IDF; the "bm25" modes).
     ``precision``: "fp32" (default) or "int8" (dynamic int8 Linear layers, encoders.quantize);
     recorded in the embedder options and the encoder fingerprint, so searches use it too.
+    ``runtime``: what runs the transformer, "auto" (default, or ``$ALIGNIR_RUNTIME``: ONNX Runtime
+    fp32 where it applies, else torch), "torch" or "onnx" (encoders.onnx_runtime); not part of
+    the fingerprint (the vectors are the same within float rounding), recorded in
+    ``manifest["build"]["runtime"]``.
     ``wait``: when another process is writing the same index, wait for it instead of failing
     (index.lock: one writer at a time; resparsify and add_lexical take the same option).
     ``passages``: how long documents are split (a :class:`PassageConfig`, or its ``--passages``
@@ -145,7 +150,10 @@ def build_index(
             cfg = replace(cfg, fusion=replace(cfg.fusion, method=own_hybrid[0], alpha=own_hybrid[1]))
         if config is None and own_leg_sets:  # ... and its own calibrated leg-set defaults
             cfg = replace(cfg, fusion=replace(cfg.fusion, leg_sets=own_leg_sets))
+        from alignir.encoders.runtimes import check_runtime
+
         precision = None if precision is None else check_precision(precision)  # fails before any work
+        runtime = check_runtime(runtime)
         model, embedder, embedder_options = resolve_shipped(model, embedder, embedder_options, DEFAULT_EMBEDDER)
     stream = DocumentStream(source, skip_bad=skip_bad)
     calibrates = calibrate and "bm25" in chosen and len(chosen) > 1
@@ -157,7 +165,7 @@ def build_index(
         encoder, opts = None, dict(embedder_options or {})
         if uses_model:
             encoder, loaded = _document_encoder(model, embedder, opts, precision, cfg, loaded, device, progress,
-                                                cache_dir, use_cache, stage)
+                                                cache_dir, use_cache, stage, runtime)
         with spool_folder(index_dir) as folder:
             stage(f"reading{', encoding' if uses_model else ''} and analysing the documents, "
                   f"{batch_size} at a time")
@@ -192,18 +200,19 @@ def build_index(
             manifest["build"] = {"source": str(Path(source).absolute()) if isinstance(source, (str, Path)) else None,
                                  "encode_seconds": round(t_enc, 3),
                                  "skipped_lines": [[sk.line, sk.reason] for sk in got.skipped],
-                                 "passages": got.passage_stats or None}
+                                 "passages": got.passage_stats or None,
+                                 "runtime": None if encoder is None else encoder.runtime}
             stage(f"writing {index_dir}")
             write_index(index_dir, manifest, got.doc_ids, got.rows, parts=parts, pc1=pc1, extra_arrays=extra)
             if calibrates:
                 stage("calibrating the fusion (pseudo-queries from the corpus)")
-                store_calibration(index_dir, got.texts.contents(), loaded)  # type: ignore[union-attr]
+                store_calibration(index_dir, got.texts.contents(), loaded, runtime=runtime)  # type: ignore[union-attr]
         return read_manifest(index_dir)
 
 
 def _document_encoder(model: str, embedder: str, opts: dict[str, Any], precision: str | None, cfg: IndexConfig,
                       loaded: Any, device: str, progress: bool, cache_dir: str | Path | None, use_cache: bool,
-                      stage: Callable[[str], None]) -> tuple[Encoder, Any]:
+                      stage: Callable[[str], None], runtime: str | None = None) -> tuple[Encoder, Any]:
     """(the build's document encoder, its loaded model); ``opts`` gets the precision option."""
     from alignir.encoders.embedders import get_embedder
     from alignir.encoders.models import load_model
@@ -214,7 +223,8 @@ def _document_encoder(model: str, embedder: str, opts: dict[str, Any], precision
         opts["precision"] = precision
     encoder = Encoder.from_embedder(get_embedder(embedder, loaded, progress=progress, **opts), loaded,
                                     cfg.sparse, model=model, family=embedder, options=opts,
-                                    cache_dir=cache_dir, use_cache=use_cache)
+                                    cache_dir=cache_dir, use_cache=use_cache, runtime=runtime)
+    stage(f"encoder runtime: {encoder.runtime}")
     return encoder, loaded
 
 
@@ -234,7 +244,7 @@ def _legs(legs: Any, cfg: IndexConfig, lexical: Any) -> tuple[tuple[str, ...], I
 
 
 def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded: Any = None,
-                      device: str = "auto") -> dict[str, Any] | None:
+                      device: str = "auto", runtime: str | None = None) -> dict[str, Any] | None:
     """Measure the index's fusion calibration from its corpus ``texts`` (retrieval/calibration.py)
     and store it in the manifest (``params.fusion_calibration``); ``texts`` None drops a stored
     one (it would be stale). The caller holds the writer lock. Returns the calibration dict."""
@@ -244,7 +254,7 @@ def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded
     manifest = read_manifest(index_dir)
     cal = None
     if texts is not None:
-        cal = calibrate(Searcher.open(index_dir, loaded=loaded, device=device), texts)
+        cal = calibrate(Searcher.open(index_dir, loaded=loaded, device=device, runtime=runtime), texts)
     data = None if cal is None else cal.to_dict()
     update_params(index_dir, {"fusion_calibration": data}, expected=manifest)
     return data
@@ -477,7 +487,7 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
                   source: str | Path | None = None, loaded: Any = None, device: str = "auto",
                   cache_dir: str | Path | None = None, use_cache: bool = True, progress: bool = True,
                   skip_bad: bool = False, wait: bool = False, calibrate: bool = True,
-                  on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  on_stage: Callable[[str], None] | None = None, runtime: str | None = None) -> dict[str, Any]:
     """Add ``docs`` (anything :func:`read_source` reads) to the index at ``index_dir``: only
     they are encoded (their dense vectors through the embedding cache); every part is then made
     from the stored dense vectors plus theirs, exactly as :func:`build_index` makes it from a
@@ -491,7 +501,11 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
 
     The BM25 part and the calibration need the texts of the stored documents: from the index's
     stored texts (``store_text``), else ``source`` or the corpus the manifest records. An index
-    without the model legs (``legs=["bm25"]``) loads no model: only its BM25 part is made again."""
+    without the model legs (``legs=["bm25"]``) loads no model: only its BM25 part is made again.
+    ``runtime``: what runs the transformer (as in :func:`build_index`)."""
+    from alignir.encoders.runtimes import check_runtime
+
+    runtime = check_runtime(runtime)
     stage = on_stage or (lambda s: log.info(s))
     new = read_source(docs, skip_bad=skip_bad)
     with writer_lock(index_dir, wait=wait):
@@ -516,7 +530,8 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
         out = {"encoder": manifest["encoder"], "params": {"config": cfg.to_dict()}}
         encoder = None
         if any(leg in MODEL_LEGS for leg in legs):
-            encoder = Encoder.for_stored(stored, index_dir, loaded=loaded, device=device, progress=progress)
+            encoder = Encoder.for_stored(stored, index_dir, loaded=loaded, device=device, progress=progress,
+                                         runtime=runtime)
             encoder.cache_dir, encoder.use_cache = cache_dir, use_cache
             H, model_parts, cfg = _added_rows(encoder, stored, cfg, legs, keep, old_docs, new, progress, stage)
             parts.update(model_parts)
@@ -543,7 +558,7 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
         if encoder is not None:
             if calibrate:
                 stage("calibrating the fusion (pseudo-queries from the corpus)")
-            store_calibration(index_dir, texts if calibrate else None, encoder.loaded)
+            store_calibration(index_dir, texts if calibrate else None, encoder.loaded, runtime=runtime)
         return read_manifest(index_dir)
 
 

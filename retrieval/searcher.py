@@ -252,7 +252,8 @@ class Searcher:
              instruction: str | None = None, device: str = "auto",
              fusion: FusionConfig | None = None, verify: bool = True, backend: str = "folder",
              uri: str | None = None, collection: str | None = None, precision: str | None = None,
-             allow_precision_mismatch: bool = False, passage_agg: str | None = None) -> "Searcher":
+             allow_precision_mismatch: bool = False, passage_agg: str | None = None,
+             runtime: str | None = None) -> "Searcher":
         """Open ``path`` and load its query encoder.
 
         ``backend="milvus"``: the legs are searched in the Milvus collection ``collection``
@@ -271,7 +272,13 @@ class Searcher:
         ``allow_precision_mismatch``: accept one that differs from the index's in precision only.
         ``passage_agg``: how an index with passages scores a document by them by default
         ("maxp" | "firstp" | "sumN"; default: the index's, MaxP).
+        ``runtime``: what runs the query encoder's transformer: "auto" (default, or
+        ``$ALIGNIR_RUNTIME``: ONNX Runtime fp32 where it applies, else torch), "torch" or "onnx"
+        (encoders.onnx_runtime; the vectors are the same within float rounding).
         """
+        from alignir.encoders.runtimes import check_runtime
+
+        runtime = check_runtime(runtime)  # a bad value fails before anything loads
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
         if backend == "folder" and (uri is not None or collection is not None):
@@ -292,7 +299,7 @@ class Searcher:
                                  model if loaded is None else None, precision)
             return Encoder.for_stored(stored, path, model=model, loaded=loaded, instruction=instruction,
                                       precision=precision, device=device,
-                                      allow_precision_mismatch=allow_precision_mismatch)
+                                      allow_precision_mismatch=allow_precision_mismatch, runtime=runtime)
 
         # the query encoder loads on the first query that needs it (a bm25 search needs none);
         # a model given by the caller (or another precision) is checked against the index now

@@ -202,13 +202,17 @@ _MODEL_CACHE = None
 
 
 def share_model_cache(cache_root) -> None:
-    """Make ``cache_root/models`` the run's model cache, so that a test with its own
-    ``$ALIGNIR_CACHE`` loads the real LLMs without converting their GGUF files again."""
+    """Make ``cache_root/models`` the run's model cache and ``cache_root/onnx`` its ONNX exports,
+    so that a test with its own ``$ALIGNIR_CACHE`` loads the real LLMs without converting their
+    GGUF files again, nor exporting their backbones to ONNX again (encoders.onnx_runtime)."""
     root = Path(cache_root)
     root.mkdir(parents=True, exist_ok=True)
-    if _MODEL_CACHE is not None and not (root / "models").exists():
-        _MODEL_CACHE.mkdir(parents=True, exist_ok=True)
-        (root / "models").symlink_to(_MODEL_CACHE, target_is_directory=True)
+    if _MODEL_CACHE is None:
+        return
+    for name, shared in (("models", _MODEL_CACHE), ("onnx", _MODEL_CACHE.parent / "onnx")):
+        if not (root / name).exists():
+            shared.mkdir(parents=True, exist_ok=True)
+            (root / name).symlink_to(shared, target_is_directory=True)
 
 
 @pytest.fixture(scope="session")
@@ -238,6 +242,7 @@ def adi_smollm2(tmp_path_factory, smollm2):
     from alignir.retrieval.indexer import build_index
 
     root = tmp_path_factory.mktemp("adi-smollm2")
+    share_model_cache(root / "cache")  # the ONNX export too (not the embeddings)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ALIGNIR_CACHE", str(root / "cache"))
         build_index(ADI, root / "idx", model="smollm2-135m", loaded=smollm2, progress=False)

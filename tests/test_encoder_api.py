@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 import alignir
 from alignir.encoders.embedders import get_embedder
+from alignir.encoders.onnx_runtime import apply_runtime
 from alignir.errors import InvalidInputError
 from alignir.index.store import open_index
 from alignir.retrieval.config import SparseConfig
@@ -39,7 +40,8 @@ def test_from_pretrained_folder_gives_the_embedder_vectors_and_their_projection(
     enc = Encoder.from_pretrained(tiny_folder, device="cpu", sparse=SPARSE)
     out = enc.encode_documents(TINY_CORPUS)
     assert isinstance(out, Encoded) and len(out) == len(TINY_CORPUS) and out.role == "document"
-    ref = get_embedder("prompteol", enc.loaded, progress=False).encode_documents(TINY_CORPUS)
+    # the same embedder on the same runtime (auto: ONNX Runtime, same vectors within float rounding)
+    ref = apply_runtime(get_embedder("prompteol", enc.loaded, progress=False), enc.runtime).encode_documents(TINY_CORPUS)
     np.testing.assert_array_equal(out.dense, ref)
     want = Sparsifier.for_model(enc.loaded, SPARSE).documents(ref)
     assert sp.isspmatrix_csr(out.sparse) and out.sparse.dtype == np.float32

@@ -81,9 +81,15 @@ def test_int8_quantises_all_but_the_down_projections(tiny_model, root):
     assert cos.min() > 0.99
 
 
-def test_bad_runtime_and_bad_model(tiny_model):
-    assert check_runtime(None) == "torch" and check_runtime(" ONNX ") == "onnx"
+def test_bad_runtime_and_bad_model(tiny_model, monkeypatch):
+    monkeypatch.delenv("ALIGNIR_RUNTIME", raising=False)
+    assert check_runtime(None) == "auto" and check_runtime(" ONNX ") == "onnx"
     with pytest.raises(InvalidInputError, match="unknown runtime"):
         check_runtime("tensorrt")
+    monkeypatch.setenv("ALIGNIR_RUNTIME", "Torch")
+    assert check_runtime(None) == "torch" and check_runtime("onnx") == "onnx"  # an argument wins
+    monkeypatch.setenv("ALIGNIR_RUNTIME", "tvm")
+    with pytest.raises(InvalidInputError, match=r"from \$ALIGNIR_RUNTIME"):
+        check_runtime(None)
     with pytest.raises(InvalidInputError, match="fp32 model on the CPU"):
         to_onnx(get_embedder("prompteol", tiny_model, progress=False, precision="int8"))

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from alignir.encoders.cache import EmbeddingCache
 from alignir.encoders.embedders import get_embedder
+from alignir.encoders.onnx_runtime import apply_runtime, runtime_of
 from alignir.encoders.models import backbone
 from alignir.encoders.int8_linear import Int8Linear, quantize_rows
 from alignir.encoders.quantize import INT8_SCHEME, check_precision, precision_of
@@ -194,7 +195,7 @@ def test_precision_mismatch_is_refused_clearly_or_allowed_with_a_warning(int8_in
         s = Searcher.open(int8_index, loaded=tiny_model, precision="fp32", allow_precision_mismatch=True)
     assert precision_of(s.embedder) == "fp32"
     assert any("query encoder is fp32, the index's encoder int8" in r.getMessage() for r in caplog.records)
-    fp = get_embedder("prompteol", tiny_model, progress=False)
+    fp = apply_runtime(get_embedder("prompteol", tiny_model, progress=False), runtime_of(s.embedder))
     assert np.array_equal(s.encode(["plants"]).legs["dense"], fp.encode_queries(["plants"]))
 
 

@@ -66,9 +66,9 @@ def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
     transformer, adapter merged first, LM head fp32 (encoders.quantize); the caller's model is
     not changed, and the precision is part of the encoder fingerprint.
 
-    (An ONNX Runtime backbone, encoders.onnx_runtime, is measured by benchmarks/bench_onnx.py but
-    not offered here: on a quiet machine its fp32 ran at 0.88x torch int8 and its int8 missed 0.998
-    cosine to fp32; benchmarks/results/onnx_runtime.json.)"""
+    The embedder runs on torch; ``encoders.onnx_runtime.apply_runtime`` moves its transformer
+    to ONNX Runtime (what ``alignir.Encoder``, ``build_index`` and ``Searcher`` do by default on
+    a CPU)."""
     cls = embedder_class(name)
     from alignir.encoders.models import LoadedModel, load_model
     from alignir.encoders.quantize import apply_precision, check_precision

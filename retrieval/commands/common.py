@@ -157,6 +157,10 @@ def _jsonable(o: Any) -> Any:
 BACKEND_OPT = typer.Option("folder", help="folder | milvus (the collection `alignir export milvus` made of it).")
 URI_OPT = typer.Option(None, help="Milvus: a .db file (Milvus Lite) or http(s)://host:port. See docs/scaling.md.")
 DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda (the query encoder; FAISS too with faiss-gpu).")
+#: --runtime of the commands that run the encoder (encoders.onnx_runtime)
+RUNTIME_OPT = typer.Option(None, "--runtime", help="auto | torch | onnx: what runs the encoder's transformer "
+                           "(default auto, or $ALIGNIR_RUNTIME: ONNX Runtime fp32 on a CPU where it applies, "
+                           "else torch; same vectors within float rounding). See docs/indexing.md.")
 COLLECTION_OPT = typer.Option(None, help="Milvus collection (default: alignir_ + folder name + 8 hex of its path).")
 
 

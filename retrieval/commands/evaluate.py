@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
-from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, RUNTIME_OPT, EMBEDDER_OPTION_HELP,
                                                LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
                                                setup_logging, user_errors)
 
@@ -70,7 +70,8 @@ def _indexed_corpus(stored: Any, corpus: Any) -> dict:
 def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Path],
               top: int, instruction: Optional[str], fusion: Optional[str], alpha: Optional[float],
               bm25: bool, progress: bool = True, weights: Optional[dict] = None,
-              backend: Optional[dict] = None, device: str = "auto", passage_agg: Optional[str] = None) -> dict:
+              backend: Optional[dict] = None, device: str = "auto", passage_agg: Optional[str] = None,
+              runtime: Optional[str] = None) -> dict:
     from alignir.retrieval.beir import load_beir
     from alignir.retrieval.evaluation import evaluate_runs, timed_eval
     from alignir.retrieval.runs import write_trec
@@ -78,7 +79,7 @@ def _evaluate(index: Path, dataset: str, split: str, mode: str, run: Optional[Pa
 
     data = load_beir(dataset, split=split)
     searcher = Searcher.open(index, instruction=instruction, device=device, passage_agg=passage_agg,
-                             **(backend or {}))
+                             runtime=runtime, **(backend or {}))
     try:
         modes = _modes(mode, modes_for(searcher.index))
         out = timed_eval(searcher, data, modes, k=top, progress=progress, fusion=fusion, alpha=alpha,
@@ -146,6 +147,7 @@ def eval_cmd(
     uri: Optional[str] = URI_OPT,
     collection: Optional[str] = COLLECTION_OPT,
     device: str = DEVICE_OPT,
+    runtime: Optional[str] = RUNTIME_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """nDCG@10 (headline), recall@100, MRR@10 and MAP of an index on a BEIR split, via
@@ -155,8 +157,10 @@ def eval_cmd(
     BEIR and Pyserini do. --backend milvus searches the collection exported from the index."""
     setup_logging(verbose)
     with user_errors(verbose):
+        from alignir.encoders.runtimes import check_runtime
         from alignir.retrieval.searcher import check_search_options
 
+        runtime = check_runtime(runtime)
         opts = backend_options(backend, uri, collection)
         leg_weights = parse_weights(weights)
         modes = _modes(mode)
@@ -165,7 +169,7 @@ def eval_cmd(
                                  weights=leg_weights if len(modes) == 1 and "+" in m else None)
         result = _evaluate(index, dataset, split, mode, run, top, instruction, fusion,
                            alpha, bm25, progress=not as_json, weights=leg_weights, backend=opts,
-                           device=device, passage_agg=passage_agg)
+                           device=device, passage_agg=passage_agg, runtime=runtime)
         if opts:
             from alignir.retrieval.milvus import default_collection_name
 
@@ -201,6 +205,7 @@ def beir_cmd(
     as_json: bool = typer.Option(False, "--json"),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder (default $ALIGNIR_CACHE/embeddings)."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
+    runtime: Optional[str] = RUNTIME_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Build an index over a BEIR folder with the default model, then evaluate it: the
@@ -223,9 +228,11 @@ def beir_cmd(
             FusionConfig(method=fusion)
         family_options = embedder_options(embedder_option)
         folder = resolve_dataset(dataset, download=download)
+        from alignir.encoders.runtimes import check_runtime
         from alignir.encoders.quantize import check_precision
 
         precision = check_precision(precision)
+        runtime = check_runtime(runtime)
         tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
         tag += "".join(f"-{key}{value}" for key, value in sorted(family_options.items()))
         tag += "" if instruction is None else "-instr-" + (instruction if instruction.isidentifier() else
@@ -245,9 +252,10 @@ def beir_cmd(
             options["lm_head_from"] = lm_head_from
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
                     embedder_options=options, lexical=lexical, precision=precision, passages=passage_cfg,
-                    on_stage=lambda s: typer.secho(f"• {s}", err=True))
+                    runtime=runtime, on_stage=lambda s: typer.secho(f"• {s}", err=True))
         result = _evaluate(target, str(folder), split, mode, run, 100, None, fusion, None,
-                           bm25, progress=not as_json, weights=leg_weights, passage_agg=passage_agg)
+                           bm25, progress=not as_json, weights=leg_weights, passage_agg=passage_agg,
+                           runtime=runtime)
         echo_json(result) if as_json else _print_table(result)
 
 

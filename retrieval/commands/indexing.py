@@ -11,7 +11,7 @@ import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.ingest import DEFAULT_BATCH_DOCS
-from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, EMBEDDER_OPTION_HELP,
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, RUNTIME_OPT, EMBEDDER_OPTION_HELP,
                                                LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
                                                renamed_flag,
                                                setup_logging, user_errors)
@@ -96,6 +96,7 @@ def build_index_cmd(
                                              "(default $ALIGNIR_CACHE/embeddings, ~/.cache/alignir)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
+    runtime: Optional[str] = RUNTIME_OPT,
     store_text: bool = typer.Option(False, "--store-text", help="Keep each document's title and text in "
                                     "the index (Searcher.doc; add and calibrate without the corpus file)."),
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
@@ -124,7 +125,7 @@ def build_index_cmd(
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
                                device=device, lexical=lexical, wait=wait, precision=precision,
                                passages=passage_cfg, store_text=store_text, legs=legs, batch_size=batch_size,
-                               on_stage=lambda s: typer.secho(f"• {s}", err=True))
+                               runtime=runtime, on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
             typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
@@ -174,6 +175,7 @@ def search_cmd(
                                             "(default: the index's)."),
     allow_precision_mismatch: bool = typer.Option(False, "--allow-precision-mismatch", help="Accept a "
                                                   "query encoder whose precision differs from the index's."),
+    runtime: Optional[str] = RUNTIME_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Search an index from the shell (its legs in the folder, or in Milvus with --backend milvus)."""
@@ -193,7 +195,8 @@ def search_cmd(
                              passage_agg=passage_agg)
         searcher = Searcher.open(index, model=model, instruction=instruction, device=device,
                                  precision=precision, allow_precision_mismatch=allow_precision_mismatch,
-                                 passage_agg=passage_agg, **backend_options(backend, uri, collection))
+                                 passage_agg=passage_agg, runtime=runtime,
+                                 **backend_options(backend, uri, collection))
         hits = searcher.search(query, k=top, mode=mode, explain=explain, fusion=fusion, alpha=alpha,
                                weights=leg_weights)
         plan = searcher.plan(mode, fusion=fusion, alpha=alpha, weights=leg_weights) if explain else None
@@ -473,6 +476,7 @@ def add_cmd(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse cached dense vectors."),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    runtime: Optional[str] = RUNTIME_OPT,
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -485,7 +489,7 @@ def add_cmd(
 
         manifest = add_documents(index, corpus, replace=replace_existing, source=source,
                                  skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume, device=device,
-                                 wait=wait, on_stage=lambda s: typer.secho(f"• {s}", err=True))
+                                 wait=wait, runtime=runtime, on_stage=lambda s: typer.secho(f"• {s}", err=True))
         added = manifest["build"]["added"][-1]
         typer.echo(f"added {added['documents']} documents ({added['replaced']} replaced) to {index}: "
                    f"{manifest['counts']['docs']} documents")
@@ -511,6 +515,7 @@ def encode_cmd(
                                              "(default $ALIGNIR_CACHE/embeddings)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
+    runtime: Optional[str] = RUNTIME_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Encode a corpus (or one shard of it) into the embedding cache.
@@ -525,16 +530,20 @@ def encode_cmd(
         from alignir.encoders.cache import EmbeddingCache
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
+        from alignir.encoders.onnx_runtime import apply_runtime
+        from alignir.encoders.runtimes import check_runtime
         from alignir.encoders.shipped import resolve_shipped
         from alignir.retrieval.config import PassageConfig
         from alignir.retrieval.encoder import checkpoint_every
         from alignir.retrieval.indexer import DEFAULT_EMBEDDER, _passages, read_source
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
+        runtime = check_runtime(runtime)  # ... and so does a bad --runtime
         opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
         texts = read_source(source, skip_bad=skip_bad).texts()
         model, embedder, opts = resolve_shipped(model, embedder, opts, DEFAULT_EMBEDDER)
-        enc = get_embedder(embedder, load_model(model, device=device), precision=precision, **opts)
+        enc = apply_runtime(get_embedder(embedder, load_model(model, device=device), precision=precision, **opts),
+                            runtime)
         # the rows build-index encodes: the passages of long documents (same plan, same texts)
         plan, pmap = _passages(passage_cfg, texts, enc, lambda s: typer.secho(f"• {s}", err=True))
         H = EmbeddingCache(cache_dir).encode_cached(enc, plan.texts, "document", shard_size=checkpoint_every(enc),
