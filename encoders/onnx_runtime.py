@@ -184,11 +184,13 @@ def _atomic(folder: Path, name: str, write) -> Path:
 
 
 def backbone_files(embedder: Any, backbone: torch.nn.Module | Callable[[], torch.nn.Module], quantize: bool = True,
-                   root: str | Path | None = None) -> tuple[Path, bool]:
+                   root: str | Path | None = None,
+                   on_export: Callable[[str], None] | None = None) -> tuple[Path, bool]:
     """(the ONNX file of ``embedder``'s ``backbone``, int8 when ``quantize``; whether it was made
     now). Exported (and quantised) once per encoder fingerprint under ``root`` (default
     ``cache_dir()/onnx``); later calls reuse the file. ``backbone`` may be a function that makes
-    the module, called only when the file has to be exported."""
+    the module, called only when the file has to be exported; ``on_export`` hears (as the log
+    does) that an export starts."""
     folder = _folder(embedder, root)
     name = "backbone-int8.onnx" if quantize else "backbone.onnx"
     with file_lock(folder / ".lock"):
@@ -197,7 +199,8 @@ def backbone_files(embedder: Any, backbone: torch.nn.Module | Callable[[], torch
         fp32 = folder / "backbone.onnx"
         if not fp32.is_file():
             module = backbone() if callable(backbone) and not isinstance(backbone, torch.nn.Module) else backbone
-            log.info("exporting the encoder's backbone to ONNX once (kept in %s)", folder)
+            said = f"exporting the model to ONNX once, about a minute per 100M parameters (kept in {folder})"
+            (on_export or log.info)(said)
             try:
                 _atomic(folder, fp32.name, lambda p: _export(embedder, module, p))
             except Exception as exc:
@@ -255,7 +258,8 @@ def _smoothed(embedder: Any) -> torch.nn.Module:
     return copy
 
 
-def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None) -> Any:
+def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None,
+            on_export: Callable[[str], None] | None = None) -> Any:
     """Make a prompt-family ``embedder`` (fp32, on the CPU) run its backbone in ONNX Runtime, in
     place, and return it; int8 (dynamic) when ``quantize``. At fp32 the vectors equal torch's
     within float rounding (as the prefix cache's do), so the fingerprint is unchanged and fp32
@@ -275,7 +279,7 @@ def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None
         embedder._peft = _merged(peft)
         embedder._backbone = backbone_of(embedder._peft)
     embedder.prefix_cache = False  # the exported graph takes no KV cache
-    path, _ = backbone_files(embedder, lambda: _smoothed(embedder), quantize=quantize, root=root)
+    path, _ = backbone_files(embedder, lambda: _smoothed(embedder), quantize=quantize, root=root, on_export=on_export)
     embedder._backbone = OnnxBackbone(path)
     if quantize:
         scheme = "onnxruntime-dynamic-per-tensor;per-channel-weights;" + SMOOTHING + ";fp32:" + ",".join(FP32_WEIGHTS)
@@ -289,13 +293,15 @@ def runtime_of(embedder: Any) -> str:
     return "onnx" if isinstance(getattr(embedder, "_backbone", None), OnnxBackbone) else "torch"
 
 
-def apply_runtime(embedder: Any, runtime: str | None = None, root: str | Path | None = None) -> Any:
+def apply_runtime(embedder: Any, runtime: str | None = None, root: str | Path | None = None,
+                  on_export: Callable[[str], None] | None = None) -> Any:
     """Put ``embedder`` on its runtime (:func:`check_runtime`: the argument, ``$ALIGNIR_RUNTIME``,
     else "auto") and return it. "torch": unchanged. "onnx": :func:`to_onnx` at fp32, or an
     InvalidInputError saying why it cannot (:func:`onnx_unavailable`). "auto": ONNX where it
     applies, torch otherwise; an export that fails is logged once as a warning, noted in the
     cache (:data:`FAILED_NOTE`: later calls skip the attempt) and leaves the embedder on torch.
-    The fingerprint does not change (fp32 vectors equal within float rounding)."""
+    The fingerprint does not change (fp32 vectors equal within float rounding). ``on_export``
+    hears that an export starts (a progress line: it takes about a minute for SmolLM2-135M)."""
     chosen = check_runtime(runtime)
     if chosen == "torch" or runtime_of(embedder) == "onnx":
         return embedder
@@ -308,7 +314,7 @@ def apply_runtime(embedder: Any, runtime: str | None = None, root: str | Path | 
         return embedder
     prefix_cache = embedder.prefix_cache
     try:
-        return to_onnx(embedder, quantize=False, root=root)
+        return to_onnx(embedder, quantize=False, root=root, on_export=on_export)
     except Exception as exc:  # the backbone is still torch's (an adapter merged: the same function)
         embedder.prefix_cache = prefix_cache
         if chosen == "onnx":

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -137,16 +137,17 @@ class Encoder:
     def from_embedder(cls, embedder: Any, loaded: Any, sparse: SparseConfig, *, pc1: np.ndarray | None = None,
                       term_map: Any = None, model: str = "", family: str = "", options: dict[str, Any] | None = None,
                       cache_dir: str | Path | None = None, use_cache: bool = False,
-                      runtime: str | None = None) -> "Encoder":
+                      runtime: str | None = None, on_stage: Callable[[str], None] | None = None) -> "Encoder":
         """An Encoder around an embedder already built (``get_embedder``) of ``loaded``, put on
-        ``runtime`` (as in :meth:`from_pretrained`; the embedder is changed in place)."""
+        ``runtime`` (as in :meth:`from_pretrained`; the embedder is changed in place);
+        ``on_stage`` hears of a one-off ONNX export."""
         from alignir.encoders.onnx_runtime import apply_runtime
         from alignir.encoders.runtimes import check_runtime
         from alignir.retrieval.sparsify import Sparsifier
 
         if not isinstance(sparse, SparseConfig):
             raise InvalidInputError(f"sparse must be a SparseConfig, got {type(sparse).__name__}")
-        embedder = apply_runtime(embedder, check_runtime(runtime))
+        embedder = apply_runtime(embedder, check_runtime(runtime), on_export=on_stage)
         sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1, term_map=term_map)
         return cls(embedder, sparsifier, loaded, model=model or str(getattr(loaded, "name", "")),
                    family=family or getattr(embedder, "family", ""), options=options or {},

@@ -223,7 +223,7 @@ def _document_encoder(model: str, embedder: str, opts: dict[str, Any], precision
         opts["precision"] = precision
     encoder = Encoder.from_embedder(get_embedder(embedder, loaded, progress=progress, **opts), loaded,
                                     cfg.sparse, model=model, family=embedder, options=opts,
-                                    cache_dir=cache_dir, use_cache=use_cache, runtime=runtime)
+                                    cache_dir=cache_dir, use_cache=use_cache, runtime=runtime, on_stage=stage)
     stage(f"encoder runtime: {encoder.runtime}")
     return encoder, loaded
 

@@ -43,6 +43,14 @@ def test_auto_takes_onnx_where_it_applies(tiny_model, root, monkeypatch):
     assert apply_runtime(emb, "onnx", root=root) is emb  # already there: unchanged
 
 
+def test_the_one_off_export_is_announced(tiny_model, tmp_path):
+    heard: list[str] = []
+    assert runtime_of(apply_runtime(_emb(tiny_model), "auto", root=tmp_path, on_export=heard.append)) == "onnx"
+    assert len(heard) == 1 and "exporting the model to ONNX once" in heard[0] and str(tmp_path) in heard[0]
+    apply_runtime(_emb(tiny_model), "auto", root=tmp_path, on_export=heard.append)
+    assert len(heard) == 1  # cached: nothing to say
+
+
 def test_torch_when_asked_or_from_the_environment(tiny_model, root, monkeypatch):
     assert runtime_of(apply_runtime(_emb(tiny_model), "torch", root=root)) == "torch"
     monkeypatch.setenv("ALIGNIR_RUNTIME", "torch")
