@@ -135,3 +135,22 @@ def test_cli_runtime_flag_is_checked_before_the_model_loads(tmp_path):
                  ["encode", str(corpus), "--model", "/nonexistent/model", "--runtime", "tensorrt"]):
         res = CliRunner().invoke(app, argv)
         assert res.exit_code == 1 and "unknown runtime 'tensorrt'" in res.output, res.output
+
+
+def test_cli_builds_on_the_runtime_asked_for_and_info_says_so(tmp_path, tiny_folder, monkeypatch):
+    from alignir.retrieval.cli import app
+
+    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
+    runner = CliRunner()
+    for runtime in ("torch", "onnx"):
+        idx = tmp_path / f"idx-{runtime}"
+        res = runner.invoke(app, ["build-index", str(corpus), "--index", str(idx), "--model", str(tiny_folder),
+                                  "--runtime", runtime])
+        assert res.exit_code == 0, res.output
+        assert f"encoder runtime: {runtime}" in res.output
+        # a fresh cache: the onnx build exports the model first, and says so as a stage
+        assert ("exporting the model to ONNX once" in res.output) == (runtime == "onnx")
+        assert f"encoded on {runtime}" in runner.invoke(app, ["info", "--index", str(idx)]).output
+        res = runner.invoke(app, ["search", TINY_CORPUS[0], "--index", str(idx), "--runtime", runtime, "--json"])
+        assert res.exit_code == 0 and json.loads(res.stdout)["hits"], res.output

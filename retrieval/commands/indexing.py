@@ -350,7 +350,8 @@ def info_cmd(
             f"dense      {manifest['dims']['dense']} dims, {dense.get('kind', '-')}"
             f", stored {manifest.get('dense_dtype')}",
             *([f"model      {emb.get('model')} ({enc.get('model', {}).get('sha256', '')[:12]})",
-               f"embedder   {emb.get('family')} {emb.get('options', {})}",
+               f"embedder   {emb.get('family')} {emb.get('options', {})}"
+               + (f", encoded on {build['runtime']}" if (build := manifest.get("build") or {}).get("runtime") else ""),
                f"sparse     {manifest.get('params', {}).get('sparse')}"] if emb
               else ["model      none (built without one: searched by bm25 alone)"]),
             f"fusion     {_fusion_summary(manifest)}",
