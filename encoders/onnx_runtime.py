@@ -221,17 +221,19 @@ def _folder(embedder: Any, root: str | Path | None) -> Path:
 
 class OnnxBackbone:
     """An ONNX Runtime session called like the torch backbone (``input_ids``, ``attention_mask``,
-    ``position_ids`` keywords; an object with ``last_hidden_state`` back)."""
+    ``position_ids`` keywords; an object with ``last_hidden_state`` back). ``threads``: the
+    session's intra-op threads (default torch's count); ``spinning``: whether an idle thread
+    spins for work before it sleeps (off by default: on a shared CPU, or beside torch's own
+    threads, a spinning pool takes the cores the other work needs;
+    benchmarks/omp_wait_policy.py measures both)."""
 
-    def __init__(self, path: str | Path, threads: int | None = None) -> None:
+    def __init__(self, path: str | Path, threads: int | None = None, spinning: bool = False) -> None:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = int(threads or torch.get_num_threads())
         opts.inter_op_num_threads = 1
-        # idle threads sleep instead of spinning: on a shared CPU (or beside torch's own threads)
-        # a spinning pool takes the cores the other work needs
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = Path(path)
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
