@@ -35,9 +35,9 @@ import io
 import json
 import logging
 import os
-import warnings
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator

@@ -142,12 +142,11 @@ class Encoder:
         ``runtime`` (as in :meth:`from_pretrained`; the embedder is changed in place);
         ``on_stage`` hears of a one-off ONNX export."""
         from alignir.encoders.onnx_runtime import apply_runtime
-        from alignir.encoders.runtimes import check_runtime
         from alignir.retrieval.sparsify import Sparsifier
 
         if not isinstance(sparse, SparseConfig):
             raise InvalidInputError(f"sparse must be a SparseConfig, got {type(sparse).__name__}")
-        embedder = apply_runtime(embedder, check_runtime(runtime), on_export=on_stage)
+        embedder = apply_runtime(embedder, runtime, on_export=on_stage)
         sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1, term_map=term_map)
         return cls(embedder, sparsifier, loaded, model=model or str(getattr(loaded, "name", "")),
                    family=family or getattr(embedder, "family", ""), options=options or {},
