@@ -214,7 +214,8 @@ def matmul_tflops(device: torch.device, n: int, reps: int) -> float:
 
 
 def bench_encoder(device: str, tokenizer_dir: str | None, corpus: str | None, doc_tokens: int,
-                  batches: list[int], n_docs: dict[int, int], layers: int | None, n_queries: int) -> dict:
+                  batches: list[int], n_docs: dict[int, int], layers: int | None, n_queries: int,
+                  compiled: bool = True) -> dict:
     """Step 2: documents/s and query latency of the SmolLM2 architecture."""
     from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
     from alignir.retrieval.config import SparseConfig
@@ -227,9 +228,10 @@ def bench_encoder(device: str, tokenizer_dir: str | None, corpus: str | None, do
     most = max(n_docs.values())
     docs = _docs_of_tokens(loaded.tokenizer, corpus, most, doc_tokens)
     rows = []
-    for label in [*batches, "auto"]:
-        if label == "auto":
-            emb = PromptEOLEmbedder(loaded, progress=False, max_length=doc_tokens + 64)
+    for label in [*batches, "auto", *(["auto-compiled"] if compiled else [])]:
+        if label in ("auto", "auto-compiled"):
+            emb = PromptEOLEmbedder(loaded, progress=False, max_length=doc_tokens + 64,
+                                    compile=label == "auto-compiled")
             n = most
         else:
             emb = PromptEOLEmbedder(loaded, progress=False, max_length=doc_tokens + 64,
@@ -312,6 +314,142 @@ def bench_encoder(device: str, tokenizer_dir: str | None, corpus: str | None, do
                                  "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))], "mean": statistics.fmean(lat)}}
 
 
+def _top_kernels(prof, n: int = 15) -> list[dict]:
+    """The ``n`` operations that took the most device time in a torch.profiler run."""
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None)
+        if t is None:
+            t = getattr(e, "self_cuda_time_total", 0)
+        rows.append({"name": e.key[:90], "calls": int(e.count), "device_ms": float(t) / 1000})
+    rows.sort(key=lambda r: -r["device_ms"])
+    total = sum(r["device_ms"] for r in rows)
+    return [{**r, "share": r["device_ms"] / max(total, 1e-9)} for r in rows[:n]]
+
+
+def _tokenize_diagnosis(emb, docs: list[str]) -> dict:
+    """Why tokenizing runs at the rate it does in this process: the settings the Rust tokenizer
+    sees, the backend's own batch rate here, and ``prepare`` split over threads (the backend
+    releases the GIL) against the same in a fresh process."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from alignir.encoders.fast_tokenize import encode_batch
+
+    tok = emb.tokenizer
+    out: dict = {"TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM"),
+                 "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                 "torch_threads": torch.get_num_threads()}
+    for offsets in (False, True):
+        t0 = time.perf_counter()
+        encode_batch(tok, docs, add_special_tokens=False, offsets=offsets)
+        out[f"backend_texts_per_s_offsets_{offsets}"] = len(docs) / (time.perf_counter() - t0)
+    for threads in (4, 16):
+        chunks = [docs[i::threads] for i in range(threads)]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda c: emb.prepare(c, "document"), chunks))
+        out[f"prepare_documents_per_s_{threads}_threads"] = len(docs) / (time.perf_counter() - t0)
+    name_or_path = getattr(tok, "name_or_path", None)
+    if name_or_path and Path(name_or_path).is_dir():
+        code = ("import json, sys, time; from transformers import AutoTokenizer; "
+                "docs = json.load(sys.stdin); tok = AutoTokenizer.from_pretrained(sys.argv[1]); "
+                "be = tok._tokenizer; t = time.perf_counter(); be.encode_batch(docs, add_special_tokens=False); "
+                "print(len(docs) / (time.perf_counter() - t))")
+        try:
+            res = subprocess.run([sys.executable, "-c", code, name_or_path], input=json.dumps(docs),
+                                 capture_output=True, text=True, timeout=120)
+            out["fresh_process_backend_texts_per_s"] = float(res.stdout.strip().splitlines()[-1])
+        except Exception as e:  # a diagnosis, not a result
+            out["fresh_process_backend_texts_per_s"] = f"{type(e).__name__}: {e}"
+    print(json.dumps({"tokenize_diagnosis": out}), flush=True)
+    return out
+
+
+def bench_forward_variants(device: str, tokenizer_dir: str | None, corpus: str | None, doc_tokens: int,
+                           n: int, batch: int, layers: int | None, compiled: bool = True) -> dict:
+    """Where the forward's time goes at one batch size: tokenizing alone, the eager forward with
+    the default and the eager attention, a profile of its kernels, and the forward through
+    ``torch.compile`` (the embedder's ``compile=True``), each over the same padded batches."""
+    from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
+    from alignir.encoders.pooling import pool
+
+    dev = torch.device(device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    loaded, config = _smollm2_loaded(device, dtype, tokenizer_dir, layers)
+    docs = _docs_of_tokens(loaded.tokenizer, corpus, n, doc_tokens)
+    emb = PromptEOLEmbedder(loaded, progress=False, max_length=doc_tokens + 64, max_batch_size=batch,
+                            batch_tokens=batch * (doc_tokens + 64))
+    t0 = time.perf_counter()
+    ids, pos, _empty, _ = emb.prepare(docs, "document")
+    t_tok = time.perf_counter() - t0
+    lengths = np.array([len(x) for x in ids])
+    padded = [emb.collate([ids[i] for i in b], [pos[i] for i in b])
+              for b in emb._batches(lengths, np.argsort(-lengths, kind="stable"))]
+    padded = [tuple(t.to(dev) for t in p) for p in padded]
+    flops = _forward_flops_per_token(config, lengths.mean()) * lengths.sum()
+
+    def run(fn) -> tuple[float, float, torch.Tensor]:
+        times = []
+        with torch.inference_mode():
+            for _pass in range(2):  # the first meets the shapes (and compiles)
+                _sync(dev)
+                t0 = time.perf_counter()
+                pooled = [pool("last", (o.last_hidden_state if hasattr(o, "last_hidden_state") else o[0]), a, m)
+                          for input_ids, a, position_ids, m in padded
+                          for o in [fn(input_ids=input_ids, attention_mask=a, position_ids=position_ids, use_cache=False)]]
+                _sync(dev)
+                times.append(time.perf_counter() - t0)
+        return times[0], times[1], torch.cat(pooled).float()
+
+    def row(first: float, second: float) -> dict:
+        return {"seconds_first_pass": first, "seconds": second, "documents_per_s": n / second,
+                "forward_tflops": flops / second / 1e12}
+
+    out: dict = {"documents": n, "batch": batch, "tokens_per_document": float(lengths.mean()),
+                 "tokenize_seconds": t_tok, "tokenize_documents_per_s": n / t_tok,
+                 "tokenize_diagnosis": _tokenize_diagnosis(emb, docs),
+                 "attn_implementation": getattr(config, "_attn_implementation", None)}
+    first, second, ref = run(emb._backbone)
+    out["eager_default_attention"] = row(first, second)
+    print(json.dumps(out), flush=True)
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        with profile(activities=acts) as prof, torch.inference_mode():
+            for input_ids, a, position_ids, _m in padded[:4]:
+                emb._backbone(input_ids=input_ids, attention_mask=a, position_ids=position_ids, use_cache=False)
+            _sync(dev)
+        out["eager_top_kernels"] = _top_kernels(prof)
+    except Exception as e:  # the profiler is a diagnosis, not a result
+        out["eager_top_kernels"] = {"error": f"{type(e).__name__}: {e}"}
+    setter = getattr(loaded.model, "set_attn_implementation", None)
+    default_attn = out["attn_implementation"]
+    if callable(setter) and default_attn != "eager":
+        try:
+            setter("eager")
+            first, second, v = run(emb._backbone)
+            out["eager_eager_attention"] = {**row(first, second), "min_cosine_to_default": float(_cos_rows(
+                v.cpu().numpy(), ref.cpu().numpy()).min())}
+        except Exception as e:
+            out["eager_eager_attention"] = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            setter(default_attn)
+    if not compiled:
+        return out
+    try:
+        first, second, v = run(torch.compile(emb._backbone, dynamic=True))
+        out["compiled"] = {**row(first, second), "compile_and_first_pass_seconds": first,
+                           "min_cosine_to_eager": float(_cos_rows(v.cpu().numpy(), ref.cpu().numpy()).min())}
+    except Exception as e:
+        import traceback
+
+        out["compiled"] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+    print(json.dumps({k: v for k, v in out.items() if k != "eager_top_kernels"}), flush=True)
+    return out
+
+
 def bench_training(device: str, tokenizer_dir: str | None, corpus: str | None, batch_sizes: list[int],
                    steps: int, layers: int | None) -> list[dict]:
     """Step 3: LoRA InfoNCE training steps/s through the product's trainer."""
@@ -357,6 +495,8 @@ def main() -> None:
     ap.add_argument("--corpus", default=None, help="a BEIR corpus.jsonl for real text")
     ap.add_argument("--doc-tokens", type=int, default=256)
     ap.add_argument("--quick", action="store_true", help="small sizes (the CPU self-test)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="skip the torch.compile rows (their compilation takes about 100 s on an H100)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     quick = args.quick or dev.type != "cuda"
@@ -400,7 +540,10 @@ def main() -> None:
     step("tiny_model", lambda: check_tiny(args.device, args.corpus))
     step("matmul_tflops", lambda: matmul_tflops(dev, 512 if quick else 8192, 3 if quick else 20))
     step("encoder", lambda: bench_encoder(args.device, args.tokenizer, args.corpus, 32 if quick else args.doc_tokens,
-                                          batches, n_docs, layers, 10 if quick else 200))
+                                          batches, n_docs, layers, 10 if quick else 200, not args.no_compile))
+    step("forward_variants", lambda: bench_forward_variants(args.device, args.tokenizer, args.corpus,
+                                                            32 if quick else args.doc_tokens, 16 if quick else 2048,
+                                                            4 if quick else 128, layers, not args.no_compile))
     if isinstance(result.get("matmul_tflops"), float) and "documents" in result["encoder"]:
         best = max(r["forward_tflops"] for r in result["encoder"]["documents"])
         result["encoder"]["best_forward_share_of_matmul"] = best / result["matmul_tflops"]

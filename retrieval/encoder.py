@@ -310,9 +310,13 @@ class Encoder:
                 f"pc1_lambda={c.pc1_lambda}, fitted={self.sparsifier.pc1 is not None})")
 
 
+#: embedder options that change how an encoder runs, not what it computes: an index does not record them
+RUN_ONLY_OPTIONS = frozenset({"progress", "compile"})
+
+
 def _recorded(opts: dict[str, Any]) -> dict[str, Any]:
-    """The embedder options an index records (no display-only options)."""
-    return {k: v for k, v in opts.items() if k != "progress"}
+    """The embedder options an index records (none of :data:`RUN_ONLY_OPTIONS`)."""
+    return {k: v for k, v in opts.items() if k not in RUN_ONLY_OPTIONS}
 
 
 def _batches(texts: list[str], size: int, show: bool, role: str) -> Iterator[list[str]]:

@@ -1,5 +1,6 @@
 """Training-free embedders: mechanics on a tiny random Llama, behaviour on the real SmolLM2."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from conftest import TINY_CORPUS
 from alignir.encoders.embedders import EMBEDDERS, embedder_class, get_embedder
-from alignir.encoders.embedders.prompteol import FAMILY_DEFAULTS
+from alignir.encoders.embedders.prompteol import FAMILY_DEFAULTS, PromptEOLEmbedder
 from alignir.encoders.templates import INSTRUCTIONS, TEMPLATES, get_template
 
 FAMILIES = list(FAMILY_DEFAULTS)
@@ -282,3 +283,17 @@ def test_smollm2_batched_equals_single_and_truncates(smollm2):
     np.testing.assert_allclose(batched, single, rtol=1e-3, atol=1e-3)
     cos = (batched * single).sum(1) / np.linalg.norm(batched, axis=1) / np.linalg.norm(single, axis=1)
     assert cos.min() > 0.9999
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="torch.compile on a CPU needs a C compiler")
+def test_compiled_forward_gives_the_eager_vectors(tiny_model):
+    """``compile=True`` runs the full forward through torch.compile (dynamic shapes: one graph
+    for batches of every size and length) and gives the eager vectors, under the same fingerprint."""
+    texts = [t * (1 + i % 3) for i, t in enumerate(TINY_CORPUS)]
+    eager = PromptEOLEmbedder(tiny_model, progress=False, max_batch_size=3)
+    compiled = PromptEOLEmbedder(tiny_model, progress=False, max_batch_size=3, compile=True)
+    want = eager.encode_documents(texts)
+    np.testing.assert_allclose(compiled.encode_documents(texts), want, rtol=1e-4, atol=1e-5)
+    assert compiled.last_stats["n_batches"] > 1
+    assert compiled._compiled is not None and compiled._compiled[0] is compiled._backbone
+    assert compiled.fingerprint() == eager.fingerprint()

@@ -143,3 +143,14 @@ def test_the_csr_scored_outside_alignir_is_the_sparse_leg(built, tiny_model):
     for i, q in enumerate(QUERIES):  # a document sharing a term with the query is a hit
         assert {h.doc_number for h in s.search(q, k=len(TINY_CORPUS), mode="sparse")} == set(
             np.flatnonzero(shared[i]).tolist())
+
+
+def test_compile_is_a_run_option_the_index_does_not_record(tiny_folder):
+    """``compile=True`` reaches the embedder but not the recorded options: an index built with
+    it opens and searches without compiling, and its fingerprint is the eager one's."""
+    enc = Encoder.from_pretrained(tiny_folder, device="cpu", sparse=SPARSE, compile=True, runtime="torch")
+    plain = Encoder.from_pretrained(tiny_folder, device="cpu", sparse=SPARSE, runtime="torch")
+    assert enc.embedder.compile is True and plain.embedder.compile is False
+    assert "compile" not in enc.options
+    assert enc.options == plain.options
+    assert enc.embedder.fingerprint() == plain.embedder.fingerprint()

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from alignir.encoders.pooling import last_token_index, pool, pool_last, pool_mean, pool_weighted_mean
+from alignir.encoders.pooling import POOLINGS, last_token_index, pool, pool_last, pool_mean, pool_weighted_mean
+from alignir.errors import InvalidInputError
 
 
 @pytest.fixture
@@ -77,3 +78,18 @@ def test_errors(hidden):
         pool_last(hidden[0], torch.ones(6, 4))
     with pytest.raises(ValueError, match="unknown pooling"):
         pool("max", hidden, RIGHT)
+
+
+def test_unvalidated_pooling_equals_validated_and_only_the_check_is_skipped():
+    """``validate=False`` (the encode path, whose collate gives every row a token) pools the same
+    vectors; only the empty-row check, which on a GPU waits for the GPU, is skipped."""
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 4)
+    attn = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    span = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]])
+    for kind in POOLINGS:
+        assert torch.equal(pool(kind, hidden, attn, span, validate=False), pool(kind, hidden, attn, span))
+    empty = span.clone()
+    empty[1] = 0
+    with pytest.raises(InvalidInputError):
+        pool("mean", hidden, attn, empty)
