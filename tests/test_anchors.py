@@ -104,3 +104,38 @@ def test_the_documented_table_is_the_recorded_one():
     doc = (root / "docs" / "training.md").read_text()
     table = anchors.render(json.loads((root / "benchmarks" / "results" / "quality.json").read_text()))
     assert table in doc
+
+
+def test_dense_anchor_documents_resume_from_the_embedding_cache(tmp_path):
+    """A dense anchor's document vectors go through the embedding cache in parts: a run that
+    stops after its first part resumes with only the rest, and a rerun encodes nothing."""
+    from alignir.encoders.cache import EmbeddingCache
+
+    texts = [f"document number {i} " + "word " * (i % 7) for i in range(300)]
+    seen: list[int] = []
+    stop_after: list[int] = []
+
+    def encode(batch, role):
+        if stop_after and len(seen) >= stop_after[0]:
+            raise KeyboardInterrupt
+        seen.extend(len(t) for t in batch)
+        return np.stack([np.array([len(t), t.count("word"), 1.0], dtype=np.float32) for t in batch])
+
+    want = np.stack([np.array([len(t), t.count("word"), 1.0], dtype=np.float32) for t in texts])
+    emb = anchors.AnchorEmbedder("probe-anchor", 64, encode)
+    assert emb.dim == 3 and emb.fingerprint()["anchor"] == "probe-anchor"
+    seen.clear()
+    stop_after.append(128)
+    with pytest.raises(KeyboardInterrupt):
+        EmbeddingCache(tmp_path).encode_cached(emb, texts, "document", shard_size=128, progress=False)
+    assert len(seen) == 128
+    stop_after.clear()
+    seen.clear()
+    got = EmbeddingCache(tmp_path).encode_cached(emb, texts, "document", shard_size=128, progress=False)
+    assert len(seen) == 300 - 128
+    np.testing.assert_array_equal(got, want)
+    seen.clear()
+    again = EmbeddingCache(tmp_path).encode_cached(anchors.AnchorEmbedder("probe-anchor", 64, encode), texts,
+                                                   "document", shard_size=128, progress=False)
+    assert seen == [len("a probe")] or seen == []  # at most the dimension probe
+    np.testing.assert_array_equal(again, want)
