@@ -268,14 +268,12 @@ def to_onnx(embedder: Any, quantize: bool = True, root: str | Path | None = None
     indexes and embedding caches are shared; int8 joins the model identity (runtime, precision,
     scheme), so it is in every fingerprint (and cache key) made afterwards."""
     from alignir.encoders.models import backbone as backbone_of
-    from alignir.encoders.quantize import _merged, precision_of
+    from alignir.encoders.quantize import _merged
 
+    why = onnx_unavailable(embedder)
+    if why is not None:
+        raise InvalidInputError(f"runtime onnx: {why}")
     loaded = embedder.loaded
-    if not isinstance(getattr(embedder, "_backbone", None), torch.nn.Module) or not hasattr(embedder, "collate"):
-        raise InvalidInputError(f"runtime onnx is not supported by the embedder family {embedder.family!r}")
-    if loaded.device.type != "cpu" or loaded.dtype != torch.float32 or precision_of(loaded) != "fp32":
-        raise InvalidInputError("runtime onnx exports an fp32 model on the CPU: use --device cpu and "
-                                "leave --precision unset (the onnx runtime quantises by itself)")
     peft = getattr(embedder, "_peft", None)
     if peft is not None:  # load_adapter made a private copy: merge the LoRA weights into it
         embedder._peft = _merged(peft)

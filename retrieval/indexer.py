@@ -206,7 +206,8 @@ def build_index(
             write_index(index_dir, manifest, got.doc_ids, got.rows, parts=parts, pc1=pc1, extra_arrays=extra)
             if calibrates:
                 stage("calibrating the fusion (pseudo-queries from the corpus)")
-                store_calibration(index_dir, got.texts.contents(), loaded, runtime=runtime)  # type: ignore[union-attr]
+                store_calibration(index_dir, got.texts.contents(), loaded, runtime=runtime,  # type: ignore[union-attr]
+                                  encoder=encoder)
         return read_manifest(index_dir)
 
 
@@ -244,20 +245,39 @@ def _legs(legs: Any, cfg: IndexConfig, lexical: Any) -> tuple[tuple[str, ...], I
 
 
 def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded: Any = None,
-                      device: str = "auto", runtime: str | None = None) -> dict[str, Any] | None:
+                      device: str = "auto", runtime: str | None = None,
+                      encoder: Encoder | None = None) -> dict[str, Any] | None:
     """Measure the index's fusion calibration from its corpus ``texts`` (retrieval/calibration.py)
     and store it in the manifest (``params.fusion_calibration``); ``texts`` None drops a stored
-    one (it would be stale). The caller holds the writer lock. Returns the calibration dict."""
+    one (it would be stale). The caller holds the writer lock. Returns the calibration dict.
+
+    ``encoder``: the encoder that just wrote the index (a build or an add): its embedder,
+    runtime session and fitted sparsifier encode the pseudo-queries, instead of a second encoder
+    opened from the folder (on ONNX Runtime a second session, about 0.5 GB, at the build's peak)."""
     from alignir.retrieval.calibration import calibrate
-    from alignir.retrieval.searcher import Searcher
 
     manifest = read_manifest(index_dir)
     cal = None
     if texts is not None:
-        cal = calibrate(Searcher.open(index_dir, loaded=loaded, device=device, runtime=runtime), texts)
+        cal = calibrate(_calibration_searcher(index_dir, loaded, device, runtime, encoder), texts)
     data = None if cal is None else cal.to_dict()
     update_params(index_dir, {"fusion_calibration": data}, expected=manifest)
     return data
+
+
+def _calibration_searcher(index_dir: str | Path, loaded: Any, device: str, runtime: str | None,
+                          encoder: Encoder | None) -> Any:
+    """The searcher the calibration measures with: over ``encoder`` when given (its fingerprint
+    checked against the index's, its progress bars off), else opened from the folder."""
+    from alignir.retrieval.searcher import Searcher
+
+    if encoder is None:
+        return Searcher.open(index_dir, loaded=loaded, device=device, runtime=runtime)
+    stored = open_index(index_dir)
+    check_encoder(stored, encoder.embedder)
+    if hasattr(encoder.embedder, "progress"):
+        encoder.embedder.progress = False  # the build's bars are done; pseudo-queries encode quietly
+    return Searcher(stored, encoder.embedder, encoder.sparsifier, IndexConfig.from_manifest(stored.manifest).fusion)
 
 
 def _passages(cfg: PassageConfig, texts: list[str], enc: Any, stage: Callable[[str], None]) -> tuple[Any, Any]:
@@ -558,7 +578,8 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
         if encoder is not None:
             if calibrate:
                 stage("calibrating the fusion (pseudo-queries from the corpus)")
-            store_calibration(index_dir, texts if calibrate else None, encoder.loaded, runtime=runtime)
+            store_calibration(index_dir, texts if calibrate else None, encoder.loaded, runtime=runtime,
+                              encoder=encoder)
         return read_manifest(index_dir)
 
 

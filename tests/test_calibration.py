@@ -137,3 +137,35 @@ def test_cli_calibrate(built, tmp_path):
     assert read_manifest(built)["params"]["fusion_calibration"] is None
     r = CliRunner().invoke(app, ["calibrate", "--index", str(tmp_path / "nope")])
     assert r.exit_code != 0 and "nope" in r.output
+
+
+def test_a_build_and_an_add_calibrate_with_their_own_encoder(tmp_path, tiny_model, monkeypatch):
+    """The calibration after a build or an add encodes its pseudo-queries with the encoder that
+    wrote the index (no second encoder, which on ONNX Runtime is a second session), and stores
+    what a searcher opened from the folder measures, query instruction included."""
+    from alignir.retrieval.encoder import Encoder
+    from alignir.retrieval.indexer import add_documents
+
+    opened: list[str] = []
+    for_stored = Encoder.for_stored.__func__
+
+    def counting(cls, stored, path, **kw):
+        opened.append(str(path))
+        return for_stored(cls, stored, path, **kw)
+
+    monkeypatch.setattr(Encoder, "for_stored", classmethod(counting))
+    corpus = write_corpus(tmp_path / "corpus.jsonl", TEXTS[:5])
+    idx = tmp_path / "idx"
+    build_index(corpus, idx, model="tiny", sparse=SparseConfig.paper(doc_k=24, query_m=5), loaded=tiny_model,
+                embedder_options={"instruction": "scifact"}, cache_dir=tmp_path / "cache", progress=False)
+    assert opened == []
+    stored = read_manifest(idx)["params"]["fusion_calibration"]
+    assert stored is not None
+    assert calibrate(Searcher.open(idx, loaded=tiny_model), TEXTS[:5]).to_dict() == stored
+    opened.clear()
+    more = [{"_id": f"new{i}", "title": "", "text": t} for i, t in enumerate(TEXTS[5:])]
+    add_documents(idx, more, loaded=tiny_model, cache_dir=tmp_path / "cache", progress=False)
+    assert len(opened) == 1  # the add's own encoder (for the new documents) only
+    after = read_manifest(idx)["params"]["fusion_calibration"]
+    assert after["queries"] == len(TEXTS)
+    assert calibrate(Searcher.open(idx, loaded=tiny_model), TEXTS).to_dict() == after

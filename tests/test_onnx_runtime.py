@@ -91,5 +91,5 @@ def test_bad_runtime_and_bad_model(tiny_model, monkeypatch):
     monkeypatch.setenv("ALIGNIR_RUNTIME", "tvm")
     with pytest.raises(InvalidInputError, match=r"from \$ALIGNIR_RUNTIME"):
         check_runtime(None)
-    with pytest.raises(InvalidInputError, match="fp32 model on the CPU"):
+    with pytest.raises(InvalidInputError, match="runtime onnx: precision int8 runs on torch"):
         to_onnx(get_embedder("prompteol", tiny_model, progress=False, precision="int8"))
