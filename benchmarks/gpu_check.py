@@ -46,6 +46,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
+#: whether whoever runs the check chose the tokenizer's threads themselves (see :func:`_conftest`)
+_PARALLELISM_CHOSEN = "TOKENIZERS_PARALLELISM" in os.environ
+
 #: SmolLM2-135M(-Instruct)'s configuration (its config.json; the GGUF holds the same sizes)
 SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                     num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
@@ -54,6 +57,19 @@ SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=3
 QUERIES = ["effects of light on plant growth", "central bank interest rates and stock prices",
            "heat transfer in supersonic flow", "ranking documents by relevance", "how proteins fold",
            "a fox and a dog"]
+
+
+def _conftest():
+    """tests/conftest.py (the tiny model and corpus), imported without its setting of the
+    tokenizer's threads: the test suite turns them off, and left in place here it would pass for
+    a user's choice, so the product would tokenize on one thread beside the GPU."""
+    import tests.conftest as conftest
+
+    from alignir.encoders import models
+
+    if not _PARALLELISM_CHOSEN and not models._parallelism_set_here:
+        os.environ.pop("TOKENIZERS_PARALLELISM", None)
+    return conftest
 
 
 def _sync(device: torch.device) -> None:
@@ -67,8 +83,8 @@ def _cos_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _tiny_loaded(device: str, dtype: torch.dtype):
-    from tests.conftest import _tiny_loaded as tiny, _train_tokenizer
-
+    conftest = _conftest()
+    tiny, _train_tokenizer = conftest._tiny_loaded, conftest._train_tokenizer
     from alignir.encoders.models import wrap_model
 
     cpu = tiny(_train_tokenizer(False), "tiny-llama")
@@ -98,8 +114,7 @@ def _toy_corpus(corpus: str | None, n: int = 300) -> list[str]:
         with open(corpus) as fh:
             rows = [json.loads(line) for _, line in zip(range(n), fh)]
         return [(r.get("title", "") + " " + r["text"]).strip()[:600] for r in rows]
-    from tests.conftest import TINY_CORPUS
-
+    TINY_CORPUS = _conftest().TINY_CORPUS
     return [f"{TINY_CORPUS[i % len(TINY_CORPUS)]} ({i})" for i in range(n)]
 
 
@@ -148,9 +163,7 @@ def _docs_of_tokens(tokenizer, corpus: str | None, n: int, n_tokens: int) -> lis
         with open(corpus) as fh:
             texts = [(json.loads(line).get("title", "") + " " + json.loads(line)["text"]).strip() for line in fh]
     else:
-        from tests.conftest import TINY_CORPUS
-
-        texts = list(TINY_CORPUS)
+        texts = list(_conftest().TINY_CORPUS)
     ids: list[int] = []
     for t in texts:
         ids.extend(tokenizer(t + " ", add_special_tokens=False)["input_ids"])
@@ -174,9 +187,7 @@ def _smollm2_loaded(device: str, dtype: torch.dtype, tokenizer_dir: str | None, 
     if tokenizer_dir:
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     else:
-        from tests.conftest import _train_tokenizer
-
-        tok = _train_tokenizer(False)
+        tok = _conftest()._train_tokenizer(False)
     cfg = dict(SMOLLM2_135M)
     if layers:
         cfg["num_hidden_layers"] = layers

@@ -3,6 +3,8 @@ the numpy collate, the tokenizer steps run ahead on a thread, the tokenizer-thre
 (benchmarks/gpu_check.py runs the rest on a real GPU: vectors against the CPU's, speed.)"""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -99,3 +101,23 @@ def test_gpu_check_tiny_step_runs_on_the_cpu():
     out = check_tiny("cpu", None)
     assert out["float32"]["min_cosine"] > 0.9999
     assert out["float32"]["same_dense_top10"] and out["float32"]["same_sparse_top10"]
+
+
+@pytest.mark.parametrize("preset", [None, "false"])
+def test_gpu_check_does_not_take_the_test_suites_tokenizer_setting_for_a_users(preset):
+    """tests/conftest.py turns the tokenizer's threads off for the suite; gpu_check imports it for
+    the tiny model, and must still see the product's default beside a GPU (threads on), unless
+    whoever runs the check set the variable."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; import benchmarks.gpu_check as g; g._tiny_loaded('cpu', torch.float32); from alignir.encoders import models; "
+            "models._tokenizer_threads(torch.device('cuda')); import os; print(os.environ.get('TOKENIZERS_PARALLELISM'))")
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    if preset is not None:
+        env["TOKENIZERS_PARALLELISM"] = preset
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == ("true" if preset is None else preset)
