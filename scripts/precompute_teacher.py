@@ -11,6 +11,10 @@ the texts of the shipped recipe's mix for seeds 0 and 1):
         --cache /work/cache/teacher-embeddinggemma --data ../shared/datasets/scifact \\
         --data-mix supervised,title=2000,crop=2000 --corpus ../shared/datasets/scifact \\
         --negatives 1 --seeds 0,1 --max-length 128 --threads 1
+
+``--seed-from-anchor DIR`` first copies in the document vectors that ``benchmarks/anchors.py
+--cache DIR`` already computed with the same model and max_length (an anchor reads documents as
+the teacher does: the same model, prompt and cut), so only the rest is computed.
 """
 from __future__ import annotations
 
@@ -18,10 +22,55 @@ import argparse
 import sys
 import time
 
+import numpy as np
 import torch
 
 from alignir.encoders.train.mix import load_mix
-from alignir.encoders.train.teacher import CachedTeacher, make_teacher
+from alignir.encoders.train.teacher import ST_TEACHERS, CachedTeacher, make_teacher, st_identity
+
+
+class ReplayTeacher:
+    """A sentence-transformers teacher's identity and prompts with its document vectors read
+    from a dense anchor's embedding cache (benchmarks/anchors.py ``--cache``): no model loads."""
+
+    def __init__(self, name: str, max_length: int | None, vectors: dict[str, np.ndarray]) -> None:
+        known = ST_TEACHERS.get(name)
+        if known is None:
+            raise SystemExit(f"--seed-from-anchor needs a sentence-transformers teacher ({', '.join(ST_TEACHERS)})")
+        self.max_length = known[3] if max_length is None else int(max_length)
+        self.identity = st_identity(name, self.max_length)
+        self.prompts = dict(known[2])
+        self.vectors = vectors
+
+    def prompt(self, role: str) -> str:
+        return self.prompts[role]
+
+    def embed(self, texts: list[str], role: str = "document") -> torch.Tensor:
+        if role != "document":
+            raise ValueError("an anchor's cache holds document vectors only")
+        return torch.from_numpy(np.stack([self.vectors[t] for t in texts]))
+
+
+def anchor_vectors(anchor_cache: str, name: str, max_length: int, texts: list[str]) -> dict[str, np.ndarray]:
+    """The vectors of ``texts`` that a dense anchor run cached (benchmarks.anchors.AnchorEmbedder's
+    fingerprint: the anchor's label and max_length), by text."""
+    from pathlib import Path
+
+    from alignir.encoders.cache import EmbeddingCache
+
+    from benchmarks.anchors import ANCHORS, AnchorEmbedder
+
+    labels = {v[0]: k for k, v in ANCHORS.items()}
+    if name not in labels:
+        raise SystemExit(f"no dense anchor is {name!r}")
+    cache = EmbeddingCache(anchor_cache)
+    probe = AnchorEmbedder(name, max_length, lambda t, r: (_ for _ in ()).throw(RuntimeError("lookup only")))
+    parts = sorted(Path(cache.folder(probe.fingerprint(), "document")).glob("part-*.npz"))
+    if not parts:
+        return {}
+    probe._dim = int(np.load(parts[0])["vectors"].shape[1])
+    vecs, found = cache.lookup(probe, texts, "document")
+    return {t: vecs[i] for i, t in enumerate(texts) if found[i]}
 
 
 def mix_texts(data: str, mix: str | None, corpora: list[str] | None, negatives: int, seeds: list[int],
@@ -52,10 +101,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed-from-anchor", default=None, metavar="DIR",
+                    help="an anchor run's embedding cache (benchmarks/anchors.py --cache) to copy document vectors from")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     todo = mix_texts(args.data, args.data_mix, args.corpus, args.negatives, seeds, args.split)
+    if args.seed_from_anchor:
+        replay = ReplayTeacher(args.teacher.strip().lower(), args.max_length, {})
+        docs = [t for r, t in todo if r == "document"]
+        replay.vectors = anchor_vectors(args.seed_from_anchor, args.teacher.strip().lower(), replay.max_length, docs)
+        seeded = CachedTeacher(replay, args.cache, shard_size=args.shard_size)
+        new = [t for t in replay.vectors if not seeded.contains(t, "document")]
+        if new:
+            seeded.embed(new, "document")
+        seeded.flush()
+        print(f"{len(new)} document vectors copied from {args.seed_from_anchor} "
+              f"({len(replay.vectors)} of the mix's {len(docs)} documents are there)", flush=True)
     cache = CachedTeacher(make_teacher(args.teacher, args.max_length), args.cache, shard_size=args.shard_size)
     missing = [(r, t) for r, t in todo if not cache.contains(t, r)]
     print(f"{len(todo)} texts in the mix, {len(todo) - len(missing)} cached, {len(missing)} to compute "

@@ -215,3 +215,42 @@ def test_a_fully_cached_run_needs_neither_the_teacher_weights_nor_their_package(
     assert cold._model is None and cached.misses == 0
     with pytest.raises(OSError):  # the first miss loads the (missing) weights and says so
         cached.embed(["a text the cache has never seen"], "document")
+
+
+def test_a_teacher_cache_seeded_from_an_anchor_run_serves_its_vectors(tmp_path):
+    """precompute_teacher.py --seed-from-anchor: the document vectors a dense anchor run cached
+    (benchmarks/anchors.py --cache) go into the teacher cache under the teacher's own identity
+    and prompt, so a run with that teacher reads them without the model."""
+    import importlib.util
+
+    from alignir.encoders.cache import EmbeddingCache
+    from alignir.encoders.train.teacher import st_identity
+    from benchmarks.anchors import AnchorEmbedder
+
+    spec = importlib.util.spec_from_file_location("precompute_teacher", Path(__file__).resolve().parents[1]
+                                                  / "scripts" / "precompute_teacher.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def encode(texts, role):
+        return np.stack([np.array([len(t), t.count("e"), 1.0, -0.5], dtype=np.float32) for t in texts])
+
+    cached_docs, other = TINY_CORPUS[:4], TINY_CORPUS[4:6]
+    EmbeddingCache(tmp_path / "anchor").encode_cached(AnchorEmbedder("embeddinggemma-300m", 512, encode), cached_docs,
+                                                      "document", shard_size=2, progress=False)
+    got = mod.anchor_vectors(str(tmp_path / "anchor"), "embeddinggemma-300m", 512, cached_docs + other)
+    assert sorted(got) == sorted(cached_docs)
+    assert mod.anchor_vectors(str(tmp_path / "anchor"), "embeddinggemma-300m", 128, cached_docs) == {}  # another cut
+    replay = mod.ReplayTeacher("embeddinggemma-300m", 512, got)
+    assert replay.identity == st_identity("embeddinggemma-300m", 512)
+    assert replay.prompt("document") == "title: none | text: "
+    seeded = CachedTeacher(replay, tmp_path / "teacher")
+    seeded.embed(cached_docs, "document")
+    seeded.flush()
+    reader = CachedTeacher(mod.ReplayTeacher("embeddinggemma-300m", 512, {}), tmp_path / "teacher")
+    assert all(reader.contains(t, "document") for t in cached_docs)
+    np.testing.assert_array_equal(reader.embed(cached_docs, "document").numpy(),
+                                  encode(cached_docs, "document").astype(np.float16).astype(np.float32))
+    assert reader.misses == 0
+    with pytest.raises(ValueError):
+        replay.embed(cached_docs[:1], "query")

@@ -140,6 +140,11 @@ class DenseTeacher:
         return torch.stack([self._seen[t] for t in texts])
 
 
+def st_identity(label: str, max_length: int) -> str:
+    """The identity (and teacher-cache key part) of a sentence-transformers teacher."""
+    return f"{label}|sentence-transformers|max_length={int(max_length)}"
+
+
 class SentenceTransformerTeacher:
     """A sentence-transformers model as a frozen teacher: its own modules (pooling, dense layers,
     normalisation), ``prompts[role]`` prepended to each text, inputs cut at ``max_length`` tokens,
@@ -169,7 +174,7 @@ class SentenceTransformerTeacher:
         self.prompts = {r: str(prompts.get(r, "")) for r in ROLES}
         self.batch_size = int(batch_size)
         label = name if known else Path(str(spec)).name.lower()
-        self.identity = f"{label}|sentence-transformers|max_length={self.max_length}"
+        self.identity = st_identity(label, self.max_length)
 
     def prompt(self, role: str) -> str:
         _check_role(role)
