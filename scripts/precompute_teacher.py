@@ -58,6 +58,9 @@ def anchor_vectors(anchor_cache: str, name: str, max_length: int, texts: list[st
 
     from alignir.encoders.cache import EmbeddingCache
 
+    root = str(Path(__file__).resolve().parents[1])  # the checkout: benchmarks/ is beside scripts/
+    if root not in sys.path:
+        sys.path.insert(0, root)
     from benchmarks.anchors import ANCHORS, AnchorEmbedder
 
     labels = {v[0]: k for k, v in ANCHORS.items()}
