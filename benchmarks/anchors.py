@@ -160,10 +160,11 @@ class AnchorEmbedder:
     documents are written in parts as they are encoded, so a long run (EmbeddingGemma on the
     SciFact corpus: over an hour on one core) resumes where it stopped."""
 
-    def __init__(self, label: str, max_length: int, encode: Callable[[list[str], str], np.ndarray]) -> None:
+    def __init__(self, label: str, max_length: int, encode: Callable[[list[str], str], np.ndarray],
+                 dim: int | None = None) -> None:
         self.label, self.max_length, self._encode = label, max_length, encode
         self.last_stats: dict = {}
-        self._dim: int | None = None
+        self._dim = dim  # None: probed by encoding one text when first asked
 
     @property
     def dim(self) -> int:

@@ -259,7 +259,15 @@ def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded
     manifest = read_manifest(index_dir)
     cal = None
     if texts is not None:
-        cal = calibrate(_calibration_searcher(index_dir, loaded, device, runtime, encoder), texts)
+        # the encoder's own progress bars stay off while it encodes the pseudo-queries
+        shown = getattr(encoder.embedder, "progress", None) if encoder is not None else None
+        try:
+            if shown is not None:
+                encoder.embedder.progress = False
+            cal = calibrate(_calibration_searcher(index_dir, loaded, device, runtime, encoder), texts)
+        finally:
+            if shown is not None:
+                encoder.embedder.progress = shown
     data = None if cal is None else cal.to_dict()
     update_params(index_dir, {"fusion_calibration": data}, expected=manifest)
     return data
@@ -268,15 +276,13 @@ def store_calibration(index_dir: str | Path, texts: Sequence[str] | None, loaded
 def _calibration_searcher(index_dir: str | Path, loaded: Any, device: str, runtime: str | None,
                           encoder: Encoder | None) -> Any:
     """The searcher the calibration measures with: over ``encoder`` when given (its fingerprint
-    checked against the index's, its progress bars off), else opened from the folder."""
+    checked against the index's), else opened from the folder."""
     from alignir.retrieval.searcher import Searcher
 
     if encoder is None:
         return Searcher.open(index_dir, loaded=loaded, device=device, runtime=runtime)
     stored = open_index(index_dir)
     check_encoder(stored, encoder.embedder)
-    if hasattr(encoder.embedder, "progress"):
-        encoder.embedder.progress = False  # the build's bars are done; pseudo-queries encode quietly
     return Searcher(stored, encoder.embedder, encoder.sparsifier, IndexConfig.from_manifest(stored.manifest).fusion)
 
 

@@ -63,15 +63,18 @@ def anchor_vectors(anchor_cache: str, name: str, max_length: int, texts: list[st
         sys.path.insert(0, root)
     from benchmarks.anchors import ANCHORS, AnchorEmbedder
 
-    labels = {v[0]: k for k, v in ANCHORS.items()}
-    if name not in labels:
+    if name not in {label for label, kind, _, _ in ANCHORS.values() if kind == "dense"}:
         raise SystemExit(f"no dense anchor is {name!r}")
+
+    def no_encoding(texts: list[str], role: str) -> np.ndarray:
+        raise RuntimeError("the anchor's cache is only read here")
+
     cache = EmbeddingCache(anchor_cache)
-    probe = AnchorEmbedder(name, max_length, lambda t, r: (_ for _ in ()).throw(RuntimeError("lookup only")))
-    parts = sorted(Path(cache.folder(probe.fingerprint(), "document")).glob("part-*.npz"))
+    folder = cache.folder(AnchorEmbedder(name, max_length, no_encoding, dim=0).fingerprint(), "document")
+    parts = sorted(Path(folder).glob("part-*.npz"))
     if not parts:
         return {}
-    probe._dim = int(np.load(parts[0])["vectors"].shape[1])
+    probe = AnchorEmbedder(name, max_length, no_encoding, dim=int(np.load(parts[0])["vectors"].shape[1]))
     vecs, found = cache.lookup(probe, texts, "document")
     return {t: vecs[i] for i, t in enumerate(texts) if found[i]}
 

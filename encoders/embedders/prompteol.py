@@ -436,15 +436,17 @@ class PromptEmbedder(Embedder):
             if on_cache:  # only the tokens after the fixed prefix run
                 input_ids, attn, _, pmask = self.collate([x[pc.n:] for x in rows], [[j - pc.n for j in p] for p in rpos])
                 hidden = pc.forward(self._backbone, input_ids, attn)
+                attn_on = _to_device(attn, hidden.device)
                 stats["n_prefix_cached"] += len(b)
             else:
                 input_ids, attn, position_ids, pmask = self.collate(rows, rpos)
                 dev = self.loaded.device
-                hidden = self._forward(_to_device(input_ids, dev), _to_device(attn, dev), _to_device(position_ids, dev))
+                attn_on = _to_device(attn, dev)  # moved once: the forward and the pooling share it
+                hidden = self._forward(_to_device(input_ids, dev), attn_on, _to_device(position_ids, dev))
             # collate gives every row a real token and a pooled position, so pooling need not
             # check (and on a GPU wait for) the masks
-            launched.append((b, pool(self.pooling, hidden, _to_device(attn, hidden.device),
-                                     _to_device(pmask, hidden.device), validate=False)))
+            launched.append((b, pool(self.pooling, hidden, attn_on, _to_device(pmask, hidden.device),
+                                     validate=False)))
             stats["n_tokens"] += int(attn.sum())
             stats["n_padded_tokens"] += int(attn.numel())
             stats["n_batches"] += 1
