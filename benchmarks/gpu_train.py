@@ -2,7 +2,8 @@
 
 Made for a lent GPU machine that can fetch nothing (benchmarks/gpu_train.sh sets it up from
 carried files: the SmolLM2 GGUF, the wheels the machine lacks, the collections, the teacher's
-weights). Two steps, each written to ``--out`` as soon as it is done:
+weights); with ``--device cpu`` it scores on a CPU (the encoder on ONNX Runtime fp32, as
+``alignir beir``). Two steps, each written to ``--out`` as soon as it is done:
 
 1. **Train** (``--train``): ``alignir train infonce`` with the given arguments, stopped by SIGTERM
    after ``--train-seconds`` if it has not finished (the trainer checkpoints the step in flight;
