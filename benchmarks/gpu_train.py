@@ -19,6 +19,10 @@ weights); with ``--device cpu`` it scores on a CPU (the encoder on ONNX Runtime 
 
     python -m benchmarks.gpu_train --out OUT --train-seconds 330 --train "--data D/scifact ..." \\
         --score D/adi --score D/med --score-adapter v3=.gpu_carry/v3
+
+``--record RUN`` merges the report into ``runs[RUN]`` of benchmarks/results/gpu_train.json (a run
+scored over several calls accumulates its rows: :func:`record_run`); ``--kept-adapter DIR`` names
+the fp16 copy kept in the repository (scripts/package_adapter.py ``--dest``).
 """
 from __future__ import annotations
 
@@ -40,6 +44,34 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MODES = ("dense", "sparse", "hybrid", "dense+sparse+bm25", "bm25")
 SHIPPED_NAME = "smollm2-135m-alignir-v3"  # whose harness (base model, family, fusion) scores the adapters
+
+
+RESULTS = Path(__file__).resolve().parent / "results" / "gpu_train.json"
+
+
+def record_run(results: Path, name: str, report: dict, command: str, kept_adapter: str | None = None) -> dict:
+    """Merge one call's ``report`` into ``results``' ``runs[name]`` and return the run.
+
+    A run may be scored over several calls (the long collection in one, the rest in another):
+    each adapter's rows accumulate (a collection scored again replaces its row), the calls'
+    commands are joined with `` && ``, ``started`` stays the first call's and ``finished`` becomes
+    this one's; the training record and the device are this call's when it has them.
+    ``kept_adapter``: the repository folder that keeps the scored adapter."""
+    data = json.loads(results.read_text()) if results.is_file() else {"runs": {}}
+    run = data.setdefault("runs", {}).setdefault(name, {})
+    run["command"] = f"{run['command']} && {command}" if run.get("command") and command not in run["command"] else command
+    run.setdefault("started", report.get("started"))
+    for key in ("finished", "device", "torch", "train"):
+        if report.get(key) is not None:
+            run[key] = report[key]
+    for adapter, rows in report.get("scores", {}).items():
+        run.setdefault("scores", {}).setdefault(adapter, {}).update(rows)
+    if kept_adapter:
+        run["kept_adapter"] = kept_adapter
+    tmp = results.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(results)
+    return run
 
 
 def _write(out: Path, name: str, obj: object) -> None:
@@ -130,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--score-adapter", action="append", default=[], help="NAME=PATH: score this adapter too")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="fp32", help="the scoring encoder's dtype (training: --train's --dtype)")
+    ap.add_argument("--record", default=None, metavar="RUN",
+                    help=f"merge the report into runs[RUN] of {RESULTS.relative_to(RESULTS.parents[2])} when done")
+    ap.add_argument("--kept-adapter", default=None, metavar="DIR",
+                    help="with --record: the repository folder that keeps the scored adapter (fp16)")
     args = ap.parse_args(argv)
     import torch
 
@@ -163,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     _write(out, "gpu_train.json", report)
+    if args.record:
+        command = "python -m benchmarks.gpu_train " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+        record_run(RESULTS, args.record, report, command, kept_adapter=args.kept_adapter)
     return 0
 
 

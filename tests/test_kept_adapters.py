@@ -1,8 +1,8 @@
 """Adapters of recorded GPU training runs are kept in the repository and re-score their rows.
 
-benchmarks/results/gpu_train.json records adapters trained on a GPU and scored there in fp32 in
-the shipped model's harness (benchmarks/gpu_train.py); each recorded adapter is kept, packaged in
-fp16, in benchmarks/results/adapters/RUN/. The slow test scores one recorded row again on this
+benchmarks/results/gpu_train.json records adapters trained on a GPU (or this machine's CPU) and
+scored in fp32 in the shipped model's harness (benchmarks/gpu_train.py); each recorded adapter is
+kept, packaged in fp16, in benchmarks/results/adapters/RUN/. The slow test scores one recorded row again on this
 machine's CPU from the kept adapter."""
 from __future__ import annotations
 
@@ -45,3 +45,24 @@ def test_a_kept_adapter_re_scores_its_recorded_adi_row(tmp_path):
     for mode, metrics in recorded.items():
         # scored on an H100 in fp32; v3 scored there reproduces its CPU row to 1e-15
         assert got["metrics"][mode]["ndcg@10"] == pytest.approx(metrics["ndcg@10"], abs=2e-3), mode
+
+
+def test_a_run_scored_over_two_calls_is_recorded_as_one(tmp_path):
+    from benchmarks.gpu_train import record_run
+
+    results = tmp_path / "gpu_train.json"
+    results.write_text(json.dumps({"about": "kept", "runs": {"other": {"command": "x"}}}))
+    row = {"metrics": {"dense": {"ndcg@10": 0.5}}}
+    first = {"started": "t0", "finished": "t1", "device": "cpu", "torch": "2", "scores": {"trained": {"scifact": row}}}
+    record_run(results, "run", first, "python -m benchmarks.gpu_train --score D/scifact")
+    again = {"metrics": {"dense": {"ndcg@10": 0.6}}}
+    second = {"started": "t2", "finished": "t3", "device": "cpu", "torch": "2",
+              "scores": {"trained": {"adi": row, "scifact": again}}}
+    record_run(results, "run", second, "python -m benchmarks.gpu_train --score D/adi", kept_adapter="k/run")
+    data = json.loads(results.read_text())
+    run = data["runs"]["run"]
+    assert data["about"] == "kept" and data["runs"]["other"] == {"command": "x"}
+    assert (run["started"], run["finished"], run["kept_adapter"]) == ("t0", "t3", "k/run")
+    assert run["command"] == ("python -m benchmarks.gpu_train --score D/scifact && "
+                              "python -m benchmarks.gpu_train --score D/adi")
+    assert run["scores"]["trained"] == {"scifact": again, "adi": row}  # the row scored again replaces the first
