@@ -68,9 +68,7 @@ def record_run(results: Path, name: str, report: dict, command: str, kept_adapte
         run.setdefault("scores", {}).setdefault(adapter, {}).update(rows)
     if kept_adapter:
         run["kept_adapter"] = kept_adapter
-    tmp = results.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(results)
+    _write(results.parent, results.name, data)
     return run
 
 
