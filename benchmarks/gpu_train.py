@@ -59,7 +59,9 @@ def record_run(results: Path, name: str, report: dict, command: str, kept_adapte
     ``kept_adapter``: the repository folder that keeps the scored adapter."""
     data = json.loads(results.read_text()) if results.is_file() else {"runs": {}}
     run = data.setdefault("runs", {}).setdefault(name, {})
-    run["command"] = f"{run['command']} && {command}" if run.get("command") and command not in run["command"] else command
+    calls = run["command"].split(" && ") if run.get("command") else []
+    if command not in calls:  # the same call run again is not listed twice
+        run["command"] = " && ".join([*calls, command])
     run.setdefault("started", report.get("started"))
     for key in ("finished", "device", "torch", "train"):
         if report.get(key) is not None:

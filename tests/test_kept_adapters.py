@@ -66,3 +66,8 @@ def test_a_run_scored_over_two_calls_is_recorded_as_one(tmp_path):
     assert run["command"] == ("python -m benchmarks.gpu_train --score D/scifact && "
                               "python -m benchmarks.gpu_train --score D/adi")
     assert run["scores"]["trained"] == {"scifact": again, "adi": row}  # the row scored again replaces the first
+    record_run(results, "run", second, "python -m benchmarks.gpu_train --score D/adi")  # the same call again
+    record_run(results, "run", second, "python -m benchmarks.gpu_train --score D/ad")  # a prefix of a call is a call
+    assert json.loads(results.read_text())["runs"]["run"]["command"] == (
+        "python -m benchmarks.gpu_train --score D/scifact && python -m benchmarks.gpu_train --score D/adi && "
+        "python -m benchmarks.gpu_train --score D/ad")
