@@ -34,10 +34,8 @@ class ReplayTeacher:
     from a dense anchor's embedding cache (benchmarks/anchors.py ``--cache``): no model loads."""
 
     def __init__(self, name: str, max_length: int | None, vectors: dict[str, np.ndarray]) -> None:
-        known = ST_TEACHERS.get(name)
-        if known is None:
-            raise SystemExit(f"--seed-from-anchor needs a sentence-transformers teacher ({', '.join(ST_TEACHERS)})")
-        self.max_length = known[3] if max_length is None else int(max_length)
+        known = ST_TEACHERS[name]
+        self.max_length = replay_max_length(name, max_length)
         self.identity = st_identity(name, self.max_length)
         self.prompts = dict(known[2])
         self.vectors = vectors
@@ -49,6 +47,14 @@ class ReplayTeacher:
         if role != "document":
             raise ValueError("an anchor's cache holds document vectors only")
         return torch.from_numpy(np.stack([self.vectors[t] for t in texts]))
+
+
+def replay_max_length(name: str, max_length: int | None) -> int:
+    """The teacher's token limit: ``max_length``, or the sentence-transformers teacher's own."""
+    known = ST_TEACHERS.get(name)
+    if known is None:
+        raise SystemExit(f"--seed-from-anchor needs a sentence-transformers teacher ({', '.join(ST_TEACHERS)})")
+    return known[3] if max_length is None else int(max_length)
 
 
 def anchor_vectors(anchor_cache: str, name: str, max_length: int, texts: list[str]) -> dict[str, np.ndarray]:
@@ -114,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     todo = mix_texts(args.data, args.data_mix, args.corpus, args.negatives, seeds, args.split)
     if args.seed_from_anchor:
-        replay = ReplayTeacher(args.teacher.strip().lower(), args.max_length, {})
+        name = args.teacher.strip().lower()
+        length = replay_max_length(name, args.max_length)
         docs = [t for r, t in todo if r == "document"]
-        replay.vectors = anchor_vectors(args.seed_from_anchor, args.teacher.strip().lower(), replay.max_length, docs)
+        replay = ReplayTeacher(name, length, anchor_vectors(args.seed_from_anchor, name, length, docs))
         seeded = CachedTeacher(replay, args.cache, shard_size=args.shard_size)
         new = [t for t in replay.vectors if not seeded.contains(t, "document")]
         if new:
