@@ -59,9 +59,8 @@ def record_run(results: Path, name: str, report: dict, command: str, kept_adapte
     ``kept_adapter``: the repository folder that keeps the scored adapter."""
     data = json.loads(results.read_text()) if results.is_file() else {"runs": {}}
     run = data.setdefault("runs", {}).setdefault(name, {})
-    calls = run["command"].split(" && ") if run.get("command") else []
-    if command not in calls:  # the same call run again is not listed twice
-        run["command"] = " && ".join([*calls, command])
+    if not _lists_call(run.get("command") or "", command):  # the same call run again is not listed twice
+        run["command"] = " && ".join(c for c in (run.get("command"), command) if c)
     run.setdefault("started", report.get("started"))
     for key in ("finished", "device", "torch", "train"):
         if report.get(key) is not None:
@@ -72,6 +71,14 @@ def record_run(results: Path, name: str, report: dict, command: str, kept_adapte
         run["kept_adapter"] = kept_adapter
     _write(results.parent, results.name, data)
     return run
+
+
+def _lists_call(joined: str, command: str) -> bool:
+    """Whether ``joined`` (calls joined by `` && ``) has ``command`` as whole calls; a call may
+    itself hold `` && `` (a preparation step and the scoring), so the joined text is not split."""
+    sep = " && "
+    return joined == command or joined.startswith(command + sep) or joined.endswith(sep + command) \
+        or (sep + command + sep) in joined
 
 
 def _write(out: Path, name: str, obj: object) -> None:

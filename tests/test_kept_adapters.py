@@ -101,3 +101,11 @@ def test_a_run_scored_over_two_calls_is_recorded_as_one(tmp_path):
     assert json.loads(results.read_text())["runs"]["run"]["command"] == (
         "python -m benchmarks.gpu_train --score D/scifact && python -m benchmarks.gpu_train --score D/adi && "
         "python -m benchmarks.gpu_train --score D/ad")
+    # a call that is itself two steps joined by " && " is listed once, however often it is recorded
+    two_steps = "python scripts/interpolate_adapters.py A B 0.5 RUN && python -m benchmarks.gpu_train --score D/adi"
+    for _ in range(3):
+        record_run(results, "mixed", first, two_steps)
+    record_run(results, "mixed", first, "python -m benchmarks.gpu_train --score D/cisi")
+    record_run(results, "mixed", first, two_steps)
+    assert json.loads(results.read_text())["runs"]["mixed"]["command"] == \
+        two_steps + " && python -m benchmarks.gpu_train --score D/cisi"
