@@ -34,8 +34,8 @@ class ReplayTeacher:
     from a dense anchor's embedding cache (benchmarks/anchors.py ``--cache``): no model loads."""
 
     def __init__(self, name: str, max_length: int | None, vectors: dict[str, np.ndarray]) -> None:
+        self.max_length = replay_max_length(name, max_length)  # names a sentence-transformers teacher or exits
         known = ST_TEACHERS[name]
-        self.max_length = replay_max_length(name, max_length)
         self.identity = st_identity(name, self.max_length)
         self.prompts = dict(known[2])
         self.vectors = vectors

@@ -98,6 +98,9 @@ def test_mismatched_or_bad_inputs_are_named(tiny_model, tmp_path):
     other = _random_lora(tiny_model, tmp_path / "other", seed=2, r=4, alpha=8, embedder="gircse")
     with pytest.raises(InvalidInputError, match="'embedder'"):
         interpolate_adapters(start, other, 0.5, tmp_path / "x")
+    asks = _random_lora(tiny_model, tmp_path / "asks", seed=2, r=4, alpha=8, hp={"instruction": "Find the claim"})
+    with pytest.raises(InvalidInputError, match="query instructions"):
+        interpolate_adapters(start, asks, 0.5, tmp_path / "v")
     with pytest.raises(InvalidInputError, match=r"in \[0, 1\]"):
         interpolate_adapters(start, start, 1.5, tmp_path / "y")
     with pytest.raises(InvalidInputError, match="not a peft adapter"):

@@ -64,6 +64,10 @@ def _check_same(a: tuple, b: tuple) -> None:
         if ma.get(key) != mb.get(key):
             raise InvalidInputError(f"{pa} and {pb} differ in their training record's {key!r}: "
                                     f"{ma.get(key)!r} vs {mb.get(key)!r}; their vectors are not read the same way")
+    query_a, query_b = (ma.get("hp") or {}).get("instruction"), (mb.get("hp") or {}).get("instruction")
+    if query_a != query_b:
+        raise InvalidInputError(f"{pa} and {pb} were trained with different query instructions: "
+                                f"{query_a!r} vs {query_b!r}")
     base_a, base_b = (ma.get("base_model") or {}), (mb.get("base_model") or {})
     if base_a.get("sha256") and base_b.get("sha256") and base_a["sha256"] != base_b["sha256"]:
         raise InvalidInputError(f"{pa} and {pb} were trained on different base models "
@@ -74,7 +78,8 @@ def interpolate_adapters(start: str | Path, end: str | Path, weight: float, out:
     """Write to ``out`` the LoRA adapter whose merged update is (1 − weight)·ΔW(start) + weight·ΔW(end).
 
     ``weight`` 0 reproduces ``start``'s update, 1 ``end``'s (as a rank r₀ + r₁ adapter). The two
-    must share the base model, the adapted modules and the embedder family. The new
+    must share the base model, the adapted modules, the embedder family and the query
+    instruction; the output keeps ``end``'s weight dtype. The new
     alignir_train.json is ``end``'s, with stage ``interpolation``, no steps of its own, its
     ``init_adapter`` pointing at ``end`` (whose chain names the training) and an
     ``interpolation`` record of both sources (path, sha256, weight). ``out`` must not exist or be empty.
