@@ -32,15 +32,20 @@ def test_every_recorded_run_keeps_its_adapter_and_training_record():
         assert (adapter / "loss_log.jsonl").is_file(), name
 
 
+def _source(recorded: str) -> str:
+    """An interpolation source as recorded: ``builtin:NAME`` as is, a repository path made absolute."""
+    return recorded if recorded.startswith("builtin:") else str(ROOT / recorded)
+
+
 def test_every_interpolated_run_names_sources_that_are_kept():
+    from alignir.encoders.embedders.adapters import adapter_dir
+
     mixes = {name: run["interpolation"] for name, run in _runs().items() if run.get("interpolation")}
     assert mixes, "no recorded run is an interpolation"
     for name, mix in mixes.items():
         assert 0.0 <= mix["weight"] <= 1.0, name
         for source in (mix["start"], mix["end"]):
-            folder = ROOT / "encoders" / "adapters" / source.removeprefix("builtin:") \
-                if source.startswith("builtin:") else ROOT / source
-            assert (folder / "adapter_model.safetensors").is_file(), (name, source)
+            assert (adapter_dir(_source(source)) / "adapter_model.safetensors").is_file(), (name, source)
 
 
 @pytest.mark.slow
@@ -53,8 +58,7 @@ def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_
 
     name, run = next((n, r) for n, r in _runs().items() if r.get("interpolation"))
     mix = run["interpolation"]
-    end = mix["end"] if mix["end"].startswith("builtin:") else str(ROOT / mix["end"])
-    adapter = interpolate_adapters(mix["start"], end, mix["weight"], tmp_path / "adapter")
+    adapter = interpolate_adapters(_source(mix["start"]), _source(mix["end"]), mix["weight"], tmp_path / "adapter")
     (label, rows), = run["scores"].items()
     got = score(DATASETS / "adi", str(adapter), tmp_path / "work", device="cpu", dtype="fp32")
     for mode, metrics in rows["adi"]["metrics"].items():
