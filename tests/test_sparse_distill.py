@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from alignir.encoders.train.aligned_loss import sparse_distill_kl
+from alignir.encoders.train.aligned_loss import matched_temperature, sparse_distill_kl, sparse_info_nce
 from alignir.encoders.train.losses import distill_kl, soft_label_kl
 from alignir.encoders.train.trainer import train
 
@@ -62,6 +62,41 @@ def test_zero_when_the_rankings_agree_and_bad_input():
         soft_label_kl(scores, scores[:, :2])
 
 
+def test_matched_temperature_by_hand():
+    # row 0: sparse [0, 200, 400] (std 163.3) vs dense [0, 1, 2] (std 0.8165): τ = 200
+    # row 1 over its two candidates: sparse [10, 30] (std 10) vs dense [1, 3] (std 1): τ = 10
+    scores = torch.tensor([[0.0, 200.0, 400.0], [10.0, 30.0, 999.0]])
+    dense = torch.tensor([[0.0, 1.0, 2.0], [1.0, 3.0, -50.0]])
+    cand = torch.tensor([[True, True, True], [True, True, False]])
+    tau = matched_temperature(scores, dense, cand)
+    torch.testing.assert_close(tau, torch.tensor([[200.0], [10.0]]))
+    # at τ_q the sparse logits equal the dense ones here (both affine in one another), so the KL is 0
+    assert float(sparse_distill_kl(dense, scores, tau, cand)) == pytest.approx(0.0, abs=1e-6)
+    # scaling the sparse scores changes nothing at the matched temperature: only the ranking's shape counts
+    s2 = scores * 7.0
+    assert float(sparse_distill_kl(dense, s2, matched_temperature(s2, dense, cand), cand)) == pytest.approx(0.0, abs=1e-6)
+    # a query whose sparse scores are all equal gets the floor, not a division by zero
+    flat = matched_temperature(torch.zeros(1, 3), dense[:1])
+    assert float(flat) == pytest.approx(1e-6) and torch.isfinite(torch.zeros(1, 3) / flat).all()
+
+
+def test_matched_temperature_is_detached_and_per_query_tau_works_in_infonce():
+    scores = torch.tensor([[4.0, 0.0, 2.0], [0.0, 9.0, 3.0]], requires_grad=True)
+    dense = torch.tensor([[2.0, 0.0, 1.0], [0.0, 3.0, 1.0]])
+    tau = matched_temperature(scores, dense)
+    assert not tau.requires_grad
+    torch.testing.assert_close(tau, torch.tensor([[2.0], [3.0]]))
+    loss = sparse_info_nce(scores, torch.tensor([0, 1]), tau)
+    want = torch.nn.functional.cross_entropy(dense, torch.tensor([0, 1]))  # scores / τ_q == dense here
+    torch.testing.assert_close(loss, want)
+    loss.backward()
+    assert scores.grad is not None
+    with pytest.raises(ValueError, match="tau"):
+        sparse_info_nce(scores, torch.tensor([0, 1]), torch.tensor([[1.0], [0.0]]))
+    with pytest.raises(ValueError, match="candidates"):
+        matched_temperature(scores, dense, torch.ones(2, 2, dtype=torch.bool))
+
+
 def test_distill_kl_is_the_same_kl_over_cosines():
     g = torch.Generator().manual_seed(0)
     q, d, tq, td = (torch.randn(n, 5, generator=g) for n in (3, 7, 3, 7))
@@ -92,6 +127,26 @@ def test_infonce_with_sparse_distillation_logs_the_term(tiny_model, data_files, 
     assert meta["hp"]["sparse_distill"] == 0.7
     with pytest.raises(ValueError, match="sparse_distill >= 0"):
         train(dataclasses.replace(cfg, out=str(tmp_path / "bad"), hp={"sparse_distill": -1.0}), loaded=tiny_model)
+    with pytest.raises(ValueError, match="sparse_tau > 0 or 'auto'"):
+        train(dataclasses.replace(cfg, out=str(tmp_path / "bad2"), hp={"sparse_distill": 1.0, "sparse_tau": "hot"}),
+              loaded=tiny_model)
+
+
+def test_infonce_with_the_matched_sparse_temperature(tiny_model, data_files, tmp_path):
+    """`--set sparse_tau=auto`: the same run at the per-query matched temperature logs a different
+    sparse_distill than at the fixed default, and records the setting."""
+    losses = {}
+    for tau in ("auto", 10.0):
+        hp = {"sparse_distill": 0.7, "sparse": 0.3, "sparse_tau": tau}
+        cfg = train_config(tmp_path / str(tau), "infonce", "contrastive", data_files["pairs"], steps=2, hp=hp)
+        out = Path(train(cfg, loaded=tiny_model)["out"])
+        rows = [json.loads(line) for line in open(out / "loss_log.jsonl") if "sparse_distill" in line]
+        assert len(rows) == 2 and all(np.isfinite(r["sparse_distill"]) and np.isfinite(r["sparse"]) for r in rows)
+        for r in rows:
+            assert r["loss"] == pytest.approx(r["infonce"] + 0.7 * r["sparse_distill"] + 0.3 * r["sparse"], rel=1e-5)
+        losses[tau] = rows[0]["sparse_distill"]
+        assert json.loads((out / "alignir_train.json").read_text())["hp"]["sparse_tau"] == tau
+    assert losses["auto"] != pytest.approx(losses[10.0], rel=1e-3)
 
 
 def test_a_paused_run_with_both_distillations_resumes_exactly(tiny_model, tiny_bert, data_files, tmp_path):

@@ -33,7 +33,8 @@ from alignir.encoders.aligned import token_mask
 from alignir.encoders.train.losses import soft_label_kl
 from alignir.errors import InvalidInputError
 
-__all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "sparse_info_nce", "sparse_distill_kl"]
+__all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "matched_temperature", "sparse_info_nce",
+           "sparse_distill_kl"]
 
 
 @dataclass(frozen=True)
@@ -106,27 +107,61 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
     return query_w @ doc_w.T
 
 
-def sparse_info_nce(scores: torch.Tensor, pos: torch.Tensor, tau: float = 1.0,
+def matched_temperature(scores: torch.Tensor, reference: torch.Tensor, candidates: torch.Tensor | None = None,
+                        eps: float = 1e-6) -> torch.Tensor:
+    """Per-query temperature τ_q [B, 1] = std(scores_q) / std(reference_q) over the query's
+    candidates (detached), so that scores / τ_q spread as widely as the ``reference`` logits.
+
+    The sparse scores are dot products of aligned-token weights, hundreds apart within a batch,
+    while the dense logits cos(q, d)/τ are a few apart: at a fixed τ (say 10) the sparse
+    softmax is close to one-hot, and a KL to the dense distribution can only be lowered by
+    shrinking the sparse scores' spread — making documents share the same generic tokens. At
+    the matched τ_q only the shape of the ranking is asked for, never its scale (the index fuses
+    the sparse leg by z-score, which ignores scale too)."""
+    if scores.shape != reference.shape or scores.dim() != 2:
+        raise InvalidInputError(f"scores and reference must both be [B, M], got {tuple(scores.shape)} and "
+                                f"{tuple(reference.shape)}")
+    x, r = scores.detach().float(), reference.detach().float().to(scores.device)
+    m = torch.ones_like(x, dtype=torch.bool) if candidates is None else candidates.to(x.device).bool()
+    if m.shape != x.shape:
+        raise InvalidInputError(f"candidates must be [B, M] = {tuple(x.shape)}, got {tuple(m.shape)}")
+    w = m.float()
+    n = w.sum(1, keepdim=True).clamp_min(1.0)
+
+    def std(v: torch.Tensor) -> torch.Tensor:
+        v = torch.where(m, v, torch.zeros_like(v))
+        mean = v.sum(1, keepdim=True) / n
+        return ((((v - mean) ** 2) * w).sum(1, keepdim=True) / n).sqrt()
+
+    return (std(x) / std(r).clamp_min(eps)).clamp_min(eps)
+
+
+def _check_tau(tau: float | torch.Tensor) -> None:
+    if (torch.as_tensor(tau) <= 0).any():
+        raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
+
+
+def sparse_info_nce(scores: torch.Tensor, pos: torch.Tensor, tau: float | torch.Tensor = 1.0,
                     candidates: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over queries of −log softmax(scores / τ)[positive]: AutoRegEmbed eq.1's InfoNCE over
     the aligned-token scores of :func:`aligned_scores` (dot products, not cosines, because the
     index ranks by the dot product) with every in-batch document a candidate, or those of
-    ``candidates`` [B, M] (bool; as in ``losses.info_nce``)."""
-    if tau <= 0:
-        raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
+    ``candidates`` [B, M] (bool; as in ``losses.info_nce``). ``tau``: a number, or one per
+    query [B, 1] (:func:`matched_temperature`)."""
+    _check_tau(tau)
     logits = scores / tau
     if candidates is not None:
         logits = logits.masked_fill(~candidates.to(logits.device).bool(), float("-inf"))
     return F.cross_entropy(logits, pos.to(scores.device).long())
 
 
-def sparse_distill_kl(dense_logits: torch.Tensor, scores: torch.Tensor, tau: float = 10.0,
+def sparse_distill_kl(dense_logits: torch.Tensor, scores: torch.Tensor, tau: float | torch.Tensor = 10.0,
                       candidates: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over queries of KL(softmax(dense_logits).detach() || softmax(scores / τ)): the model's
     own dense in-batch scores (e.g. cos(q, d) / τ_dense, [B, M]) as the soft label of its
     aligned-token scores ``scores`` [B, M] (:func:`aligned_scores`), over the query's candidates
     (``candidates`` [B, M] bool, as in ``losses.info_nce``; None: every document). Only the sparse
-    side receives a gradient."""
-    if tau <= 0:
-        raise InvalidInputError(f"temperature tau must be > 0, got {tau}")
+    side receives a gradient. ``tau``: a number, or one per query [B, 1]
+    (:func:`matched_temperature`)."""
+    _check_tau(tau)
     return soft_label_kl(scores / tau, dense_logits.detach(), candidates)

@@ -19,7 +19,10 @@ InfoNCE over the index's sparse-leg scores of the same batch at ``sparse_tau``
 held fixed), so training also shapes the aligned tokens the sparse leg searches. ``sparse_distill`` > 0 adds
 ``sparse_distill`` × KL(softmax(cos(q, d)/tau).detach() || softmax(sparse scores/sparse_tau)) over the
 same candidates (aligned_loss.sparse_distill_kl): the dense leg's own ranking of the batch teaches
-the sparse leg, and no gradient reaches the dense scores through this term.
+the sparse leg, and no gradient reaches the dense scores through this term. ``sparse_tau`` = "auto"
+gives each query the temperature at which its sparse scores spread as widely as its dense logits
+(aligned_loss.matched_temperature); at a fixed 10 the sparse softmax is near one-hot and the KL
+collapsed the documents' aligned tokens onto punctuation and function words (docs/training.md).
 
 ``grad_cache`` = N > 0 computes the same gradient with gradient caching (encoders.train.grad_cache,
 GradCache): every text embedded without autograd N at a time, the whole loss (every term above:
@@ -36,7 +39,7 @@ import torch
 
 from alignir.encoders.embedders.infonce import InfoNCEEmbedder
 from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
-from alignir.encoders.train.aligned_loss import aligned_scores, sparse_distill_kl, sparse_info_nce
+from alignir.encoders.train.aligned_loss import aligned_scores, matched_temperature, sparse_distill_kl, sparse_info_nce
 from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
 from alignir.encoders.train.grad_cache import cached_backward, check_sub_batch
 from alignir.encoders.train.losses import cosine_scores, distill_kl, info_nce
@@ -48,6 +51,13 @@ __all__ = ["InfoNCEMethod", "InfoNCEEmbedder", "prompteol_forward"]
 def prompteol_forward(reader: PromptEOLEmbedder, model, texts: list[str], role: str) -> torch.Tensor:
     """Differentiable PromptEOL embedding [B, d] of ``texts`` through ``model`` (e.g. a peft model)."""
     return reader.embed_with(model, list(texts), role)
+
+
+def _positive(value: Any) -> bool:
+    try:
+        return float(value) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 class InfoNCEMethod(Method):
@@ -67,10 +77,11 @@ class InfoNCEMethod(Method):
         if weight < 0 or (weight > 0) != (self.hp["teacher"] is not None):
             raise InvalidInputError("distillation needs both a teacher and a weight distill > 0 "
                                     f"(got teacher={self.hp['teacher']!r}, distill={weight})")
-        if float(self.hp["sparse"]) < 0 or float(self.hp["sparse_distill"]) < 0 or float(self.hp["sparse_tau"]) <= 0:
+        tau = self.hp["sparse_tau"]
+        if float(self.hp["sparse"]) < 0 or float(self.hp["sparse_distill"]) < 0 or not (tau == "auto" or _positive(tau)):
             raise InvalidInputError(f"the aligned-token terms need sparse >= 0, sparse_distill >= 0 and sparse_tau > 0 "
-                                    f"(got sparse={self.hp['sparse']}, sparse_distill={self.hp['sparse_distill']}, "
-                                    f"sparse_tau={self.hp['sparse_tau']})")
+                                    f"or 'auto' (got sparse={self.hp['sparse']}, sparse_distill={self.hp['sparse_distill']}, "
+                                    f"sparse_tau={tau!r})")
         if weight > 0:
             from alignir.encoders.train.teacher import CachedTeacher, make_teacher
 
@@ -121,12 +132,14 @@ class InfoNCEMethod(Method):
         if w_sparse > 0 or w_sdist > 0:
             scores = aligned_scores(q, d, self.loaded.lm_head, self.reader.surface_token_ids(queries),
                                     self.loaded.special_ids)
+            dense_logits = cosine_scores(q, d).detach() / float(self.hp["tau"])
+            stau = (matched_temperature(scores, dense_logits, cand) if self.hp["sparse_tau"] == "auto"
+                    else float(self.hp["sparse_tau"]))
             if w_sparse > 0:
-                sparse = sparse_info_nce(scores, pos_t, float(self.hp["sparse_tau"]), cand)
+                sparse = sparse_info_nce(scores, pos_t, stau, cand)
                 total, parts["sparse"] = total + w_sparse * sparse, float(sparse.detach())
             if w_sdist > 0:
-                sdist = sparse_distill_kl(cosine_scores(q, d) / float(self.hp["tau"]), scores,
-                                          float(self.hp["sparse_tau"]), cand)
+                sdist = sparse_distill_kl(dense_logits, scores, stau, cand)
                 total, parts["sparse_distill"] = total + w_sdist * sdist, float(sdist.detach())
         if len(parts) == 1:
             return total, {"loss": float(total.detach())}
