@@ -373,3 +373,18 @@ def tiny_bert(tmp_path_factory, tiny_tokenizer):
                          pad_token_id=tiny_tokenizer.pad_token_id)).save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def tiny_adapter(tmp_path, tiny_folder, data_files, monkeypatch):
+    """An InfoNCE adapter of the tiny model after two steps of `alignir train`, in tmp_path/stage1."""
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+
+    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "stage1"
+    res = CliRunner().invoke(app, ["train", "infonce", "--data", data_files["pairs"], "--model", str(tiny_folder),
+                                   "--out", str(out), "--steps", "2", "--batch-size", "3", "--max-length", "32"])
+    assert res.exit_code == 0, res.output
+    return out

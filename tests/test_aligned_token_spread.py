@@ -28,24 +28,16 @@ def test_spread_by_hand():
     assert got["documents"] == 4
 
 
-def test_end_to_end_on_the_tiny_model(tiny_folder, data_files, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from alignir.retrieval.cli import app
+def test_end_to_end_on_the_tiny_model(tiny_folder, tiny_adapter, tmp_path):
     from benchmarks.aligned_token_spread import main
 
-    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    adapter = tmp_path / "adapter"
-    res = CliRunner().invoke(app, ["train", "infonce", "--data", data_files["pairs"], "--model", str(tiny_folder),
-                                   "--out", str(adapter), "--steps", "2", "--batch-size", "3", "--max-length", "32"])
-    assert res.exit_code == 0, res.output
     data = tmp_path / "beir"
     data.mkdir()
     docs = ["Photosynthesis makes glucose from light.", "Interest rates rose again.", "The cat sat on the mat."]
     (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": str(i), "title": "", "text": t}) + "\n"
                                                for i, t in enumerate(docs)))
     out = tmp_path / "spread.json"
-    assert main([str(data), "--model", str(tiny_folder), "--adapter", f"tiny={adapter}", "--out", str(out)]) == 0
+    assert main([str(data), "--model", str(tiny_folder), "--adapter", f"tiny={tiny_adapter}", "--out", str(out)]) == 0
     [row] = json.loads(out.read_text())["rows"]
     assert row["dataset"] == "beir" and row["adapter"] == "tiny" and row["documents"] == 3
     assert 0 < row["weighted_df"] <= 1 and 0 < row["postings_per_doc"]

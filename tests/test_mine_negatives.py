@@ -54,14 +54,8 @@ def toy(tmp_path):
 
 
 @pytest.fixture
-def adapter(tmp_path, tiny_folder, data_files, monkeypatch):
-    """An InfoNCE adapter of the tiny model after two steps."""
-    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    out = tmp_path / "stage1"
-    res = CliRunner().invoke(app, ["train", "infonce", "--data", data_files["pairs"], "--model", str(tiny_folder),
-                                   "--out", str(out), "--steps", "2", "--batch-size", "3", "--max-length", "32"])
-    assert res.exit_code == 0, res.output
-    return out
+def adapter(tiny_adapter):
+    return tiny_adapter
 
 
 def _mine(tiny_folder, adapter, toy, out, cache, *more) -> int:
