@@ -10,7 +10,8 @@ texts with an adapter, then reports ‖∂term/∂h‖ over the batch's queries 
 - ``infonce``: losses.info_nce at τ = 0.05 (the trainer's default);
 - ``sparse_distill@10`` / ``sparse_distill@auto``: aligned_loss.sparse_distill_kl at the fixed
   temperature 10 and at the matched one (aligned_loss.matched_temperature);
-- ``sparse@10`` / ``sparse@auto``: aligned_loss.sparse_info_nce likewise.
+- ``sparse@10`` / ``sparse@auto``: aligned_loss.sparse_info_nce likewise;
+- ``flops_d`` / ``flops_q``: aligned_loss.flops_penalty of the documents' / queries' weights.
 
 Each row is the mean over ``--batches`` batches, with ``ratio_to_infonce`` (queries and documents
 together). The teacher's distillation term is left out: it needs the teacher's vectors.
@@ -38,8 +39,8 @@ TAU = 0.05  # the InfoNCE trainer's default temperature
 def term_losses(lm_head: torch.Tensor, surface: list, special_ids, pos: torch.Tensor,
                 cand: torch.Tensor | None) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
     """Each term as a function of the batch's query and document embeddings (q [B, d], d [M, d])."""
-    from alignir.encoders.train.aligned_loss import (aligned_scores, matched_temperature, sparse_distill_kl,
-                                                     sparse_info_nce)
+    from alignir.encoders.train.aligned_loss import (aligned_scores, aligned_weights, flops_penalty,
+                                                     matched_temperature, sparse_distill_kl, sparse_info_nce)
     from alignir.encoders.train.losses import cosine_scores, info_nce
 
     def sparse_term(kind: str, tau: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -56,6 +57,8 @@ def term_losses(lm_head: torch.Tensor, surface: list, special_ids, pos: torch.Te
     for kind in ("sparse_distill", "sparse"):
         for tau in ("10", "auto"):
             terms[f"{kind}@{tau}"] = sparse_term(kind, tau)
+    terms["flops_d"] = lambda q, d: flops_penalty(aligned_weights(q, d, lm_head, surface, special_ids)[1])
+    terms["flops_q"] = lambda q, d: flops_penalty(aligned_weights(q, d, lm_head, surface, special_ids)[0])
     return terms
 
 

@@ -1,6 +1,7 @@
 """The differentiable aligned-token score (encoders.train.aligned_loss) equals the index's sparse
 leg score (retrieval.sparsify, the product path) on the tiny model, passes gradients to both
-sides, and the InfoNCE `--set sparse=λ` term enters the training loss exactly."""
+sides, the InfoNCE `--set sparse=λ` term enters the training loss exactly, and so do the FLOPS
+regularisers of its weights (`--set flops_d=a --set flops_q=b`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 from alignir.encoders.embedders import get_embedder
-from alignir.encoders.train.aligned_loss import AlignedScoreConfig, aligned_scores, batch_pc1, sparse_info_nce
+from alignir.encoders.train.aligned_loss import (AlignedScoreConfig, aligned_scores, aligned_weights, batch_pc1, flops_penalty,
+                                                 sparse_info_nce)
 from alignir.encoders.train.trainer import train
 from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.sparsify import Sparsifier, fit_corpus_pc1, resolve_lambda
@@ -88,3 +90,45 @@ def test_infonce_with_the_sparse_term_logs_both(tiny_model, data_files, tmp_path
     for bad in ({"sparse": -1.0}, {"sparse": 1.0, "sparse_tau": 0.0}):
         with pytest.raises(ValueError, match="aligned-token term"):
             train(dataclasses.replace(cfg, out=str(tmp_path / "bad"), hp=bad), loaded=tiny_model)
+
+
+def test_flops_penalty_by_hand():
+    # 3 texts over 4 tokens: token 0 carried by all three (mean |w| 2), token 1 by one (mean 1/3),
+    # token 2 by two with opposite signs (|w| counts: mean 2/3), token 3 by none
+    w = torch.tensor([[2.0, 0.0, 1.0, 0.0],
+                      [2.0, 1.0, 0.0, 0.0],
+                      [2.0, 0.0, -1.0, 0.0]])
+    assert float(flops_penalty(w)) == pytest.approx(4.0 + 1 / 9 + 4 / 9)
+    # spreading the same total weight over tokens nobody else carries costs less
+    spread = torch.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0]])
+    shared = torch.tensor([[2.0, 0.0, 0.0], [2.0, 0.0, 0.0], [2.0, 0.0, 0.0]])
+    assert float(flops_penalty(spread)) == pytest.approx(3 * (2 / 3) ** 2)
+    assert float(flops_penalty(shared)) == pytest.approx(4.0)
+    x = w.clone().requires_grad_(True)
+    flops_penalty(x).backward()  # ∂/∂w_it = 2·mean_t·sign(w_it)/n
+    torch.testing.assert_close(x.grad[:, 0], torch.full((3,), 2 * 2.0 / 3))
+    with pytest.raises(ValueError, match=r"\[n, V\]"):
+        flops_penalty(torch.zeros(0, 4))
+
+
+def test_aligned_weights_are_the_scores_factors(tiny_model):
+    g = torch.Generator().manual_seed(1)
+    d = tiny_model.lm_head.shape[1]
+    hq, hd = torch.randn(2, d, generator=g), torch.randn(3, d, generator=g)
+    surface = [np.array([5, 7]), np.array([9])]
+    qw, dw = aligned_weights(hq, hd, tiny_model.lm_head, surface, tiny_model.special_ids)
+    torch.testing.assert_close(qw @ dw.T, aligned_scores(hq, hd, tiny_model.lm_head, surface, tiny_model.special_ids))
+    assert (dw >= 0).all() and int((dw > 0).sum(1).max()) <= AlignedScoreConfig().doc_k
+    assert bool((qw[0, [5, 7]] != 0).all()) and bool((qw[1, 9] != 0))
+
+
+def test_infonce_with_flops_terms(tiny_model, data_files, tmp_path):
+    """`--set flops_d=a --set flops_q=b`: loss = InfoNCE + a·FLOPS(documents) + b·FLOPS(queries)."""
+    cfg = train_config(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=2,
+                       hp={"flops_d": 0.3, "flops_q": 0.02})
+    out = Path(train(cfg, loaded=tiny_model)["out"])
+    rows = [json.loads(line) for line in open(out / "loss_log.jsonl") if "flops_d" in line]
+    assert len(rows) == 2
+    for r in rows:
+        assert r["flops_d"] > 0 and r["flops_q"] > 0
+        assert r["loss"] == pytest.approx(r["infonce"] + 0.3 * r["flops_d"] + 0.02 * r["flops_q"], rel=1e-5)

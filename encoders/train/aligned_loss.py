@@ -15,6 +15,9 @@ both legs (README "Training recipes"), so it is off by default and not in the sh
 (detached) as the soft label of its sparse scores, so the aligned tokens learn to rank the batch
 as the dense vector does instead of from the hard positive alone.
 
+:func:`flops_penalty` is the FLOPS regulariser of the same weights (:func:`aligned_weights`), which
+charges a token for being shared by many texts of the batch.
+
 u1 and λ come from the batch's documents (detached) as the index fits them on the corpus
 (retrieval.sparsify.fit_corpus_pc1 / resolve_lambda), uncentred SVD oriented so the documents
 project positively (encoders.aligned.fit_pc1).
@@ -33,8 +36,8 @@ from alignir.encoders.aligned import token_mask
 from alignir.encoders.train.losses import soft_label_kl
 from alignir.errors import InvalidInputError
 
-__all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_scores", "matched_temperature", "sparse_info_nce",
-           "sparse_distill_kl"]
+__all__ = ["AlignedScoreConfig", "batch_pc1", "aligned_weights", "aligned_scores", "flops_penalty",
+           "matched_temperature", "sparse_info_nce", "sparse_distill_kl"]
 
 
 @dataclass(frozen=True)
@@ -64,15 +67,14 @@ def batch_pc1(hd: torch.Tensor) -> torch.Tensor:
     return u.to(hd.dtype if hd.is_floating_point() else torch.float32)
 
 
-def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, surface: Sequence[np.ndarray],
-                   special_ids: np.ndarray | None = None,
-                   config: AlignedScoreConfig = AlignedScoreConfig()) -> torch.Tensor:
-    """Sparse-leg scores [B, M] of queries ``hq`` [B, d] against documents ``hd`` [M, d].
-
-    score(q, d) = Σ_{t ∈ T_q ∪ T̂_q^M} (e_tᵀ h_adj,q) · log1p(relu(e_tᵀ h_adj,d)) · [t ∈ top-K(d)],
-    eq.15-16 with alignir's default weighting; ``surface`` holds each query's surface token ids
-    (the embedder's ``surface_token_ids``); ``special_ids`` are never selected (as the index).
-    """
+def aligned_weights(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, surface: Sequence[np.ndarray],
+                    special_ids: np.ndarray | None = None,
+                    config: AlignedScoreConfig = AlignedScoreConfig()) -> tuple[torch.Tensor, torch.Tensor]:
+    """The aligned-token weights the index stores and searches with, over the vocabulary: queries
+    [B, V] (the raw logit e_tᵀ h_adj,q on T_q ∪ T̂_q^M, eq.16) and documents [M, V]
+    (log1p(relu(e_tᵀ h_adj,d)) on the top-K tokens, eq.15), zero elsewhere. ``surface`` holds each
+    query's surface token ids (the embedder's ``surface_token_ids``); ``special_ids`` are never
+    selected (as the index)."""
     if hq.dim() != 2 or hd.dim() != 2 or hq.shape[1] != hd.shape[1]:
         raise InvalidInputError(f"hq [B, d] and hd [M, d] needed, got {tuple(hq.shape)} and {tuple(hd.shape)}")
     if len(surface) != hq.shape[0]:
@@ -104,7 +106,31 @@ def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, su
             keep_q &= ~masked
     doc_w = torch.where(keep_d, torch.log1p(torch.relu(Ld)), torch.zeros_like(Ld))
     query_w = torch.where(keep_q, Lq, torch.zeros_like(Lq))
+    return query_w, doc_w
+
+
+def aligned_scores(hq: torch.Tensor, hd: torch.Tensor, lm_head: torch.Tensor, surface: Sequence[np.ndarray],
+                   special_ids: np.ndarray | None = None,
+                   config: AlignedScoreConfig = AlignedScoreConfig()) -> torch.Tensor:
+    """Sparse-leg scores [B, M] of queries ``hq`` [B, d] against documents ``hd`` [M, d]:
+
+    score(q, d) = Σ_{t ∈ T_q ∪ T̂_q^M} (e_tᵀ h_adj,q) · log1p(relu(e_tᵀ h_adj,d)) · [t ∈ top-K(d)],
+    eq.15-16 with alignir's default weighting, the dot product of :func:`aligned_weights`."""
+    query_w, doc_w = aligned_weights(hq, hd, lm_head, surface, special_ids, config)
     return query_w @ doc_w.T
+
+
+def flops_penalty(weights: torch.Tensor) -> torch.Tensor:
+    """Σ_t (mean_i |w_it|)² over a batch's aligned-token weights [n, V] (:func:`aligned_weights`):
+    the FLOPS regulariser (Paria et al., “Minimizing FLOPs to Learn Efficient Sparse
+    Representations”, ICLR 2020, §3; SPLADE's sparsity term). It grows with the square of how many
+    texts of the batch carry a token, so it falls fastest by lowering the tokens most texts share,
+    which an in-batch ranking loss does not charge for (they add about the same to every
+    candidate) and which blur a corpus-wide ranking (the sparse leg has no inverse document
+    frequency)."""
+    if weights.dim() != 2 or weights.shape[0] == 0:
+        raise InvalidInputError(f"weights [n, V] with n >= 1 needed, got {tuple(weights.shape)}")
+    return (weights.abs().mean(0) ** 2).sum()
 
 
 def matched_temperature(scores: torch.Tensor, reference: torch.Tensor, candidates: torch.Tensor | None = None,

@@ -23,6 +23,10 @@ the sparse leg, and no gradient reaches the dense scores through this term. ``sp
 gives each query the temperature at which its sparse scores spread as widely as its dense logits
 (aligned_loss.matched_temperature); at a fixed 10 the sparse softmax is near one-hot and the KL
 collapsed the documents' aligned tokens onto punctuation and function words (docs/training.md).
+``flops_d`` / ``flops_q`` > 0 add that weight × the FLOPS regulariser of the batch's document / query
+aligned-token weights (aligned_loss.flops_penalty: Σ_t (mean_i |w_it|)², SPLADE's sparsity term),
+which charges a token for being shared by many texts; two weights, since the queries' raw-logit
+weights are an order of magnitude larger than the documents' log1p weights.
 
 ``grad_cache`` = N > 0 computes the same gradient with gradient caching (encoders.train.grad_cache,
 GradCache): every text embedded without autograd N at a time, the whole loss (every term above:
@@ -39,7 +43,8 @@ import torch
 
 from alignir.encoders.embedders.infonce import InfoNCEEmbedder
 from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
-from alignir.encoders.train.aligned_loss import aligned_scores, matched_temperature, sparse_distill_kl, sparse_info_nce
+from alignir.encoders.train.aligned_loss import (aligned_weights, flops_penalty, matched_temperature, sparse_distill_kl,
+                                                 sparse_info_nce)
 from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
 from alignir.encoders.train.grad_cache import cached_backward, check_sub_batch
 from alignir.encoders.train.losses import cosine_scores, distill_kl, info_nce
@@ -65,8 +70,8 @@ class InfoNCEMethod(Method):
     STAGES = {"contrastive": "pairs"}
     DEFAULTS = {"contrastive": {"tau": 0.05, "instruction": None, "teacher": None, "distill": 0.0,
                                 "teacher_tau": 0.05, "sparse": 0.0, "sparse_tau": 10.0,
-                                "sparse_distill": 0.0, "teacher_cache": None, "teacher_max_length": None,
-                                "grad_cache": 0}}
+                                "sparse_distill": 0.0, "flops_d": 0.0, "flops_q": 0.0, "teacher_cache": None,
+                                "teacher_max_length": None, "grad_cache": 0}}
 
     def setup(self, extra):
         self.sub_batch = check_sub_batch(self.hp["grad_cache"])
@@ -78,10 +83,10 @@ class InfoNCEMethod(Method):
             raise InvalidInputError("distillation needs both a teacher and a weight distill > 0 "
                                     f"(got teacher={self.hp['teacher']!r}, distill={weight})")
         tau = self.hp["sparse_tau"]
-        if float(self.hp["sparse"]) < 0 or float(self.hp["sparse_distill"]) < 0 or not (tau == "auto" or _positive(tau)):
-            raise InvalidInputError(f"the aligned-token terms need sparse >= 0, sparse_distill >= 0 and sparse_tau > 0 "
-                                    f"or 'auto' (got sparse={self.hp['sparse']}, sparse_distill={self.hp['sparse_distill']}, "
-                                    f"sparse_tau={tau!r})")
+        weights = {k: self.hp[k] for k in ("sparse", "sparse_distill", "flops_d", "flops_q")}
+        if min(float(v) for v in weights.values()) < 0 or not (tau == "auto" or _positive(tau)):
+            raise InvalidInputError("the aligned-token terms need sparse, sparse_distill, flops_d and flops_q >= 0 and "
+                                    f"sparse_tau > 0 or 'auto' (got {weights}, sparse_tau={tau!r})")
         if weight > 0:
             from alignir.encoders.train.teacher import CachedTeacher, make_teacher
 
@@ -128,10 +133,11 @@ class InfoNCEMethod(Method):
             kl = distill_kl(q, d, self.teacher.embed(queries, "query"), self.teacher.embed(docs, "document"), self.hp["tau"],
                             self.hp["teacher_tau"], cand)
             total, parts["distill"] = total + float(self.hp["distill"]) * kl, float(kl.detach())
-        w_sparse, w_sdist = float(self.hp["sparse"]), float(self.hp["sparse_distill"])
-        if w_sparse > 0 or w_sdist > 0:
-            scores = aligned_scores(q, d, self.loaded.lm_head, self.reader.surface_token_ids(queries),
-                                    self.loaded.special_ids)
+        w_sparse, w_sdist, w_fd, w_fq = (float(self.hp[k]) for k in ("sparse", "sparse_distill", "flops_d", "flops_q"))
+        if w_sparse > 0 or w_sdist > 0 or w_fd > 0 or w_fq > 0:
+            query_w, doc_w = aligned_weights(q, d, self.loaded.lm_head, self.reader.surface_token_ids(queries),
+                                             self.loaded.special_ids)
+            scores = query_w @ doc_w.T
             dense_logits = cosine_scores(q, d).detach() / float(self.hp["tau"])
             stau = (matched_temperature(scores, dense_logits, cand) if self.hp["sparse_tau"] == "auto"
                     else float(self.hp["sparse_tau"]))
@@ -141,6 +147,10 @@ class InfoNCEMethod(Method):
             if w_sdist > 0:
                 sdist = sparse_distill_kl(dense_logits, scores, stau, cand)
                 total, parts["sparse_distill"] = total + w_sdist * sdist, float(sdist.detach())
+            for key, w, weights_ in (("flops_d", w_fd, doc_w), ("flops_q", w_fq, query_w)):
+                if w > 0:
+                    flops = flops_penalty(weights_)
+                    total, parts[key] = total + w * flops, float(flops.detach())
         if len(parts) == 1:
             return total, {"loss": float(total.detach())}
         return total, {"loss": float(total.detach()), **parts}
