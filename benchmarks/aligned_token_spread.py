@@ -28,6 +28,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.adapter_rows import adapter_encoders, replace_rows
+except ModuleNotFoundError:
+    from adapter_rows import adapter_encoders, replace_rows
+
 RESULTS = Path(__file__).resolve().parent / "results" / "aligned_token_spread.json"
 
 
@@ -57,26 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
-    from alignir import Encoder
-    from alignir.encoders.shipped import resolve_adapter
     from alignir.retrieval.beir import read_corpus_jsonl
 
     corpus = read_corpus_jsonl(Path(args.dataset) / "corpus.jsonl", empty="skip")
     texts = [doc.contents for doc in corpus.values()][:args.max_docs]
     command = "python benchmarks/aligned_token_spread.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     rows = []
-    for item in args.adapter:
-        name, _, adapter = item.partition("=")
-        enc = Encoder.from_pretrained(args.model, adapter=resolve_adapter(adapter), family="infonce")
+    for name, adapter, enc in adapter_encoders(args.adapter, args.model):
         H = enc.dense(texts, "document", progress=True)
         row = {"dataset": Path(args.dataset).name, "adapter": name, "source": adapter,
                **spread(enc.fit(H).sparse_documents(H), enc.terms), "command": command}
         print(json.dumps({k: v for k, v in row.items() if k != "command"}), flush=True)
         rows.append(row)
-    old = json.loads(args.out.read_text())["rows"] if args.out.exists() else []
-    keys = {(r["dataset"], r["adapter"]) for r in rows}
-    kept = [r for r in old if (r["dataset"], r["adapter"]) not in keys]
-    args.out.write_text(json.dumps({"rows": kept + rows}, indent=1, ensure_ascii=False) + "\n")
+    replace_rows(args.out, rows, ("dataset", "adapter"))
     return 0
 
 

@@ -32,6 +32,11 @@ from typing import Callable
 import numpy as np
 import torch
 
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.adapter_rows import adapter_encoders, replace_rows
+except ModuleNotFoundError:
+    from adapter_rows import adapter_encoders, replace_rows
+
 RESULTS = Path(__file__).resolve().parent / "results" / "loss_gradients.json"
 TAU = 0.05  # the InfoNCE trainer's default temperature
 
@@ -85,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
-    from alignir import Encoder
-    from alignir.encoders.shipped import resolve_adapter
     from alignir.encoders.train.base import in_batch_candidates, pair_texts
     from alignir.encoders.train.data import load_beir_pairs
 
@@ -96,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [b for b in batches if b]
     command = "python benchmarks/loss_gradients.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     rows = []
-    for item in args.adapter:
-        name, _, adapter = item.partition("=")
-        enc = Encoder.from_pretrained(args.model, adapter=resolve_adapter(adapter), family="infonce",
-                                      max_length=args.max_length)
+    for name, adapter, enc in adapter_encoders(args.adapter, args.model, max_length=args.max_length):
         sums: dict[str, np.ndarray] = {}
         for batch in batches:
             queries, docs, pos = pair_texts(batch)
@@ -118,10 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                    "batches": len(batches), "batch_size": args.batch_size, "command": command}
             print(json.dumps({k: v for k, v in row.items() if k != "command"}), flush=True)
             rows.append(row)
-    old = json.loads(args.out.read_text())["rows"] if args.out.exists() else []
-    keys = {(r["dataset"], r["adapter"], r["term"]) for r in rows}
-    kept = [r for r in old if (r["dataset"], r["adapter"], r["term"]) not in keys]
-    args.out.write_text(json.dumps({"rows": kept + rows}, indent=1) + "\n")
+    replace_rows(args.out, rows, ("dataset", "adapter", "term"))
     return 0
 
 

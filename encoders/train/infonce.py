@@ -137,19 +137,20 @@ class InfoNCEMethod(Method):
         if w_sparse > 0 or w_sdist > 0 or w_fd > 0 or w_fq > 0:
             query_w, doc_w = aligned_weights(q, d, self.loaded.lm_head, self.reader.surface_token_ids(queries),
                                              self.loaded.special_ids)
-            scores = query_w @ doc_w.T
-            dense_logits = cosine_scores(q, d).detach() / float(self.hp["tau"])
-            stau = (matched_temperature(scores, dense_logits, cand) if self.hp["sparse_tau"] == "auto"
-                    else float(self.hp["sparse_tau"]))
-            if w_sparse > 0:
-                sparse = sparse_info_nce(scores, pos_t, stau, cand)
-                total, parts["sparse"] = total + w_sparse * sparse, float(sparse.detach())
-            if w_sdist > 0:
-                sdist = sparse_distill_kl(dense_logits, scores, stau, cand)
-                total, parts["sparse_distill"] = total + w_sdist * sdist, float(sdist.detach())
-            for key, w, weights_ in (("flops_d", w_fd, doc_w), ("flops_q", w_fq, query_w)):
+            if w_sparse > 0 or w_sdist > 0:  # the score terms; the FLOPS terms need only the weights
+                scores = query_w @ doc_w.T
+                dense_logits = cosine_scores(q, d).detach() / float(self.hp["tau"])
+                stau = (matched_temperature(scores, dense_logits, cand) if self.hp["sparse_tau"] == "auto"
+                        else float(self.hp["sparse_tau"]))
+                if w_sparse > 0:
+                    sparse = sparse_info_nce(scores, pos_t, stau, cand)
+                    total, parts["sparse"] = total + w_sparse * sparse, float(sparse.detach())
+                if w_sdist > 0:
+                    sdist = sparse_distill_kl(dense_logits, scores, stau, cand)
+                    total, parts["sparse_distill"] = total + w_sdist * sdist, float(sdist.detach())
+            for key, w, side_w in (("flops_d", w_fd, doc_w), ("flops_q", w_fq, query_w)):
                 if w > 0:
-                    flops = flops_penalty(weights_)
+                    flops = flops_penalty(side_w)
                     total, parts[key] = total + w * flops, float(flops.detach())
         if len(parts) == 1:
             return total, {"loss": float(total.detach())}
