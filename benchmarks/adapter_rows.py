@@ -1,9 +1,7 @@
 """Shared by the per-adapter benchmarks (aligned_token_spread.py, loss_gradients.py): the encoders
-of ``NAME=ADAPTER`` arguments, and result rows that replace those with the same key."""
+of ``NAME=ADAPTER`` arguments."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 
@@ -17,11 +15,3 @@ def adapter_encoders(specs: Sequence[str], model: str, **options: Any) -> Iterat
         name, _, adapter = spec.partition("=")
         yield name, adapter, Encoder.from_pretrained(model, adapter=resolve_adapter(adapter), family="infonce",
                                                      **options)
-
-
-def replace_rows(path: Path, rows: list[dict], key: Sequence[str]) -> None:
-    """Write ``{"rows": [...]}`` to ``path``: the old rows whose ``key`` fields match no new row, then ``rows``."""
-    old = json.loads(path.read_text())["rows"] if path.exists() else []
-    keys = {tuple(r[k] for k in key) for r in rows}
-    kept = [r for r in old if tuple(r[k] for k in key) not in keys]
-    path.write_text(json.dumps({"rows": kept + rows}, indent=1, ensure_ascii=False) + "\n")

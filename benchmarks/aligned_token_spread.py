@@ -29,9 +29,11 @@ import numpy as np
 import scipy.sparse as sp
 
 try:  # imported as benchmarks.X (tests) or run as a script from this folder
-    from benchmarks.adapter_rows import adapter_encoders, replace_rows
+    from benchmarks.adapter_rows import adapter_encoders
+    from benchmarks.result_rows import replace_rows
 except ModuleNotFoundError:
-    from adapter_rows import adapter_encoders, replace_rows
+    from adapter_rows import adapter_encoders
+    from result_rows import replace_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "aligned_token_spread.json"
 
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                **spread(enc.fit(H).sparse_documents(H), enc.terms), "command": command}
         print(json.dumps({k: v for k, v in row.items() if k != "command"}), flush=True)
         rows.append(row)
-    replace_rows(args.out, rows, ("dataset", "adapter"))
+    replace_rows(args.out, rows, ("dataset", "adapter"), wrapped=True)
     return 0
 
 

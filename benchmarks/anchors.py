@@ -45,7 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "quality.json"
 DEPTH = 100
 
-from alignir.io import atomic_write_json  # noqa: E402
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.result_rows import replace_rows  # noqa: E402
+except ModuleNotFoundError:
+    from result_rows import replace_rows  # noqa: E402
 try:
     from benchmarks.bench_dense_anchor import encode as mean_pooled  # noqa: E402
 except ModuleNotFoundError:  # run as a script (python benchmarks/anchors.py): its own folder is on the path
@@ -259,10 +262,7 @@ def score(dataset: str, name: str, depth: int = DEPTH, max_length: int | None = 
 
 def record(rows: list[dict], out: Path = OUT) -> None:
     """Replace the rows of the same (dataset, model, method) in ``out`` (others kept, order kept)."""
-    old = json.loads(out.read_text()) if out.exists() else []
-    keys = {(r["dataset"], r["model"], r["method"]) for r in rows}
-    kept = [r for r in old if (r["dataset"], r["model"], r["method"]) not in keys]
-    atomic_write_json(out, kept + rows, indent=1)
+    replace_rows(out, rows, ("dataset", "model", "method"))
 
 
 TABLE_ORDER = ("adi", "med", "cisi", "cran", "scifact")

@@ -19,6 +19,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.result_rows import replace_rows  # noqa: E402
+except ModuleNotFoundError:
+    from result_rows import replace_rows  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
 from alignir.retrieval.searcher import MODES, Searcher, Timings  # noqa: E402
 
@@ -67,10 +71,7 @@ def main(argv: list[str] | None = None) -> None:
              "k": args.k, "command": command}
         print(json.dumps(r), file=sys.stderr)
         rows.append(r)
-    out = Path(args.out)
-    old = json.loads(out.read_text()) if out.exists() else []
-    keys = {(r["collection"], r["mode"]) for r in rows}
-    out.write_text(json.dumps([r for r in old if (r["collection"], r["mode"]) not in keys] + rows, indent=1) + "\n")
+    replace_rows(args.out, rows, ("collection", "mode"))
 
 
 if __name__ == "__main__":

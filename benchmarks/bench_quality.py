@@ -39,6 +39,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.result_rows import replace_rows  # noqa: E402
+except ModuleNotFoundError:
+    from result_rows import replace_rows  # noqa: E402
 from alignir.index.dense import DenseIndex  # noqa: E402
 from alignir.index.sparse import SparseIndex  # noqa: E402
 from alignir.retrieval import fusion  # noqa: E402
@@ -352,11 +356,7 @@ def plot_sweeps(rows: list[dict], fusion_rows: list[dict], title: str, path: Pat
 
 
 def merge_rows(path: Path, new: list[dict]) -> None:
-    old = json.loads(path.read_text()) if path.exists() else []
-    keys = {(r["dataset"], r["model"], r["method"]) for r in new}
-    kept = [r for r in old if (r["dataset"], r["model"], r["method"]) not in keys]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(kept + new, indent=1) + "\n")
+    replace_rows(path, new, ("dataset", "model", "method"))
 
 
 def main(argv: list[str] | None = None) -> None:

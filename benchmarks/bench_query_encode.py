@@ -47,6 +47,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.result_rows import replace_rows  # noqa: E402
+except ModuleNotFoundError:
+    from result_rows import replace_rows  # noqa: E402
 from alignir.encoders.embedders import get_embedder  # noqa: E402
 from alignir.encoders.models import backbone, load_model  # noqa: E402
 from alignir.encoders.quantize import to_int8  # noqa: E402
@@ -183,11 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                          torch=torch.__version__, machine=f"{platform.machine()}", load=load, command=command,
                          date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                 print(json.dumps(r), file=sys.stderr, flush=True)
-    out = Path(args.out)
-    old = json.loads(out.read_text()) if out.exists() else []
-    key = lambda r: (r["collection"], r["mode"], r.get("model"), r.get("config"))  # noqa: E731
-    keys = {key(r) for r in rows}
-    out.write_text(json.dumps([r for r in old if key(r) not in keys] + rows, indent=1) + "\n")
+    replace_rows(args.out, rows, ("collection", "mode", "model", "config"))
 
 
 if __name__ == "__main__":

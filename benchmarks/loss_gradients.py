@@ -33,9 +33,11 @@ import numpy as np
 import torch
 
 try:  # imported as benchmarks.X (tests) or run as a script from this folder
-    from benchmarks.adapter_rows import adapter_encoders, replace_rows
+    from benchmarks.adapter_rows import adapter_encoders
+    from benchmarks.result_rows import replace_rows
 except ModuleNotFoundError:
-    from adapter_rows import adapter_encoders, replace_rows
+    from adapter_rows import adapter_encoders
+    from result_rows import replace_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "loss_gradients.json"
 TAU = 0.05  # the InfoNCE trainer's default temperature
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                    "batches": len(batches), "batch_size": args.batch_size, "command": command}
             print(json.dumps({k: v for k, v in row.items() if k != "command"}), flush=True)
             rows.append(row)
-    replace_rows(args.out, rows, ("dataset", "adapter", "term"))
+    replace_rows(args.out, rows, ("dataset", "adapter", "term"), wrapped=True)
     return 0
 
 

@@ -27,6 +27,10 @@ try:  # imported as benchmarks.passage_fusion (tests) or run as a script from th
     from benchmarks.fusion_rules import Setting, load
 except ImportError:
     from fusion_rules import Setting, load
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.result_rows import replace_rows  # noqa: E402
+except ModuleNotFoundError:
+    from result_rows import replace_rows  # noqa: E402
 from alignir.retrieval import fusion as F
 from alignir.retrieval.metrics import evaluate
 
@@ -88,11 +92,7 @@ def main(argv: list[str] | None = None) -> None:
                "passages": summary(on), "fused_paired": paired(off, on), "command": command}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    out = Path(args.out)
-    old = json.loads(out.read_text()) if out.exists() else []
-    keys = {(r["collection"], r["max_length"]) for r in rows}
-    out.write_text(json.dumps([r for r in old if (r["collection"], r["max_length"]) not in keys] + rows,
-                              indent=1) + "\n")
+    replace_rows(args.out, rows, ("collection", "max_length"))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
+try:  # imported as benchmarks.X (tests) or run as a script from this folder
+    from benchmarks.result_rows import replace_rows  # noqa: E402
+except ModuleNotFoundError:
+    from result_rows import replace_rows  # noqa: E402
+
 
 def gemm_rate(shapes: list[tuple[int, int]], rows: int, repeats: int = 20) -> float:
     """GFLOP/s of x[rows, in] @ W[in, out] over the given (in, out) Linear shapes (best of repeats)."""
@@ -89,10 +94,7 @@ def main(argv: list[str] | None = None) -> None:
                    "load": load, "command": command}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    out = Path(a.out)
-    old = json.loads(out.read_text()) if out.exists() else []
-    keys = {(r["model"], r["threads"]) for r in rows}
-    out.write_text(json.dumps([r for r in old if (r["model"], r["threads"]) not in keys] + rows, indent=1) + "\n")
+    replace_rows(a.out, rows, ("model", "threads"))
 
 
 if __name__ == "__main__":

@@ -41,14 +41,3 @@ def test_end_to_end_on_the_tiny_model(tiny_folder, tiny_adapter, tmp_path):
     [row] = json.loads(out.read_text())["rows"]
     assert row["dataset"] == "beir" and row["adapter"] == "tiny" and row["documents"] == 3
     assert 0 < row["weighted_df"] <= 1 and 0 < row["postings_per_doc"]
-
-
-def test_replace_rows_keeps_other_keys_and_replaces_the_same(tmp_path):
-    from benchmarks.adapter_rows import replace_rows
-
-    out = tmp_path / "rows.json"
-    replace_rows(out, [{"dataset": "adi", "adapter": "a", "x": 1}, {"dataset": "adi", "adapter": "b", "x": 2}],
-                 ("dataset", "adapter"))
-    replace_rows(out, [{"dataset": "adi", "adapter": "b", "x": 3}], ("dataset", "adapter"))
-    assert json.loads(out.read_text())["rows"] == [{"dataset": "adi", "adapter": "a", "x": 1},
-                                                   {"dataset": "adi", "adapter": "b", "x": 3}]
