@@ -125,7 +125,7 @@ def test_infonce_with_sparse_distillation_logs_the_term(tiny_model, data_files, 
         assert r["loss"] == pytest.approx(r["infonce"] + 0.7 * r["sparse_distill"], rel=1e-5)
     meta = json.loads((Path(summary["out"]) / "alignir_train.json").read_text())
     assert meta["hp"]["sparse_distill"] == 0.7
-    with pytest.raises(ValueError, match="flops_q >= 0"):
+    with pytest.raises(ValueError, match=r"flops_q >= 0 .*'sparse_distill': -1\.0"):
         train(dataclasses.replace(cfg, out=str(tmp_path / "bad"), hp={"sparse_distill": -1.0}), loaded=tiny_model)
     with pytest.raises(ValueError, match="sparse_tau > 0 or 'auto'"):
         train(dataclasses.replace(cfg, out=str(tmp_path / "bad2"), hp={"sparse_distill": 1.0, "sparse_tau": "hot"}),

@@ -127,7 +127,8 @@ def flops_penalty(weights: torch.Tensor) -> torch.Tensor:
     texts of the batch carry a token, so it falls fastest by lowering the tokens most texts share,
     which an in-batch ranking loss does not charge for (they add about the same to every
     candidate) and which blur a corpus-wide ranking (the sparse leg has no inverse document
-    frequency)."""
+    frequency). In training beside ``sparse_distill_kl`` it did not do that (docs/training.md):
+    with the LM head frozen, the weights fall only by moving the embedding itself."""
     if weights.dim() != 2 or weights.shape[0] == 0:
         raise InvalidInputError(f"weights [n, V] with n >= 1 needed, got {tuple(weights.shape)}")
     return (weights.abs().mean(0) ** 2).sum()

@@ -26,7 +26,9 @@ collapsed the documents' aligned tokens onto punctuation and function words (doc
 ``flops_d`` / ``flops_q`` > 0 add that weight × the FLOPS regulariser of the batch's document / query
 aligned-token weights (aligned_loss.flops_penalty: Σ_t (mean_i |w_it|)², SPLADE's sparsity term),
 which charges a token for being shared by many texts; two weights, since the queries' raw-logit
-weights are an order of magnitude larger than the documents' log1p weights.
+weights are an order of magnitude larger than the documents' log1p weights. Measured beside
+``sparse_distill``, it did not stop the drift towards shared tokens but sped it up, and at a third
+of InfoNCE's gradient norm it wrecked the dense leg (docs/training.md).
 
 ``grad_cache`` = N > 0 computes the same gradient with gradient caching (encoders.train.grad_cache,
 GradCache): every text embedded without autograd N at a time, the whole loss (every term above:
@@ -83,10 +85,10 @@ class InfoNCEMethod(Method):
             raise InvalidInputError("distillation needs both a teacher and a weight distill > 0 "
                                     f"(got teacher={self.hp['teacher']!r}, distill={weight})")
         tau = self.hp["sparse_tau"]
-        weights = {k: self.hp[k] for k in ("sparse", "sparse_distill", "flops_d", "flops_q")}
-        if min(float(v) for v in weights.values()) < 0 or not (tau == "auto" or _positive(tau)):
+        term_weights = {k: self.hp[k] for k in ("sparse", "sparse_distill", "flops_d", "flops_q")}
+        if min(float(v) for v in term_weights.values()) < 0 or not (tau == "auto" or _positive(tau)):
             raise InvalidInputError("the aligned-token terms need sparse, sparse_distill, flops_d and flops_q >= 0 and "
-                                    f"sparse_tau > 0 or 'auto' (got {weights}, sparse_tau={tau!r})")
+                                    f"sparse_tau > 0 or 'auto' (got {term_weights}, sparse_tau={tau!r})")
         if weight > 0:
             from alignir.encoders.train.teacher import CachedTeacher, make_teacher
 
