@@ -52,6 +52,13 @@ GPU_SHARD_TEXTS = 8192
 _KEY_BYTES = 20  # sha1
 
 
+def dense_fingerprint(embedder: Any) -> dict[str, Any]:
+    """The fingerprint the cache keys an embedder's vectors by: what changes the dense vectors
+    (``Embedder.dense_fingerprint``; an adapter's sparse map does not)."""
+    fn = getattr(embedder, "dense_fingerprint", None)
+    return fn() if fn is not None else embedder.fingerprint()
+
+
 def fingerprint_key(fingerprint: dict[str, Any]) -> str:
     """Stable 32-hex key of a JSON-serialisable fingerprint."""
     try:
@@ -216,7 +223,7 @@ class EmbeddingCache:
         """(vectors [n, d] float32 with NaN rows where missing, found bool [n]) — no encoding."""
         _check_role(role)
         texts = check_texts(texts)
-        fp = fingerprint_key(embedder.fingerprint())
+        fp = fingerprint_key(dense_fingerprint(embedder))
         idx = self._index(fp, role)
         keys = [text_key(t) for t in texts]
         found = np.array([k in idx.where for k in keys], dtype=bool)
@@ -261,7 +268,7 @@ class EmbeddingCache:
             tag = f"s{shard_id:03d}of{shard_num:03d}"
         else:
             tag = "all"
-        fingerprint = embedder.fingerprint()
+        fingerprint = dense_fingerprint(embedder)
         fp = fingerprint_key(fingerprint)
         idx = self._index(fp, role)
         keys = [text_key(t) for t in texts]
@@ -279,7 +286,8 @@ class EmbeddingCache:
             # padding in the embedder's batches; an out-of-memory shows at the start, not after
             # an hour); vectors are stored by text key, so input order is restored on gather
             pending = sorted(todo.items(), key=lambda kv: -len(kv[1]))
-            bar = tqdm(total=len(pending), desc=f"encode+cache {role}s", unit="text", disable=not progress)
+            what = "queries" if role == "query" else "documents"
+            bar = tqdm(total=len(pending), desc=f"encode+cache {what}", unit="text", disable=not progress)
             seq = len([p for p in idx.parts if p.startswith(f"part-{tag}-")])
             stats["n_truncated"] = 0
             with _one_truncation_warning(embedder, role, len(pending), stats):
@@ -346,7 +354,7 @@ class EmbeddingCache:
         remove stale temp files. Run it when no other process is reading or writing there (their
         in-memory indexes would point at removed parts). Returns rows kept."""
         if isinstance(embedder, Embedder):
-            fp = fingerprint_key(embedder.fingerprint())
+            fp = fingerprint_key(dense_fingerprint(embedder))
         else:
             fp = embedder if isinstance(embedder, str) else fingerprint_key(embedder)
         idx = self._index(fp, role)

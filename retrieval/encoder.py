@@ -147,7 +147,7 @@ class Encoder:
         if not isinstance(sparse, SparseConfig):
             raise InvalidInputError(f"sparse must be a SparseConfig, got {type(sparse).__name__}")
         embedder = apply_runtime(embedder, runtime, on_export=on_stage)
-        sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1, term_map=term_map)
+        sparsifier = Sparsifier.for_model(loaded, sparse, pc1=pc1, term_map=term_map, embedder=embedder)
         return cls(embedder, sparsifier, loaded, model=model or str(getattr(loaded, "name", "")),
                    family=family or getattr(embedder, "family", ""), options=options or {},
                    cache_dir=cache_dir, use_cache=use_cache)
@@ -225,7 +225,8 @@ class Encoder:
         return self.embedder.tokenizer
 
     def fingerprint(self) -> dict[str, Any]:
-        """The embedder's fingerprint (everything that changes the dense vectors)."""
+        """The embedder's fingerprint: everything that changes the dense vectors, and the
+        aligned-token map (``sparse_map_sha256``) when its adapter carries one."""
         return self.embedder.fingerprint()
 
     # ------------------------------------------------------------------ eq.14

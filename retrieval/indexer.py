@@ -351,7 +351,7 @@ def resparsify(index_dir: str | Path, *, loaded: Any = None, device: str = "auto
         if "pc1_lambda" in changes and "pc1_remove" not in changes:
             new = replace(new, pc1_remove=None)  # an explicit λ replaces a relative one
         new = resolve_lambda(new, H, stored.pc1)
-        sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map)
+        sparsifier = Sparsifier.for_model(loaded, new, pc1=stored.pc1, term_map=term_map, embedder=enc)
         sparse_index = SparseIndex.from_csr(sparsifier.documents(H), quantize=new.quantize)
         if stored.sparse is not None:  # deleted documents (their rows) stay deleted
             dead = np.setdiff1d(np.arange(sparse_index.n_docs), stored.sparse.live_doc_numbers())

@@ -37,12 +37,15 @@ class Sparsifier:
 
     @classmethod
     def for_model(cls, loaded: Any, config: SparseConfig, pc1: np.ndarray | None = None,
-                  term_map: TermMap | None = None) -> "Sparsifier":
-        """Build from an ``encoders.models.LoadedModel`` (term map from its tokenizer)."""
+                  term_map: TermMap | None = None, embedder: Any = None) -> "Sparsifier":
+        """Build from an ``encoders.models.LoadedModel`` (term map from its tokenizer); with the
+        ``embedder`` of that model, through its ``aligned_head`` (E_g, or E_g·A when its adapter
+        carries a trained sparse map)."""
         if term_map is None:
             term_map = TermMap.from_tokenizer(loaded.tokenizer, vocab_size=loaded.vocab_size,
                                               fold=config.fold)
-        return cls(loaded.lm_head, np.asarray(loaded.special_ids), term_map, config, pc1,
+        head = loaded.lm_head if embedder is None else embedder.aligned_head
+        return cls(head, np.asarray(loaded.special_ids), term_map, config, pc1,
                    getattr(loaded, "tokenizer", None))
 
     def _adjusted(self, H: np.ndarray) -> np.ndarray:

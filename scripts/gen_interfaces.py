@@ -49,6 +49,7 @@ PUBLIC: dict[str, list[str]] = {
     "alignir.retrieval.passages": ["parse_passages", "split_passages", "plan_passages"],
     "alignir.retrieval.passage_leg": ["PassageLeg", "PassageLeg.search", "PassageLeg.best_passage"],
     "alignir.retrieval.sparsify": ["Sparsifier.for_model"],
+    "alignir.retrieval.sparse_map_fit": ["fit_sparse_map"],
     "alignir.retrieval.encoder": ["Encoder.from_pretrained", "Encoder.from_index", "Encoder.fit",
                                   "Encoder.encode_documents", "Encoder.encode_queries", "Encoded.decode"],
     "alignir.retrieval.bm25": ["bm25_weights", "bm25_from_counts", "lexical_leg", "LexicalBuilder",

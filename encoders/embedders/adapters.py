@@ -3,7 +3,10 @@
 An adapter directory holds peft's ``adapter_config.json`` + ``adapter_model.safetensors``, plus
 ``alignir_extra.safetensors`` (trained soft-token embeddings: AutoRegEmbed compress tokens,
 LLM2Comp memory tokens) and ``alignir_train.json`` (method, stage, hyper-parameters, base model,
-training data). Writing adapters is training code (``alignir.encoders.train.adapter``).
+training data). It may also hold a trained aligned-token map (``alignir_sparse_map.safetensors``
+and its training record ``alignir_sparse_map.json``, encoders.train.sparse_map): it changes the
+aligned tokens, not the dense vectors, so it stays out of the adapter's hash and enters the
+embedder's fingerprint on its own (``sparse_map_sha256``). Writing adapters is training code (``alignir.encoders.train.adapter``).
 """
 from __future__ import annotations
 
@@ -21,11 +24,16 @@ from alignir.io import sha256_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXTRA_FILE", "META_FILE", "adapter_dir", "read_meta", "read_extra", "load_adapter", "adapter_hash",
-           "training_cost", "check_base_model"]
+__all__ = ["EXTRA_FILE", "META_FILE", "SPARSE_MAP_FILE", "SPARSE_MAP_META", "SPARSE_MAP_KEY", "adapter_dir",
+           "read_meta", "read_extra", "read_sparse_map", "load_adapter", "adapter_hash", "training_cost",
+           "check_base_model"]
 
 EXTRA_FILE = "alignir_extra.safetensors"
 META_FILE = "alignir_train.json"
+#: the trained map A [d, d] the aligned tokens are read through (E_g·A·h), and its training record
+SPARSE_MAP_FILE = "alignir_sparse_map.safetensors"
+SPARSE_MAP_META = "alignir_sparse_map.json"
+SPARSE_MAP_KEY = "sparse_map"
 _HASHED = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", EXTRA_FILE, META_FILE)
 
 
@@ -89,6 +97,25 @@ def read_extra(path: str | Path, device, dtype) -> dict[str, torch.Tensor]:
     if not f.is_file():
         return {}
     return {k: v.to(device=device, dtype=dtype) for k, v in load_file(str(f)).items()}
+
+
+def read_sparse_map(path: str | Path, dim: int) -> tuple[torch.Tensor | None, str | None]:
+    """The adapter's aligned-token map A (float32 [dim, dim]) and its file's sha256; (None, None)
+    when it has none. InvalidInputError when A does not fit the model's hidden size ``dim``."""
+    from safetensors.torch import load_file
+
+    f = Path(path) / SPARSE_MAP_FILE
+    if not f.is_file():
+        return None, None
+    tensors = load_file(str(f))
+    A = tensors.get(SPARSE_MAP_KEY)
+    if A is None or tuple(A.shape) != (dim, dim):
+        got = "no tensor" if A is None else f"shape {tuple(A.shape)}"
+        raise InvalidInputError(f"{f} must hold {SPARSE_MAP_KEY!r} of shape [{dim}, {dim}] (the model's hidden "
+                                f"size), it has {got}")
+    if not torch.isfinite(A).all():
+        raise InvalidInputError(f"{f}: {SPARSE_MAP_KEY!r} has non-finite values")
+    return A.float(), sha256_file(f)
 
 
 def adapter_dir(path: str | Path) -> Path:

@@ -43,6 +43,10 @@ class Embedder(ABC):
     family: str = "base"
 
     loaded: Any  # encoders.models.LoadedModel
+    #: a trained map A [d, d] the aligned tokens are read through (set from an adapter that
+    #: carries one, encoders.train.sparse_map); None: the LM head alone
+    sparse_map: torch.Tensor | None = None
+    sparse_map_sha: str | None = None
 
     @property
     def tokenizer(self):
@@ -52,6 +56,20 @@ class Embedder(ABC):
     def lm_head(self) -> torch.Tensor:
         """Output embedding matrix E_g, shape [V, d] (untied heads handled by the loader)."""
         return self.loaded.lm_head
+
+    @property
+    def aligned_head(self) -> torch.Tensor:
+        """The matrix the aligned tokens are read through, [V, d]: E_g, or E_g·A when a sparse map
+        A is set, so that a text's token logits are E_g·(A·h_adj) while its dense vector stays h
+        (the map changes the aligned-token leg only)."""
+        if self.sparse_map is None:
+            return self.lm_head
+        held = getattr(self, "_aligned_head", None)
+        if held is None or held[0] is not self.sparse_map:
+            W = self.lm_head
+            head = (W.float() @ self.sparse_map.to(device=W.device, dtype=torch.float32)).to(W.dtype)
+            held = self._aligned_head = (self.sparse_map, head)
+        return held[1]
 
     @property
     def dim(self) -> int:
@@ -72,6 +90,14 @@ class Embedder(ABC):
         """Everything that changes the vectors: model identity + file hash/revision,
         family, pooling, template, instruction, max length, adapter hash, options.
         Must be JSON-serialisable and stable across processes."""
+
+    def dense_fingerprint(self) -> dict[str, Any]:
+        """:meth:`fingerprint` without what changes the aligned tokens only (a sparse map): the key
+        of the dense vectors in the embedding cache, which an adapter with and without a trained
+        sparse map share."""
+        fp = dict(self.fingerprint())
+        fp.pop("sparse_map_sha256", None)
+        return fp
 
     def text_budget(self, role: str = "document") -> int | None:
         """How many tokens of a text the encoder reads before truncating it (the text's share

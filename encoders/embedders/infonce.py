@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alignir.encoders.embedders.adapters import adapter_hash, load_adapter
+from alignir.encoders.embedders.adapters import adapter_dir, adapter_hash, load_adapter, read_sparse_map
 from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
 from alignir.encoders.models import backbone
 
@@ -37,10 +37,13 @@ class InfoNCEEmbedder(PromptEOLEmbedder):
         if self.adapter:
             self._backbone = backbone(self._peft)
             self.adapter_sha = adapter_hash(self.adapter)
+            self.sparse_map, self.sparse_map_sha = read_sparse_map(adapter_dir(self.adapter), self.dim)
 
     def fingerprint(self) -> dict[str, Any]:
         fp = dict(super().fingerprint())
         fp["adapter_sha256"] = self.adapter_sha
         if self.adapter_sha:
             fp["family"] = "infonce"
+        if self.sparse_map_sha:
+            fp["sparse_map_sha256"] = self.sparse_map_sha
         return fp

@@ -15,7 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from alignir.encoders.embedders.base import Embedder, clean_text
-from alignir.encoders.embedders.adapters import adapter_hash, load_adapter
+from alignir.encoders.embedders.adapters import adapter_dir, adapter_hash, load_adapter, read_sparse_map
 from alignir.encoders.embedders.generative import init_soft_tokens
 
 __all__ = ["TrainedEmbedder"]
@@ -60,6 +60,7 @@ class TrainedEmbedder(Embedder):
         if self.adapter:
             self.model, extra, self.adapter_meta = load_adapter(loaded.model, self.adapter, loaded.identity)
             self.adapter_sha = adapter_hash(self.adapter)
+            self.sparse_map, self.sparse_map_sha = read_sparse_map(adapter_dir(self.adapter), self.dim)
         else:
             self.model = loaded.model
             self.adapter_sha = None
@@ -135,4 +136,6 @@ class TrainedEmbedder(Embedder):
         dtype = str(self.loaded.dtype).replace("torch.", "")
         if dtype != "float32":  # fp32 (the CPU default) leaves existing fingerprints as they were
             fp["dtype"] = dtype
+        if self.sparse_map_sha:
+            fp["sparse_map_sha256"] = self.sparse_map_sha
         return fp

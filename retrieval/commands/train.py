@@ -18,6 +18,12 @@ the same command resumes the unfinished stage)::
 No labelled data: ``--data-mix title,crop`` trains pair stages on title<->abstract pairs and
 independent crops of the corpus (``--corpus DIR`` once per corpus; default the --data folder).
 
+The aligned-token map of a trained adapter (no LLM training: the texts are encoded once, a d×d map
+before the LM head trains on their vectors in minutes; docs/training.md)::
+
+    alignir train sparse-map --init-adapter builtin:smollm2-135m-alignir-v3 --data datasets/scifact \
+        --corpus corpora/wordnet --corpus corpora/foldoc --set breadth=0.5 --steps 300 --out runs/v3-map
+
 GPU paper scale: ``--dtype bf16 --grad-accum 8 --grad-checkpointing --max-length 512``. InfoNCE
 with more in-batch negatives than memory holds: ``--batch-size 256 --set grad_cache=64`` (gradient
 caching, 64 texts per sub-batch; docs/training.md).
@@ -32,7 +38,7 @@ import typer
 from alignir.retrieval.commands.common import parse_key_values
 
 METHOD_HELP = ("infonce | autoregembed (stages ic, ic-text, cda, contrastive) | llm2comp (rc, nll, ctkd, ucl, scl) "
-               "| gircse (icr)")
+               "| gircse (icr) | sparse-map (the aligned-token map of --init-adapter)")
 
 
 def _parse_set(items: list[str]) -> dict:
@@ -102,6 +108,10 @@ def register(app: typer.Typer) -> None:
         from alignir.encoders.train.stages import run_stages
         from alignir.encoders.train.trainer import TrainConfig, train
 
+        if method == "sparse-map":
+            _sparse_map(data, out, model, init_adapter, split, list(corpus), steps, lr, seed, eval_every, device,
+                        threads, _parse_set(set_))
+            return
         if stages and stage:
             raise typer.BadParameter("give --stage or --stages, not both")
         if stage_option and not stages:
@@ -129,6 +139,34 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(str(e)) from None
         typer.echo(json.dumps(summary, indent=1, default=str))
         _report_pause(summary, names)
+
+
+def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], split: str, corpora: list[str], steps: int,
+                lr: Optional[float], seed: int, eval_every: int, device: str, threads: Optional[int],
+                hp: dict) -> None:
+    """``alignir train sparse-map``: retrieval.sparse_map_fit on the adapter of --init-adapter
+    (a folder or builtin:NAME) over --model, the base model it was trained on; --set takes SparseMapConfig fields (batch_size, hard_negatives,
+    random_negatives, identity_weight, breadth, spread) and pairs_per_corpus / held_out."""
+    import torch
+
+    from alignir.encoders.embedders.adapters import adapter_dir, read_meta
+    from alignir.encoders.train.sparse_map import SparseMapConfig
+    from alignir.retrieval.sparse_map_fit import fit_sparse_map
+
+    if not init_adapter:
+        raise typer.BadParameter("sparse-map trains the map of an adapter: give --init-adapter DIR or builtin:NAME")
+    if threads:
+        torch.set_num_threads(threads)
+    fit_keys = {k: hp.pop(k) for k in ("pairs_per_corpus", "held_out") if k in hp}
+    try:
+        family = read_meta(adapter_dir(init_adapter)).get("method") or "infonce"
+        cfg = SparseMapConfig(steps=steps, seed=seed, **({"lr": lr} if lr else {}), **hp)
+        record = fit_sparse_map(data, out, model=model, family=family, adapter=init_adapter, split=split,
+                                corpora=corpora, config=cfg, eval_every=eval_every or 100, device=device,
+                                **fit_keys)
+    except (ValueError, TypeError) as e:  # InvalidInputError is a ValueError
+        raise typer.BadParameter(str(e)) from None
+    typer.echo(json.dumps(record, indent=1, default=str))
 
 
 def _report_pause(summary: dict | list[dict], stage_names: list[str] | None) -> None:
