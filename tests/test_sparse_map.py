@@ -147,6 +147,21 @@ def test_a_map_of_the_wrong_shape_is_refused(tiny_adapter, tiny_model, tmp_path)
         InfoNCEEmbedder(tiny_model, adapter=str(bad), max_length=32)
 
 
+def test_lora_training_from_an_adapter_with_a_map_says_the_map_stays_behind(tiny_adapter, tiny_model, data_files,
+                                                                             tmp_path, caplog):
+    from alignir.encoders.embedders.adapters import SPARSE_MAP_FILE
+    from alignir.encoders.train.trainer import train
+    from conftest import train_config
+
+    d = int(tiny_model.lm_head.shape[1])
+    mapped = _with_map(tiny_adapter, tmp_path / "mapped", torch.eye(d))
+    with caplog.at_level("WARNING", logger="alignir.encoders.train.trainer"):
+        summary = train(train_config(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=1,
+                                     init_adapter=str(mapped)), loaded=tiny_model)
+    assert any("aligned-token map" in r.getMessage() for r in caplog.records)
+    assert not (tmp_path / "infonce-contrastive" / SPARSE_MAP_FILE).exists(), summary
+
+
 @pytest.fixture
 def tiny_train_beir(tmp_path):
     d = tmp_path / "beir"

@@ -17,6 +17,7 @@ from alignir.io import replace_dir
 
 import copy
 import json
+import logging
 import random
 import shutil
 import time
@@ -32,6 +33,8 @@ from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_a
 from alignir.encoders.train.data import Pair, batch_indices, describe_texts, load_texts, normal_query
 from alignir.encoders.train.mix import load_mix
 from alignir.encoders.train.stopping import stop_on_signals
+
+log = logging.getLogger(__name__)
 
 __all__ = ["TrainConfig", "METHODS", "method_class", "train", "trainable_sha256", "DEFAULT_LR"]
 
@@ -339,6 +342,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         peft_model, extra, _ = load_trainable_adapter(model, resume_from)
     elif cfg.init_adapter:
         peft_model, extra, _ = load_trainable_adapter(model, cfg.init_adapter)
+        _warn_if_map(cfg.init_adapter)
     else:
         peft_model = add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout)
     peft_model.train()
@@ -499,3 +503,13 @@ def _summary(out: Path, cfg: TrainConfig, steps: int, seconds: float, final: dic
     if method_obj is not None:
         summary["method_obj"] = method_obj
     return summary
+
+
+def _warn_if_map(adapter: str) -> None:
+    """An aligned-token map (encoders.train.sparse_map) belongs to the vectors it was fitted on:
+    training the LoRA weights moves them, so the map is not carried into the new adapter."""
+    from alignir.encoders.embedders.adapters import SPARSE_MAP_FILE, adapter_dir
+
+    if (adapter_dir(adapter) / SPARSE_MAP_FILE).is_file():
+        log.warning("%s carries an aligned-token map; it is not carried into the trained adapter (fit a new one "
+                    "with `alignir train sparse-map --init-adapter OUT`)", adapter)
