@@ -125,7 +125,7 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
             breadth.append(MapExamples.pairs(Path(c).name, torch.from_numpy(hq) + shift_c,
                                              torch.from_numpy(hd) + shift_c, enc.embedder.surface_token_ids(titles)))
 
-    W = enc.sparsifier.lm_head
+    W = enc.embedder.lm_head  # E_g itself: a map the source adapter may carry is replaced, not compounded
     qrels = {str(qids[i]): {d: int(r) for d, r in ds.qrels[qids[i]].items()} for i in held}
     enc.fit(Hd)
     fitted = enc.sparsifier

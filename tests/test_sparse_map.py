@@ -215,3 +215,24 @@ def test_cli_fits_a_map_and_an_index_built_with_it_records_it(tiny_adapter, tiny
     with Searcher.open(idx) as s:
         assert s.search("supersonic wind tunnel", k=3, mode="sparse")
         torch.testing.assert_close(s.sparsifier.lm_head.float(), s.embedder.lm_head.float() @ A)
+
+
+def test_fitting_from_an_adapter_with_a_map_replaces_it(tiny_adapter, tiny_folder, tiny_train_beir, tiny_model,
+                                                         tmp_path):
+    from safetensors.torch import load_file
+
+    from alignir.encoders.embedders.adapters import SPARSE_MAP_FILE
+    from alignir.retrieval.sparse_map_fit import fit_sparse_map
+
+    d = int(tiny_model.lm_head.shape[1])
+    old = torch.eye(d) + 0.5 * torch.randn(d, d, generator=torch.Generator().manual_seed(4))
+    mapped = _with_map(tiny_adapter, tmp_path / "mapped", old)
+    cfg = SparseMapConfig(steps=3, batch_size=3, random_negatives=4)
+    kw = dict(model=str(tiny_folder), family="infonce", split="train", held_out=0.34, config=cfg,
+              cache_dir=tmp_path / "cache", progress=False, max_length=32)
+    plain = fit_sparse_map(tiny_train_beir, tmp_path / "from-plain", adapter=str(tiny_adapter), **kw)
+    again = fit_sparse_map(tiny_train_beir, tmp_path / "from-mapped", adapter=str(mapped), **kw)
+    # the same start (E_g, the identity) and the same steps: the old map is neither kept nor compounded
+    assert again["held_out_ndcg@10"] == plain["held_out_ndcg@10"]
+    torch.testing.assert_close(load_file(str(tmp_path / "from-mapped" / SPARSE_MAP_FILE))["sparse_map"],
+                               load_file(str(tmp_path / "from-plain" / SPARSE_MAP_FILE))["sparse_map"])
