@@ -65,7 +65,8 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
                    progress: bool = True, **embedder_options: Any) -> dict[str, Any]:
     """Train the aligned-token map of ``adapter`` (or of the shipped ``model``, default the
     shipped default) on the qrels ``split`` of the BEIR folder ``data``, with title→text pairs of
-    each ``corpora`` folder when ``config.breadth`` > 0; write the adapter with its map to ``out``.
+    each ``corpora`` folder when ``config.breadth`` > 0 and their texts as the reference of
+    ``config.function_weight``; write the adapter with its map to ``out``.
     Returns the training record (also ``out/alignir_sparse_map.json``)."""
     from alignir.encoders.embedders.adapters import SPARSE_MAP_FILE, SPARSE_MAP_KEY, SPARSE_MAP_META, adapter_dir
     from alignir.encoders.models import cache_dir as default_cache_root
@@ -78,8 +79,9 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
     cfg = config if config is not None else SparseMapConfig()
     if not 0.0 <= held_out < 1.0:
         raise InvalidInputError(f"held_out must be in [0, 1), got {held_out}")
-    if cfg.breadth > 0 and not corpora:
-        raise InvalidInputError("breadth > 0 needs at least one --corpus folder for title→text pairs")
+    if (cfg.breadth > 0 or cfg.function_weight > 0) and not corpora:
+        raise InvalidInputError("breadth > 0 and function_weight > 0 need at least one --corpus folder (title→text "
+                                "pairs, reference texts)")
     out = Path(out)
     if (out / SPARSE_MAP_FILE).exists():
         raise InvalidInputError(f"{out} already holds a sparse map; choose another --out")
@@ -114,16 +116,18 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
     supervised = MapExamples(Path(str(data)).name, Qa[train_rows], Da, [surface[i] for i in train_rows],
                              [positives[i] for i in train_rows], [hard[i] for i in train_rows])
 
-    breadth = []
-    if cfg.breadth > 0:
+    breadth, reference = [], []
+    if cfg.breadth > 0 or cfg.function_weight > 0:
         for c in corpora:
             rows = _pair_rows(Path(c) / "corpus.jsonl" if Path(c).is_dir() else Path(c), pairs_per_corpus, cfg.seed)
             titles, texts = [r[0] for r in rows], [r[1] for r in rows]
-            hq = enc.dense(titles, "query")
             hd = enc.dense(texts, "document", progress=progress)
             shift_c = _pc1_shift(enc, hd)
-            breadth.append(MapExamples.pairs(Path(c).name, torch.from_numpy(hq) + shift_c,
-                                             torch.from_numpy(hd) + shift_c, enc.embedder.surface_token_ids(titles)))
+            reference.append(torch.from_numpy(hd) + shift_c)
+            if cfg.breadth > 0:
+                hq = enc.dense(titles, "query")
+                breadth.append(MapExamples.pairs(Path(c).name, torch.from_numpy(hq) + shift_c, reference[-1],
+                                                 enc.embedder.surface_token_ids(titles)))
 
     W = enc.embedder.lm_head  # E_g itself: a map the source adapter may carry is replaced, not compounded
     qrels = {str(qids[i]): {d: int(r) for d, r in ds.qrels[qids[i]].items()} for i in held}
@@ -142,7 +146,8 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
         return round(float(evaluate(qrels, run, ("ndcg@10",))["ndcg@10"]), 4)
 
     A, log = train_sparse_map([supervised], W, np.asarray(enc.sparsifier.special_ids), cfg, breadth,
-                              evaluate=held_ndcg if n_held else None, eval_every=eval_every, progress=progress)
+                              evaluate=held_ndcg if n_held else None, eval_every=eval_every, progress=progress,
+                              reference=torch.cat(reference) if reference else None)
     out.mkdir(parents=True, exist_ok=True)
     for f in src_dir.iterdir():
         if f.is_file() and f.name not in (SPARSE_MAP_FILE, SPARSE_MAP_META):

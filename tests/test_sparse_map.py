@@ -236,3 +236,28 @@ def test_fitting_from_an_adapter_with_a_map_replaces_it(tiny_adapter, tiny_folde
     assert again["held_out_ndcg@10"] == plain["held_out_ndcg@10"]
     torch.testing.assert_close(load_file(str(tmp_path / "from-mapped" / SPARSE_MAP_FILE))["sparse_map"],
                                load_file(str(tmp_path / "from-plain" / SPARSE_MAP_FILE))["sparse_map"])
+
+
+def test_logit_shift_penalty_is_the_mean_squared_change_of_the_reference_logits():
+    from alignir.encoders.train.sparse_map import logit_shift_penalty
+
+    W, q, docs, _ = _toy(seed=5)
+    A = torch.eye(5) + 0.3 * torch.randn(5, 5, generator=torch.Generator().manual_seed(6))
+    want = ((docs @ (A - torch.eye(5)).T @ W.T) ** 2).sum(1).mean()
+    got = logit_shift_penalty(A, W.T @ W, docs.T @ docs / docs.shape[0])
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+
+
+def test_the_function_penalty_keeps_the_reference_logits_closer():
+    from alignir.encoders.train.sparse_map import logit_shift_penalty
+
+    W, q, docs, surface = _toy(seed=7)
+    ex = MapExamples("toy", q, docs, surface, [[i] for i in range(6)])
+    reference = torch.randn(30, 5, generator=torch.Generator().manual_seed(8))
+    gram, moment = W.T @ W, reference.T @ reference / 30
+    base = dict(steps=40, lr=0.05, batch_size=6, identity_weight=0.0, doc_k=6, query_m=3)
+    free, _ = train_sparse_map([ex], W, None, SparseMapConfig(**base))
+    held, _ = train_sparse_map([ex], W, None, SparseMapConfig(**base, function_weight=1.0), reference=reference)
+    assert logit_shift_penalty(held, gram, moment) < 0.5 * logit_shift_penalty(free, gram, moment)
+    with pytest.raises(InvalidInputError, match="reference"):
+        train_sparse_map([ex], W, None, SparseMapConfig(**base, function_weight=1.0))

@@ -13,8 +13,9 @@ those vectors with InfoNCE (AutoRegEmbed eq.1) over the index's own sparse score
 (``aligned_loss.aligned_weights``: top-K document tokens with log1p weights, surface ∪ top-M query
 tokens with raw logits), with several positives per query where the qrels have them, hard
 negatives from the dense leg's top ranks and random documents of the corpus; title→text pairs of
-other corpora (in-batch negatives) keep the map from fitting one domain only. A penalty
-‖A − I‖² holds it near the identity. The map is saved beside the adapter
+other corpora (in-batch negatives) can be mixed in. Two penalties hold the map back: ‖A − I‖²
+on its parameters, and on its function, the mean over reference texts of other corpora of
+‖E_g·(A − I)·h_adj‖², how far it moves those texts' token logits (:func:`logit_shift_penalty`). The map is saved beside the adapter
 (``adapters.SPARSE_MAP_FILE``); it is alignir's own method, not a seed paper's.
 """
 from __future__ import annotations
@@ -29,7 +30,8 @@ import torch.nn.functional as F
 from alignir.encoders.train.aligned_loss import AlignedScoreConfig, aligned_weights
 from alignir.errors import InvalidInputError
 
-__all__ = ["SparseMapConfig", "MapExamples", "map_loss", "train_sparse_map", "dense_hard_negatives"]
+__all__ = ["SparseMapConfig", "MapExamples", "map_loss", "train_sparse_map", "dense_hard_negatives",
+           "logit_shift_penalty"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class SparseMapConfig:
     """Hyper-parameters of :func:`train_sparse_map`. ``spread``: the sparse scores are divided by
     std(scores of the query's candidates) / ``spread`` times a learnt scale, so the softmax sees a
     spread of about ``spread`` logits whatever the scores' magnitude (hundreds, for dot products of
-    aligned-token weights). ``breadth``: the share of steps on title→text pair collections."""
+    aligned-token weights). ``breadth``: the share of steps on title→text pair collections.
+    ``function_weight``: the weight of :func:`logit_shift_penalty` over the reference texts."""
 
     steps: int = 300
     lr: float = 3e-4
@@ -45,6 +48,7 @@ class SparseMapConfig:
     hard_negatives: int = 15
     random_negatives: int = 64
     identity_weight: float = 0.05
+    function_weight: float = 0.0
     breadth: float = 0.0
     spread: float = 4.0
     seed: int = 0
@@ -55,7 +59,7 @@ class SparseMapConfig:
         for name in ("steps", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInputError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("hard_negatives", "random_negatives", "identity_weight"):
+        for name in ("hard_negatives", "random_negatives", "identity_weight", "function_weight"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0 or not self.spread > 0:
@@ -151,14 +155,23 @@ def map_loss(A: torch.Tensor, log_scale: torch.Tensor, ex: MapExamples, rows: np
     return (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~positive, float("-inf")), 1)).mean()
 
 
+def logit_shift_penalty(A: torch.Tensor, gram: torch.Tensor, second_moment: torch.Tensor) -> torch.Tensor:
+    """mean_i ‖E_g·(A − I)·h_i‖² = tr(G·D·C·Dᵀ), D = A − I, G = E_gᵀE_g (``gram``), C = mean_i h_i·h_iᵀ
+    (``second_moment``, of the reference texts' h_adj): how far the map moves the token logits of
+    texts it was not trained on, in one d×d product instead of a pass over the vocabulary."""
+    D = A - torch.eye(A.shape[0], dtype=A.dtype)
+    return torch.trace(gram @ D @ second_moment @ D.T)
+
+
 def train_sparse_map(supervised: Sequence[MapExamples], lm_head: torch.Tensor, special_ids: np.ndarray | None,
                      cfg: SparseMapConfig = SparseMapConfig(), breadth: Sequence[MapExamples] = (),
                      evaluate: Callable[[torch.Tensor], float] | None = None, eval_every: int = 100,
-                     progress: bool = False) -> tuple[torch.Tensor, list[dict]]:
+                     progress: bool = False, reference: torch.Tensor | None = None) -> tuple[torch.Tensor, list[dict]]:
     """Train A [d, d] from the identity; returns (A, log rows). A step draws its batch from a
     breadth collection with probability ``cfg.breadth`` (one of ``breadth``, uniformly), else from a
     supervised collection. ``evaluate(A)`` (e.g. held-out nDCG@10 of the sparse leg) is logged
-    every ``eval_every`` steps and at the end."""
+    every ``eval_every`` steps and at the end. ``reference`` [n, d]: h_adj of texts from other
+    corpora, for ``cfg.function_weight``."""
     from tqdm.auto import tqdm
 
     if not supervised and not breadth:
@@ -169,9 +182,14 @@ def train_sparse_map(supervised: Sequence[MapExamples], lm_head: torch.Tensor, s
     for ex in (*supervised, *breadth):
         if ex.queries.shape[1] != dim:
             raise InvalidInputError(f"{ex.name}: vectors of dimension {ex.queries.shape[1]}, the LM head's is {dim}")
+    if cfg.function_weight and (reference is None or reference.shape[0] == 0):
+        raise InvalidInputError("function_weight > 0 needs reference texts (h_adj of other corpora)")
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     W = lm_head.detach().float()
+    if cfg.function_weight:
+        ref = reference.detach().float()
+        gram, moment = W.T @ W, ref.T @ ref / ref.shape[0]
     eye = torch.eye(dim)
     A = torch.nn.Parameter(eye.clone())
     log_scale = torch.nn.Parameter(torch.zeros(()))
@@ -190,6 +208,8 @@ def train_sparse_map(supervised: Sequence[MapExamples], lm_head: torch.Tensor, s
         else:
             loss = map_loss(A, log_scale, ex, rows, W, special_ids, cfg, rng)
         total = loss + cfg.identity_weight * ((A - eye) ** 2).sum() if cfg.identity_weight else loss
+        if cfg.function_weight:
+            total = total + cfg.function_weight * logit_shift_penalty(A, gram, moment)
         opt.zero_grad()
         total.backward()
         opt.step()
