@@ -6,7 +6,8 @@ LLM2Comp memory tokens) and ``alignir_train.json`` (method, stage, hyper-paramet
 training data). It may also hold a trained aligned-token map (``alignir_sparse_map.safetensors``
 and its training record ``alignir_sparse_map.json``, encoders.train.sparse_map): it changes the
 aligned tokens, not the dense vectors, so it stays out of the adapter's hash and enters the
-embedder's fingerprint on its own (``sparse_map_sha256``). Writing adapters is training code (``alignir.encoders.train.adapter``).
+embedder's fingerprint on its own (``sparse_map_sha256``). Writing adapters is training code
+(``alignir.encoders.train.adapter``).
 """
 from __future__ import annotations
 
