@@ -198,7 +198,9 @@ def test_cli_fits_a_map_and_an_index_built_with_it_records_it(tiny_adapter, tiny
     assert set(record["held_out_ndcg@10"]) == {"before", "after"}
     assert (out / SPARSE_MAP_FILE).is_file() and adapter_hash(out) == adapter_hash(tiny_adapter)
     assert len((out / "sparse_map_log.jsonl").read_text().splitlines()) == 1 + 4
-    # refuses to overwrite a map
+    # an unknown setting is named with the known ones; a map is never overwritten
+    bad = CliRunner().invoke(app, args[:-2] + ["--set", "tau=2"])
+    assert bad.exit_code != 0 and "tau" in bad.output and "function_weight" in bad.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code != 0 and "already holds a sparse map" in again.output
     idx = tmp_path / "idx"

@@ -147,6 +147,8 @@ def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], sp
     """``alignir train sparse-map``: retrieval.sparse_map_fit on the adapter of --init-adapter
     (a folder or builtin:NAME) over --model, the base model it was trained on; --set takes SparseMapConfig fields (batch_size, hard_negatives,
     random_negatives, identity_weight, function_weight, breadth, spread) and pairs_per_corpus / held_out."""
+    from dataclasses import fields
+
     import torch
 
     from alignir.encoders.embedders.adapters import adapter_dir, read_meta
@@ -158,6 +160,12 @@ def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], sp
     if threads:
         torch.set_num_threads(threads)
     fit_keys = {k: hp.pop(k) for k in ("pairs_per_corpus", "held_out") if k in hp}
+    known = {f.name for f in fields(SparseMapConfig)} - {"steps", "seed", "lr"}
+    unknown = sorted(set(hp) - known)
+    if unknown:
+        raise typer.BadParameter(f"sparse-map does not take --set {', '.join(unknown)}; it takes "
+                                 f"{', '.join(sorted(known | {'pairs_per_corpus', 'held_out'}))} "
+                                 "(and --steps, --lr, --seed)")
     try:
         family = read_meta(adapter_dir(init_adapter)).get("method") or "infonce"
         cfg = SparseMapConfig(steps=steps, seed=seed, **({"lr": lr} if lr else {}), **hp)
