@@ -15,8 +15,12 @@ tokens with raw logits), with several positives per query where the qrels have t
 negatives from the dense leg's top ranks and random documents of the corpus; title→text pairs of
 other corpora (in-batch negatives) can be mixed in. Two penalties hold the map back: ‖A − I‖²
 on its parameters, and on its function, the mean over reference texts of other corpora of
-‖E_g·(A − I)·h_adj‖², how far it moves those texts' token logits (:func:`logit_shift_penalty`). The map is saved beside the adapter
-(``adapters.SPARSE_MAP_FILE``); it is alignir's own method, not a seed paper's.
+‖E_g·(A − I)·h_adj‖², how far it moves those texts' token logits (:func:`logit_shift_penalty`).
+The map is saved beside the adapter (``adapters.SPARSE_MAP_FILE``); it is alignir's own method,
+not a seed paper's. Measured (docs/training.md): fitted on SciFact's train queries over the
+shipped adapter it lifts SciFact's aligned-token leg 0.518 → 0.642 nDCG@10; with the function
+penalty the leg holds within −0.012..+0.006 on four collections it never saw, where the parameter
+penalty alone lost up to 0.047.
 """
 from __future__ import annotations
 
