@@ -33,16 +33,17 @@ __all__ = ["fit_sparse_map", "PAIR_TEXT_CHARS"]
 PAIR_TEXT_CHARS = 800
 
 
-def _pc1_shift(enc: Any, H: np.ndarray) -> torch.Tensor:
+def _pc1_shift(config: Any, H: np.ndarray) -> torch.Tensor:
     """λ·u1 [d] of eq.14 (h_adj = h + λ·u1) with u1 and λ fitted on the corpus ``H`` as an index
-    build fits them; its queries are shifted by the same vector. Zero when λ is off."""
+    build fits them (``config``: its SparseConfig); its queries are shifted by the same vector.
+    Zero when λ is off."""
     from alignir.retrieval.sparsify import fit_corpus_pc1, resolve_lambda
 
     H = np.asarray(H, dtype=np.float32)
-    if enc.config.pc1_remove is None and enc.config.pc1_lambda == 0.0:
+    if config.pc1_remove is None and config.pc1_lambda == 0.0:
         return torch.zeros(H.shape[1])
     u1 = fit_corpus_pc1(H)
-    lam = resolve_lambda(enc.config, H, u1).pc1_lambda
+    lam = resolve_lambda(config, H, u1).pc1_lambda
     return torch.from_numpy(np.float32(lam) * u1.astype(np.float32))
 
 
@@ -69,7 +70,6 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
     ``config.function_weight``; write the adapter with its map to ``out``.
     Returns the training record (also ``out/alignir_sparse_map.json``)."""
     from alignir.encoders.embedders.adapters import SPARSE_MAP_FILE, SPARSE_MAP_KEY, SPARSE_MAP_META, adapter_dir
-    from alignir.encoders.models import cache_dir as default_cache_root
     from alignir.encoders.train.sparse_map import (MapExamples, SparseMapConfig, dense_hard_negatives,
                                                    train_sparse_map)
     from alignir.retrieval.beir import load_beir
@@ -86,9 +86,8 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
     if (out / SPARSE_MAP_FILE).exists():
         raise InvalidInputError(f"{out} already holds a sparse map; choose another --out")
     t0 = time.perf_counter()
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_root() / "embeddings"
-    enc = Encoder.from_pretrained(model, adapter=adapter, family=family, device=device, cache_dir=cache,
-                                  progress=progress, **embedder_options)
+    enc = Encoder.from_pretrained(model, adapter=adapter, family=family, device=device, cache_dir=cache_dir,
+                                  use_cache=True, progress=progress, **embedder_options)
     source = getattr(enc.embedder, "adapter", None)
     if not source:
         raise InvalidInputError("a sparse map belongs to a trained adapter: give a shipped trained model or --adapter")
@@ -109,7 +108,9 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
     n_held = int(round(held_out * len(qids)))
     held, train_rows = np.sort(order[:n_held]), np.sort(order[n_held:])
 
-    shift = _pc1_shift(enc, Hd)
+    enc.fit(Hd)  # u1 and λ of the corpus, as its index fits them: the training shift and the held-out scoring
+    fitted = enc.sparsifier
+    shift = torch.from_numpy(np.float32(fitted.config.pc1_lambda) * np.asarray(fitted.pc1, dtype=np.float32))
     Qa, Da = torch.from_numpy(Hq) + shift, torch.from_numpy(Hd) + shift
     surface = enc.embedder.surface_token_ids(q_texts)
     hard = dense_hard_negatives(torch.from_numpy(Hq), torch.from_numpy(Hd), positives)
@@ -122,7 +123,7 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
             rows = _pair_rows(Path(c) / "corpus.jsonl" if Path(c).is_dir() else Path(c), pairs_per_corpus, cfg.seed)
             titles, texts = [r[0] for r in rows], [r[1] for r in rows]
             hd = enc.dense(texts, "document", progress=progress)
-            shift_c = _pc1_shift(enc, hd)
+            shift_c = _pc1_shift(enc.config, hd)
             reference.append(torch.from_numpy(hd) + shift_c)
             if cfg.breadth > 0:
                 hq = enc.dense(titles, "query")
@@ -131,8 +132,6 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
 
     W = enc.embedder.lm_head  # E_g itself: a map the source adapter may carry is replaced, not compounded
     qrels = {str(qids[i]): {d: int(r) for d, r in ds.qrels[qids[i]].items()} for i in held}
-    enc.fit(Hd)
-    fitted = enc.sparsifier
 
     def held_ndcg(A: torch.Tensor) -> float:
         sp = replace(fitted, lm_head=(W.float() @ A.float()).to(W.dtype))

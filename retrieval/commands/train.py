@@ -145,8 +145,9 @@ def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], sp
                 lr: Optional[float], seed: int, eval_every: int, device: str, threads: Optional[int],
                 hp: dict) -> None:
     """``alignir train sparse-map``: retrieval.sparse_map_fit on the adapter of --init-adapter
-    (a folder or builtin:NAME) over --model, the base model it was trained on; --set takes SparseMapConfig fields (batch_size, hard_negatives,
-    random_negatives, identity_weight, function_weight, breadth, spread) and pairs_per_corpus / held_out."""
+    (a folder or builtin:NAME) over --model, the base model it was trained on; --set takes
+    SparseMapConfig fields (batch_size, hard_negatives, random_negatives, identity_weight,
+    function_weight, breadth, spread) and pairs_per_corpus / held_out."""
     from dataclasses import fields
 
     import torch
