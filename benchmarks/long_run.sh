@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The long two-stage distillation run of docs/training.md ("A long run"), in steps of at most a
+# few hours each on 2 CPU cores, so that the run survives machines that start bare. What a
+# later step needs travels in the repository, nothing else does:
+#   benchmarks/cache/teacher-embeddinggemma-512/   the teacher's vectors of every training text
+#                                                   (computed once; new texts add shards)
+#   benchmarks/results/adapters/long-sK/            stage K's trained adapter (fp16) and logs
+#   benchmarks/cache/long-mined.jsonl               the pairs of stages 2 and 3, mined with stage 1
+# Corpora, EmbeddingGemma and the runs' checkpoints are rebuilt or kept outside the checkout
+# (CORPORA, ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
+#
+#   bash benchmarks/long_run.sh prepare   # corpora + EmbeddingGemma + the stage-1 teacher vectors
+#   bash benchmarks/long_run.sh stage 1   # 1,000 steps from v3 (~1 h 45 min), then keeps the adapter
+#   bash benchmarks/long_run.sh mine      # negatives mined with stage 1 + their teacher vectors
+#   bash benchmarks/long_run.sh stage 2   # 1,000 steps from stage 1 on the mined pairs
+#   bash benchmarks/long_run.sh stage 3   # 1,000 steps from stage 2 on the same pairs
+#   bash benchmarks/long_run.sh score long-s1   # the five collections, recorded in gpu_train.json
+#   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+ALIGNIR="$ROOT/.venv/bin/alignir"
+CORPORA="${CORPORA:-$ROOT/../corpora}"
+RUNS="${RUNS:-$ROOT/../runs}"
+export ALIGNIR_MODELS="${ALIGNIR_MODELS:-$ROOT/../models}"
+SHARED="${ALIGNIR_SHARED:-$ROOT/../shared}"
+TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
+KEEP="$ROOT/benchmarks/results/adapters"
+MINED="$ROOT/benchmarks/cache/long-mined.jsonl"
+BREADTH=(wordnet foldoc freeciv-nations python-docs debian-descriptions manpages)
+CORPUS_ARGS=(--corpus "$SHARED/datasets/scifact")
+for c in "${BREADTH[@]}"; do CORPUS_ARGS+=(--corpus "$CORPORA/$c"); done
+MIX=supervised,title=400,crop=200
+TEACHER_SET=(--set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE"
+             --set distill=1.0)
+COMMON=(--model smollm2-135m --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --steps 1000 --batch-size 8
+        --max-length 128 --lr 5e-5 --save-every 25 --eval-examples 64 --eval-every 100 --threads 2 --dtype bf16
+        --seed 1 "${TEACHER_SET[@]}")
+mkdir -p "$RUNS"
+
+teacher_vectors() {  # $1: the pairs data (BEIR folder or mined .jsonl)
+    "$PY" scripts/precompute_teacher.py --teacher embeddinggemma-300m --cache "$TEACHER_CACHE" --data "$1" \
+        --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --seeds 1 --max-length 512 --threads 2
+}
+
+keep_stage() {  # $1: stage name; packages RUNS/NAME (finished) into KEEP/NAME
+    local run="$RUNS/$1"
+    [ -f "$run/alignir_train.json" ] && [ -f "$run/adapter_model.safetensors" ] || { echo "$run has not finished" >&2; exit 1; }
+    "$PY" scripts/package_adapter.py "$run" "$1" --dest "$KEEP/$1"
+    cp "$run/loss_log.jsonl" "$run/eval_log.jsonl" "$KEEP/$1/"
+}
+
+case "${1:-}" in
+prepare)
+    missing=()
+    for c in "${BREADTH[@]}"; do [ -f "$CORPORA/$c/corpus.jsonl" ] || missing+=(--source "$c"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        "$PY" scripts/build_corpus.py --out "$CORPORA" "${missing[@]}" --drop-overlapping debian-descriptions
+    fi
+    bash scripts/fetch_embeddinggemma.sh "$ALIGNIR_MODELS/embeddinggemma-300m"
+    teacher_vectors "$SHARED/datasets/scifact"
+    ;;
+stage)
+    k="${2:?usage: long_run.sh stage 1|2|3}"
+    case "$k" in
+    1) start=builtin:smollm2-135m-alignir-v3; data="$SHARED/datasets/scifact" ;;
+    2|3) start="$KEEP/long-s$((k - 1))"; data="$MINED"
+         [ -f "$MINED" ] || { echo "run mine first" >&2; exit 1; } ;;
+    *) echo "stages are 1, 2 and 3" >&2; exit 2 ;;
+    esac
+    [ "$k" = 1 ] || [ -f "$start/adapter_model.safetensors" ] || { echo "run stage $((k - 1)) first" >&2; exit 1; }
+    "$ALIGNIR" train infonce --init-adapter "$start" --data "$data" "${COMMON[@]}" --out "$RUNS/long-s$k"
+    keep_stage "long-s$k"
+    ;;
+mine)
+    [ -f "$KEEP/long-s1/adapter_model.safetensors" ] || { echo "run stage 1 first" >&2; exit 1; }
+    "$PY" scripts/mine_negatives.py --model smollm2-135m --adapter "$KEEP/long-s1" --data "$SHARED/datasets/scifact" \
+        --split train --out "$MINED" --depth 30 --skip 3 --per-query 1 --threads 2
+    teacher_vectors "$MINED"
+    ;;
+sweep)
+    # the distillation weight on SciFact's supervised pairs alone (their teacher vectors are in the
+    # stage-1 cache), judged by the held-out InfoNCE of 64 held-out train pairs
+    for w in ${WEIGHTS:-0.25 0.5 1.0 2.0}; do
+        "$ALIGNIR" train infonce --init-adapter builtin:smollm2-135m-alignir-v3 --model smollm2-135m \
+            --data "$SHARED/datasets/scifact" --negatives 1 --steps 300 --batch-size 8 --max-length 128 --lr 5e-5 \
+            --save-every 25 --eval-examples 64 --eval-every 100 --threads 2 --dtype bf16 --seed 1 \
+            --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE" \
+            --set "distill=$w" --out "$RUNS/sweep-distill-$w"
+        echo "distill=$w: $(tail -n 1 "$RUNS/sweep-distill-$w/eval_log.jsonl")"
+    done
+    ;;
+score)
+    name="${2:?usage: long_run.sh score long-sK}"
+    sets=()
+    for d in scifact med cisi cran adi; do sets+=(--score "$SHARED/datasets/$d"); done
+    "$PY" -m benchmarks.gpu_train --out "$RUNS/score-$name" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
+        --score-adapter "trained=$KEEP/$name" --record "$name" --kept-adapter "benchmarks/results/adapters/$name"
+    ;;
+*)
+    sed -n '2,19p' "$0"
+    exit 2
+    ;;
+esac
