@@ -5,15 +5,15 @@
 #   benchmarks/cache/teacher-embeddinggemma-512/   the teacher's vectors of every training text
 #                                                   (computed once; new texts add shards)
 #   benchmarks/results/adapters/long-sK/            stage K's trained adapter (fp16) and logs
-#   benchmarks/cache/long-mined.jsonl               the pairs of stages 2 and 3, mined with stage 1
+#   benchmarks/cache/long-mined.jsonl               the pairs of stages 2-4, mined with stage 1
 # Corpora, EmbeddingGemma and the runs' checkpoints are rebuilt or kept outside the checkout
 # (CORPORA, ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
 #   bash benchmarks/long_run.sh prepare   # corpora + EmbeddingGemma + the stage-1 teacher vectors
-#   bash benchmarks/long_run.sh stage 1   # 1,000 steps from v3 (~1 h 45 min), then keeps the adapter
+#   bash benchmarks/long_run.sh stage 1   # 800 steps from v3 (~1 h 40 min), then keeps the adapter
 #   bash benchmarks/long_run.sh mine      # negatives mined with stage 1 + their teacher vectors
-#   bash benchmarks/long_run.sh stage 2   # 1,000 steps from stage 1 on the mined pairs
-#   bash benchmarks/long_run.sh stage 3   # 1,000 steps from stage 2 on the same pairs
+#   bash benchmarks/long_run.sh stage 2   # 800 steps from stage 1 on the mined pairs
+#   bash benchmarks/long_run.sh stage 3   # 800 steps from stage 2 on the same pairs; stage 4 likewise
 #   bash benchmarks/long_run.sh score long-s1   # the five collections, recorded in gpu_train.json
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 set -euo pipefail
@@ -34,7 +34,7 @@ for c in "${BREADTH[@]}"; do CORPUS_ARGS+=(--corpus "$CORPORA/$c"); done
 MIX=supervised,title=400,crop=200
 TEACHER_SET=(--set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE"
              --set distill=1.0)
-COMMON=(--model smollm2-135m --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --steps 1000 --batch-size 8
+COMMON=(--model smollm2-135m --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --steps 800 --batch-size 8
         --max-length 128 --lr 5e-5 --save-every 25 --eval-examples 64 --eval-every 100 --threads 2 --dtype bf16
         --seed 1 "${TEACHER_SET[@]}")
 mkdir -p "$RUNS"
@@ -62,12 +62,12 @@ prepare)
     teacher_vectors "$SHARED/datasets/scifact"
     ;;
 stage)
-    k="${2:?usage: long_run.sh stage 1|2|3}"
+    k="${2:?usage: long_run.sh stage 1|2|3|4}"
     case "$k" in
     1) start=builtin:smollm2-135m-alignir-v3; data="$SHARED/datasets/scifact" ;;
-    2|3) start="$KEEP/long-s$((k - 1))"; data="$MINED"
+    2|3|4) start="$KEEP/long-s$((k - 1))"; data="$MINED"
          [ -f "$MINED" ] || { echo "run mine first" >&2; exit 1; } ;;
-    *) echo "stages are 1, 2 and 3" >&2; exit 2 ;;
+    *) echo "stages are 1 to 4" >&2; exit 2 ;;
     esac
     [ "$k" = 1 ] || [ -f "$start/adapter_model.safetensors" ] || { echo "run stage $((k - 1)) first" >&2; exit 1; }
     "$ALIGNIR" train infonce --init-adapter "$start" --data "$data" "${COMMON[@]}" --out "$RUNS/long-s$k"
@@ -76,7 +76,8 @@ stage)
 mine)
     [ -f "$KEEP/long-s1/adapter_model.safetensors" ] || { echo "run stage 1 first" >&2; exit 1; }
     "$PY" scripts/mine_negatives.py --model smollm2-135m --adapter "$KEEP/long-s1" --data "$SHARED/datasets/scifact" \
-        --split train --out "$MINED" --depth 30 --skip 3 --per-query 1 --threads 2
+        --split train --out "$MINED" --depth 30 --skip 3 --per-query 1 --threads 2 \
+        --cache-dir "$RUNS/score-work/cache"  # the embedding cache of `score`: one encoding when they match
     teacher_vectors "$MINED"
     ;;
 sweep)
