@@ -10,7 +10,7 @@
 # (CORPORA, ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
 #   bash benchmarks/long_run.sh prepare   # corpora + EmbeddingGemma + the stage-1 teacher vectors
-#   bash benchmarks/long_run.sh stage 1   # 800 steps from v3 (~1 h 40 min), then keeps the adapter
+#   bash benchmarks/long_run.sh stage 1   # 800 steps from v3 (~1 h 40 min here), then keeps the adapter
 #   bash benchmarks/long_run.sh mine      # negatives mined with stage 1 + their teacher vectors
 #   bash benchmarks/long_run.sh stage 2   # 800 steps from stage 1 on the mined pairs
 #   bash benchmarks/long_run.sh stage 3   # 800 steps from stage 2 on the same pairs; stage 4 likewise
