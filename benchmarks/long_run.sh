@@ -32,11 +32,11 @@ BREADTH=(wordnet foldoc freeciv-nations python-docs debian-descriptions manpages
 CORPUS_ARGS=(--corpus "$SHARED/datasets/scifact")
 for c in "${BREADTH[@]}"; do CORPUS_ARGS+=(--corpus "$CORPORA/$c"); done
 MIX=supervised,title=400,crop=200
-TEACHER_SET=(--set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE"
-             --set distill=1.0)
-COMMON=(--model smollm2-135m --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --steps 800 --batch-size 8
-        --max-length 128 --lr 5e-5 --save-every 25 --eval-examples 64 --eval-every 100 --threads 2 --dtype bf16
-        --seed 1 "${TEACHER_SET[@]}")
+# what every run here shares (the stages and the sweep differ in data, steps and distill weight)
+TRAIN_BASE=(--model smollm2-135m --negatives 1 --batch-size 8 --max-length 128 --lr 5e-5 --save-every 25
+            --eval-examples 64 --eval-every 100 --threads 2 --dtype bf16 --seed 1
+            --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
+COMMON=("${TRAIN_BASE[@]}" --data-mix "$MIX" "${CORPUS_ARGS[@]}" --steps 800 --set distill=1.0)
 mkdir -p "$RUNS"
 
 teacher_vectors() {  # $1: the pairs data (BEIR folder or mined .jsonl)
@@ -84,11 +84,8 @@ sweep)
     # the distillation weight on SciFact's supervised pairs alone (their teacher vectors are in the
     # stage-1 cache), judged by the held-out InfoNCE of 64 held-out train pairs
     for w in ${WEIGHTS:-0.25 0.5 1.0 2.0}; do
-        "$ALIGNIR" train infonce --init-adapter builtin:smollm2-135m-alignir-v3 --model smollm2-135m \
-            --data "$SHARED/datasets/scifact" --negatives 1 --steps 300 --batch-size 8 --max-length 128 --lr 5e-5 \
-            --save-every 25 --eval-examples 64 --eval-every 100 --threads 2 --dtype bf16 --seed 1 \
-            --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE" \
-            --set "distill=$w" --out "$RUNS/sweep-distill-$w"
+        "$ALIGNIR" train infonce --init-adapter builtin:smollm2-135m-alignir-v3 --data "$SHARED/datasets/scifact" \
+            "${TRAIN_BASE[@]}" --steps 300 --set "distill=$w" --out "$RUNS/sweep-distill-$w"
         echo "distill=$w: $(tail -n 1 "$RUNS/sweep-distill-$w/eval_log.jsonl")"
     done
     ;;
