@@ -196,6 +196,14 @@ def _markers_checked():
         pytest.fail("; ".join(f"{what} without @pytest.mark.{m}" for m, what in found), pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch):
+    """A wide terminal for every test: rich wraps a CLI error box at the terminal's width (80
+    columns when there is none, as in CI), and a long temporary path could split the very words
+    a test looks for."""
+    monkeypatch.setenv("COLUMNS", "3000")
+
+
 #: The model cache of this run (``$ALIGNIR_CACHE/models`` before any test changes the variable):
 #: where the real LLMs are converted from GGUF once.
 _MODEL_CACHE = None
