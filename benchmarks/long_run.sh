@@ -6,6 +6,7 @@
 #                                                   (computed once; new texts add shards)
 #   benchmarks/results/adapters/long-sK/            stage K's trained adapter (fp16) and logs
 #   benchmarks/cache/long-mined.jsonl               the pairs of stages 2-4, mined with stage 1
+#   benchmarks/results/sweep-distill/distill-W/     each swept weight's logs
 # Corpora, EmbeddingGemma and the runs' checkpoints are rebuilt or kept outside the checkout
 # (CORPORA, ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
@@ -28,6 +29,7 @@ SHARED="${ALIGNIR_SHARED:-$ROOT/../shared}"
 TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
 KEEP="$ROOT/benchmarks/results/adapters"
 MINED="$ROOT/benchmarks/cache/long-mined.jsonl"
+SWEEP="$ROOT/benchmarks/results/sweep-distill"
 BREADTH=(wordnet foldoc freeciv-nations python-docs debian-descriptions manpages)
 CORPUS_ARGS=(--corpus "$SHARED/datasets/scifact")
 for c in "${BREADTH[@]}"; do CORPUS_ARGS+=(--corpus "$CORPORA/$c"); done
@@ -83,10 +85,15 @@ mine)
 sweep)
     # the distillation weight on SciFact's supervised pairs alone (their teacher vectors are in the
     # stage-1 cache), judged by the held-out InfoNCE of 64 held-out train pairs
+    # each weight's logs are kept in the repository as it finishes; a re-run skips the kept weights
+    mkdir -p "$SWEEP"
     for w in ${WEIGHTS:-0.25 0.5 1.0 2.0}; do
+        if [ -f "$SWEEP/distill-$w/eval_log.jsonl" ]; then echo "distill=$w: kept"; continue; fi
         "$ALIGNIR" train infonce --init-adapter builtin:smollm2-135m-alignir-v3 --data "$SHARED/datasets/scifact" \
             "${TRAIN_BASE[@]}" --steps 300 --set "distill=$w" --out "$RUNS/sweep-distill-$w"
-        echo "distill=$w: $(tail -n 1 "$RUNS/sweep-distill-$w/eval_log.jsonl")"
+        mkdir -p "$SWEEP/distill-$w"
+        cp "$RUNS/sweep-distill-$w/"{loss_log.jsonl,eval_log.jsonl,alignir_train.json} "$SWEEP/distill-$w/"
+        echo "distill=$w: $(tail -n 1 "$SWEEP/distill-$w/eval_log.jsonl")"
     done
     ;;
 score)
