@@ -42,6 +42,7 @@ from alignir.encoders.shipped import DEFAULT_MODEL, resolve_shipped
 from alignir.encoders.templates import INSTRUCTIONS
 from alignir.retrieval.beir import load_beir
 from alignir.retrieval.indexer import read_source
+from alignir.environment import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = ("torch-fp32", "torch-int8", "onnx-fp32", "onnx-int8")
@@ -84,18 +85,6 @@ def verdict(rows: list[dict]) -> dict:
             "speedup_vs_torch_fp32": row["speedup_vs_torch_fp32"],
             "query_speedup_vs_torch_fp32": row["query_speedup_vs_torch_fp32"], "min_cosine": cos}
     return out
-
-
-def _cpu_name() -> str:
-    """The CPU's model name and its widest vector extension (the matrix kernels' speed depends on it)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    wide = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else ""
-    return f"{name} ({wide})" if wide else name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"rows": rows, "verdict": verdict(rows),
               "model": args.model, "dataset": Path(args.data).name, "queries": len(queries), "rounds": args.rounds,
               "threads": args.threads, "loadavg_1min": load, "label": args.label,
-              "cpu": _cpu_name(),
+              "cpu": cpu_name(),
               "command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": platform.machine(),
               "cpus": os.cpu_count(), "torch": torch.__version__,
               "onnxruntime": __import__("onnxruntime").__version__,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,10 @@ def test_each_loss_goes_down(method, stage, kind, hp, tiny_model, data_files, tm
     meta = json.loads(Path(summary["out"], "alignir_train.json").read_text())
     assert meta["method"] == method and meta["stage"] == stage and meta["steps"] == cfg.steps
     assert all(meta["hp"][k] == v for k, v in hp.items())
+    # the machine that ran it, so that its seconds can be compared with another run's
+    env = meta["environment"]
+    assert env["torch"] == torch.__version__ and env["cpu_count"] == os.cpu_count()
+    assert env["torch_threads"] == torch.get_num_threads() and env["cpu"]
     # the shared model is never modified by training
     assert all(torch.equal(a, b) for a, b in zip(before, tiny_model.model.parameters()))
 

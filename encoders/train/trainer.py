@@ -12,6 +12,7 @@ after the step in flight with a checkpoint (encoders/train/stopping.py), like ``
 """
 from __future__ import annotations
 
+from alignir.environment import describe_environment
 from alignir.errors import InvalidInputError
 from alignir.io import replace_dir
 
@@ -464,7 +465,9 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     run_eval(cfg.steps)
     meta.update({"steps": cfg.steps, "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
                  "examples_seen": cfg.steps * cfg.batch_size * cfg.grad_accum, "final": last,
-                 "final_weights_sha256": trainable_sha256(peft_model, method.extra_tensors())})
+                 "final_weights_sha256": trainable_sha256(peft_model, method.extra_tensors()),
+                 # the machine that finished the run: its seconds depend on it
+                 "environment": describe_environment(str(next(peft_model.parameters()).device))})
     if held:
         meta["heldout"] = {"n": len(held), "first": evals[0] if evals else None, "last": evals[-1]}
     peft_model.eval()
