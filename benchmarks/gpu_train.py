@@ -47,6 +47,21 @@ SHIPPED_NAME = "smollm2-135m-alignir-v3"  # whose harness (base model, family, f
 
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_train.json"
+ROOT = RESULTS.parents[2]
+
+
+def portable_command(argv: list[str], root: Path = ROOT) -> str:
+    """The recorded call, its paths under the checkout or beside it (``../shared``, ``../runs``)
+    written relative to the checkout, so that the command reads the same on any machine."""
+    root = Path(root)
+    prefixes = ((f"{root}/../", "../"), (f"{root}/", ""), (f"{root.parent}/", "../"))
+
+    def short(arg: str) -> str:
+        for full, rel in prefixes:
+            arg = arg.replace(full, rel)
+        return arg
+
+    return "python -m benchmarks.gpu_train " + " ".join(shlex.quote(short(a)) for a in argv)
 
 
 def record_run(results: Path, name: str, report: dict, command: str, kept_adapter: str | None = None) -> dict:
@@ -207,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     _write(out, "gpu_train.json", report)
     if args.record:
-        command = "python -m benchmarks.gpu_train " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+        command = portable_command(argv or sys.argv[1:])
         record_run(RESULTS, args.record, report, command, kept_adapter=args.kept_adapter)
     return 0
 

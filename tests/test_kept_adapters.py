@@ -128,3 +128,15 @@ def test_a_run_scored_over_two_calls_is_recorded_as_one(tmp_path):
     record_run(results, "mixed", first, two_steps)
     assert json.loads(results.read_text())["runs"]["mixed"]["command"] == \
         two_steps + " && python -m benchmarks.gpu_train --score D/cisi"
+
+
+def test_a_recorded_command_names_paths_relative_to_the_checkout():
+    from benchmarks.gpu_train import portable_command
+
+    root = Path("/home/u/alignir")
+    argv = ["--out", "/home/u/alignir/../runs/score-x", "--score", "/home/u/shared/datasets/adi",
+            "--score-adapter", "trained=/home/u/alignir/benchmarks/results/adapters/x", "--device", "cpu",
+            "--work", "/elsewhere/work dir"]
+    assert portable_command(argv, root) == (
+        "python -m benchmarks.gpu_train --out ../runs/score-x --score ../shared/datasets/adi --score-adapter "
+        "trained=benchmarks/results/adapters/x --device cpu --work '/elsewhere/work dir'")
