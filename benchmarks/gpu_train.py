@@ -10,8 +10,9 @@ weights); with ``--device cpu`` it scores on a CPU (the encoder on ONNX Runtime 
    the checkpoint is then the adapter scored). The adapter is packaged in fp16
    (``scripts/package_adapter.py``'s function) into ``OUT/adapter.tar`` with the loss log.
 2. **Score** (``--score``): every collection as ``alignir beir --model smollm2-135m-alignir-v3``
-   scores the shipped model (its base model, family, 512 tokens, passages "auto", the v3 fusion
-   defaults), with the trained adapter in place of v3's: the modes dense, sparse, hybrid,
+   scores the shipped model (its family, 512 tokens, passages "auto", the v3 fusion defaults),
+   with the trained adapter in place of v3's, on the base model the adapter records (SmolLM2 for
+   v3's descendants, Gemma3-270M for an adapter trained on it): the modes dense, sparse, hybrid,
    dense+sparse+bm25 and bm25. The model runs in fp32 on the GPU for documents and queries
    (the same vectors as the CPU rows to about 1e-7 cosine: benchmarks/results/gpu_check.json),
    so the rows compare with the CPU rows of v3. ``--score-adapter NAME=PATH`` scores other
@@ -141,8 +142,18 @@ def train(args: argparse.Namespace, out: Path, run_dir: Path) -> dict:
     return record
 
 
+def adapter_base_model(adapter: str) -> str:
+    """The registered base model an adapter was trained on (its ``alignir_train.json``), or the
+    shipped model's base when the adapter does not record one."""
+    from alignir.encoders.embedders.adapters import read_meta
+    from alignir.encoders.shipped import SHIPPED
+
+    return (read_meta(adapter).get("base_model") or {}).get("name") or SHIPPED[SHIPPED_NAME].base_model
+
+
 def score(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> dict:
-    """One collection through the product's build + search + pytrec_eval, as ``alignir beir`` does."""
+    """One collection through the product's build + search + pytrec_eval, as ``alignir beir`` does,
+    on the base model the adapter was trained on."""
     from alignir.encoders.models import load_model
     from alignir.encoders.shipped import SHIPPED
     from alignir.retrieval.beir import load_beir
@@ -156,21 +167,22 @@ def score(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> di
     fusion = cfg.fusion if shipped.hybrid is None else replace(cfg.fusion, method=shipped.hybrid[0],
                                                                 alpha=shipped.hybrid[1])
     cfg = replace(cfg, fusion=replace(fusion, leg_sets=dict(shipped.leg_sets)))
+    base = adapter_base_model(adapter)
     target = work / f"{folder.name}-{hashlib.sha256(adapter.encode()).hexdigest()[:10]}"
     t0 = time.perf_counter()
-    build_index(folder, target, model=shipped.base_model, embedder=shipped.family,
+    build_index(folder, target, model=base, embedder=shipped.family,
                 embedder_options={"adapter": adapter, "max_length": 512}, config=cfg, device=device,
-                loaded=load_model(shipped.base_model, device=device, dtype=dtype), cache_dir=work / "cache",
+                loaded=load_model(base, device=device, dtype=dtype), cache_dir=work / "cache",
                 progress=False)
     built = time.perf_counter() - t0
     data = load_beir(folder, split="test")
     # a fresh copy of the base model: the build's copy carries the adapter's LoRA layers
-    searcher = Searcher.open(target, loaded=load_model(shipped.base_model, device=device, dtype=dtype))
+    searcher = Searcher.open(target, loaded=load_model(base, device=device, dtype=dtype))
     try:
         out = timed_eval(searcher, data, MODES, k=100, progress=False)
     finally:
         searcher.close()
-    return {"dataset": data.name, "queries": len(data.queries), "build_seconds": round(built, 1),
+    return {"dataset": data.name, "base_model": base, "queries": len(data.queries), "build_seconds": round(built, 1),
             "metrics": out["metrics"], "search_seconds": out["seconds"]}
 
 

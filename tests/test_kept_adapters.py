@@ -96,6 +96,19 @@ def test_a_kept_adapter_re_scores_its_recorded_adi_row(name, tmp_path):
         assert got["metrics"][mode]["ndcg@10"] == pytest.approx(metrics["ndcg@10"], abs=2e-3), mode
 
 
+def test_an_adapter_is_scored_on_the_base_model_it_records(tmp_path):
+    from benchmarks.gpu_train import adapter_base_model
+
+    assert adapter_base_model("builtin:smollm2-135m-alignir-v3") == "smollm2-135m"
+    gemma = tmp_path / "gemma"
+    gemma.mkdir()
+    (gemma / "alignir_train.json").write_text(json.dumps({"base_model": {"name": "gemma3-270m", "dim": 640}}))
+    assert adapter_base_model(str(gemma)) == "gemma3-270m"
+    bare = tmp_path / "bare"  # an adapter without a training record: the shipped model's base
+    bare.mkdir()
+    assert adapter_base_model(str(bare)) == "smollm2-135m"
+
+
 def test_a_run_scored_over_two_calls_is_recorded_as_one(tmp_path):
     from benchmarks.gpu_train import record_run
 

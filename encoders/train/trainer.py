@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
 from alignir.encoders.train.data import Pair, batch_indices, describe_texts, load_texts, normal_query
+from alignir.encoders.train.framing import frame_queries
 from alignir.encoders.train.mix import load_mix
 from alignir.encoders.train.stopping import stop_on_signals
 
@@ -90,6 +91,7 @@ class TrainConfig:
     data_mix: str | None = None  # pair sources: "supervised,title,crop" (caps: "title=2000"); None: supervised
     corpora: list[str] | None = None  # corpora of the unsupervised sources / raw-text stages (default: [data])
     max_examples: int | None = None
+    query_frames: float = 0.0  # share of the training pairs whose query is framed as a request (framing.py)
     seed: int = 0
     device: str = "auto"
     dtype: str | None = None  # None: fp32 on CPU, bf16/fp16 on CUDA
@@ -130,6 +132,8 @@ class TrainConfig:
         if self.data_mix is not None and not isinstance(self.data_mix, str):
             raise InvalidInputError(f"data_mix must be a spec such as 'supervised,title=2000,crop=2000', "
                                     f"got {self.data_mix!r}")
+        if not 0.0 <= float(self.query_frames) <= 1.0:
+            raise InvalidInputError(f"query_frames must be a share in [0, 1], got {self.query_frames}")
         if self.eval_examples < 0 or self.eval_every < 0:
             raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
@@ -325,6 +329,11 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     data, held = split_heldout(examples, cfg.eval_examples, cfg.seed)
     if kind == "pairs":
         check_negatives(data, cfg.batch_size)
+    if cfg.query_frames:  # the training pairs only: held-out losses stay those of unframed queries
+        if kind != "pairs":
+            raise InvalidInputError(f"stage {cfg.method}/{cfg.stage} trains on raw texts; query framing applies "
+                                    f"to pair stages only")
+        data, data_desc["query_frames"] = frame_queries(data, float(cfg.query_frames), cfg.seed)
     data_desc = {**data_desc, "train": len(data), "heldout": len(held)}
     data_sha = examples_sha256(data, held)
     out = Path(cfg.out)

@@ -88,6 +88,8 @@ def register(app: typer.Typer) -> None:
         split: str = typer.Option("train", help="qrels split of a BEIR folder"),
         negatives: int = typer.Option(1, min=0, help="BM25 hard negatives per pair (BEIR data)"),
         max_examples: Optional[int] = typer.Option(None, help="use only the first N queries / texts"),
+        query_frames: float = typer.Option(0.0, min=0.0, max=1.0, help="share of the training queries framed as "
+                                           "requests ('What is known about X?'); held-out ones never are"),
         seed: int = typer.Option(0),
         device: str = typer.Option("auto"),
         dtype: Optional[str] = typer.Option(None, help="fp32 | bf16 | fp16 (default fp32 on CPU)"),
@@ -123,7 +125,7 @@ def register(app: typer.Typer) -> None:
             grad_accum=grad_accum, lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, lora_r=lora_r,
             lora_alpha=lora_alpha, lora_dropout=lora_dropout, max_length=max_length, target_length=target_length,
             split=split, n_negatives=negatives, data_mix=data_mix, corpora=list(corpus) or None,
-            max_examples=max_examples, seed=seed, device=device, dtype=dtype,
+            max_examples=max_examples, query_frames=query_frames, seed=seed, device=device, dtype=dtype,
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
             stop_after=stop_after,
             eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
