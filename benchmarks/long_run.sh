@@ -7,6 +7,8 @@
 #   benchmarks/results/adapters/long-sK/            stage K's trained adapter (fp16) and logs
 #   benchmarks/cache/long-mined.jsonl               the pairs of stages 2-4, mined with stage 1
 #   benchmarks/results/sweep-distill/distill-W/     each swept weight's logs
+#   benchmarks/results/adapters/frames-S-distill-W/ the query-framing pilot's adapter, and its
+#   benchmarks/results/adapters/sweep-distill-W/    unframed twin from the sweep (both scored)
 # Corpora, EmbeddingGemma and the runs' checkpoints are rebuilt or kept outside the checkout
 # (CORPORA, ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
@@ -17,6 +19,8 @@
 #   bash benchmarks/long_run.sh stage 3   # 800 steps from stage 2 on the same pairs; stage 4 likewise
 #   bash benchmarks/long_run.sh score long-s1   # the five collections, recorded in gpu_train.json
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
+#   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
+#                                         # it and its unframed twin scored on ADI, CISI and Cranfield
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -96,6 +100,21 @@ sweep)
         echo "distill=$w: $(tail -n 1 "$SWEEP/distill-$w/eval_log.jsonl")"
     done
     ;;
+frames)
+    # the query-framing pilot: the sweep's recipe at weight DISTILL with FRAMES of the training
+    # queries framed, against the sweep's own run at that weight (its checkpoint folder in RUNS)
+    w="${DISTILL:-1.0}"; share="${FRAMES:-0.5}"; framed="frames-$share-distill-$w"; twin="sweep-distill-$w"
+    [ -f "$RUNS/$twin/adapter_model.safetensors" ] || { echo "run the sweep at $w first (its adapter in $RUNS/$twin)" >&2; exit 1; }
+    "$ALIGNIR" train infonce --init-adapter builtin:smollm2-135m-alignir-v3 --data "$SHARED/datasets/scifact" \
+        "${TRAIN_BASE[@]}" --steps 300 --set "distill=$w" --query-frames "$share" --out "$RUNS/$framed"
+    for run in "$twin" "$framed"; do
+        [ -f "$KEEP/$run/adapter_model.safetensors" ] || keep_stage "$run"
+        sets=()
+        for d in ${SETS:-adi cisi cran}; do sets+=(--score "$SHARED/datasets/$d"); done
+        "$PY" -m benchmarks.gpu_train --out "$RUNS/score-$run" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
+            --score-adapter "trained=$KEEP/$run" --record "$run" --kept-adapter "benchmarks/results/adapters/$run"
+    done
+    ;;
 score)
     name="${2:?usage: long_run.sh score long-sK}"
     sets=()
@@ -104,7 +123,7 @@ score)
         --score-adapter "trained=$KEEP/$name" --record "$name" --kept-adapter "benchmarks/results/adapters/$name"
     ;;
 *)
-    sed -n '2,19p' "$0"
+    sed -n '2,23p' "$0"
     exit 2
     ;;
 esac
