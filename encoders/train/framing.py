@@ -4,8 +4,8 @@ kept whole.
 
 The training queries of the pair sources are claims (SciFact), titles and crops: none carries the
 words a request is framed in. Test queries often do ("Describe ...", "What is ... ?"), and a model
-trained on bare topics lets such a word reach the top of the query's aligned tokens, where it
-displaces the topic. Framed queries keep their document, so the contrastive loss (and a teacher,
+trained on bare topics can let such a word reach the top of the query's aligned tokens, where it
+displaces the topic (seen on ADI after training on several corpora; docs/training.md). Framed queries keep their document, so the contrastive loss (and a teacher,
 which reads the framed query) asks the model to place the framed query where the bare one lies.
 The frames are fixed here and drawn with the run's seed; held-out examples are never framed, so
 held-out losses stay comparable with runs without framing.
