@@ -20,7 +20,7 @@ export ALIGNIR_MODELS="${ALIGNIR_MODELS:-$ROOT/../models}"
 export HF_HUB_OFFLINE=1
 SHARED="${ALIGNIR_SHARED:-$ROOT/../shared}"
 STEPS="${STEPS:-400}"
-DISTILL="${DISTILL:-2.0}"
+DISTILL="${DISTILL:-4.0}"
 KEEP="$ROOT/benchmarks/results/adapters"
 
 model="${2:?usage: base_model_run.sh train|score MODEL}"
