@@ -13,15 +13,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-PY="${PYTHON:-$ROOT/.venv/bin/python}"
-ALIGNIR="$ROOT/.venv/bin/alignir"
-RUNS="${RUNS:-$ROOT/../runs}"
-export ALIGNIR_MODELS="${ALIGNIR_MODELS:-$ROOT/../models}"
+source benchmarks/run_lib.sh  # PY, ALIGNIR, RUNS, SHARED, KEEP, keep_run, score_run
 export HF_HUB_OFFLINE=1
-SHARED="${ALIGNIR_SHARED:-$ROOT/../shared}"
 STEPS="${STEPS:-400}"
 DISTILL="${DISTILL:-4.0}"
-KEEP="$ROOT/benchmarks/results/adapters"
 
 model="${2:?usage: base_model_run.sh train|score MODEL}"
 name="base-$model-$STEPS"
@@ -32,14 +27,10 @@ train)
         --threads 2 --dtype bf16 --seed 1 --set teacher=embeddinggemma-300m --set teacher_max_length=512 \
         --set "teacher_cache=$ROOT/benchmarks/cache/teacher-embeddinggemma-512" --set "distill=$DISTILL" \
         --out "$RUNS/$name"
-    "$PY" scripts/package_adapter.py "$RUNS/$name" "$name" --dest "$KEEP/$name"
-    cp "$RUNS/$name/loss_log.jsonl" "$RUNS/$name/eval_log.jsonl" "$KEEP/$name/"
+    keep_run "$name"
     ;;
 score)
-    sets=()
-    for d in ${SETS:-scifact med cisi cran adi}; do sets+=(--score "$SHARED/datasets/$d"); done
-    "$PY" -m benchmarks.gpu_train --out "$RUNS/score-$name" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
-        --score-adapter "trained=$KEEP/$name" --record "$name" --kept-adapter "benchmarks/results/adapters/$name"
+    score_run "$name" ${SETS:-scifact med cisi cran adi}
     ;;
 *)
     sed -n '2,12p' "$0"

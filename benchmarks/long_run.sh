@@ -24,14 +24,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-PY="${PYTHON:-$ROOT/.venv/bin/python}"
-ALIGNIR="$ROOT/.venv/bin/alignir"
+source benchmarks/run_lib.sh  # PY, ALIGNIR, RUNS, SHARED, KEEP, keep_run, score_run
 CORPORA="${CORPORA:-$ROOT/../corpora}"
-RUNS="${RUNS:-$ROOT/../runs}"
-export ALIGNIR_MODELS="${ALIGNIR_MODELS:-$ROOT/../models}"
-SHARED="${ALIGNIR_SHARED:-$ROOT/../shared}"
 TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
-KEEP="$ROOT/benchmarks/results/adapters"
 MINED="$ROOT/benchmarks/cache/long-mined.jsonl"
 SWEEP="$ROOT/benchmarks/results/sweep-distill"
 BREADTH=(wordnet foldoc freeciv-nations python-docs debian-descriptions manpages)
@@ -48,13 +43,6 @@ mkdir -p "$RUNS"
 teacher_vectors() {  # $1: the pairs data (BEIR folder or mined .jsonl)
     "$PY" scripts/precompute_teacher.py --teacher embeddinggemma-300m --cache "$TEACHER_CACHE" --data "$1" \
         --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --seeds 1 --max-length 512 --threads 2
-}
-
-keep_stage() {  # $1: stage name; packages RUNS/NAME (finished) into KEEP/NAME
-    local run="$RUNS/$1"
-    [ -f "$run/alignir_train.json" ] && [ -f "$run/adapter_model.safetensors" ] || { echo "$run has not finished" >&2; exit 1; }
-    "$PY" scripts/package_adapter.py "$run" "$1" --dest "$KEEP/$1"
-    cp "$run/loss_log.jsonl" "$run/eval_log.jsonl" "$KEEP/$1/"
 }
 
 case "${1:-}" in
@@ -77,7 +65,7 @@ stage)
     esac
     [ "$k" = 1 ] || [ -f "$start/adapter_model.safetensors" ] || { echo "run stage $((k - 1)) first" >&2; exit 1; }
     "$ALIGNIR" train infonce --init-adapter "$start" --data "$data" "${COMMON[@]}" --out "$RUNS/long-s$k"
-    keep_stage "long-s$k"
+    keep_run "long-s$k"
     ;;
 mine)
     [ -f "$KEEP/long-s1/adapter_model.safetensors" ] || { echo "run stage 1 first" >&2; exit 1; }
@@ -108,19 +96,12 @@ frames)
     "$ALIGNIR" train infonce --init-adapter builtin:smollm2-135m-alignir-v3 --data "$SHARED/datasets/scifact" \
         "${TRAIN_BASE[@]}" --steps 300 --set "distill=$w" --query-frames "$share" --out "$RUNS/$framed"
     for run in "$twin" "$framed"; do
-        [ -f "$KEEP/$run/adapter_model.safetensors" ] || keep_stage "$run"
-        sets=()
-        for d in ${SETS:-adi cisi cran}; do sets+=(--score "$SHARED/datasets/$d"); done
-        "$PY" -m benchmarks.gpu_train --out "$RUNS/score-$run" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
-            --score-adapter "trained=$KEEP/$run" --record "$run" --kept-adapter "benchmarks/results/adapters/$run"
+        [ -f "$KEEP/$run/adapter_model.safetensors" ] || keep_run "$run"
+        score_run "$run" ${SETS:-adi cisi cran}
     done
     ;;
 score)
-    name="${2:?usage: long_run.sh score long-sK}"
-    sets=()
-    for d in scifact med cisi cran adi; do sets+=(--score "$SHARED/datasets/$d"); done
-    "$PY" -m benchmarks.gpu_train --out "$RUNS/score-$name" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
-        --score-adapter "trained=$KEEP/$name" --record "$name" --kept-adapter "benchmarks/results/adapters/$name"
+    score_run "${2:?usage: long_run.sh score long-sK}" scifact med cisi cran adi
     ;;
 *)
     sed -n '2,23p' "$0"
