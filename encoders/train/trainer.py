@@ -134,6 +134,9 @@ class TrainConfig:
                                     f"got {self.data_mix!r}")
         if not 0.0 <= float(self.query_frames) <= 1.0:
             raise InvalidInputError(f"query_frames must be a share in [0, 1], got {self.query_frames}")
+        if self.query_frames and cls.STAGES[self.stage] != "pairs":
+            raise InvalidInputError(f"stage {self.method}/{self.stage} trains on raw texts; query framing applies "
+                                    f"to pair stages only")
         if self.eval_examples < 0 or self.eval_every < 0:
             raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
 
@@ -330,9 +333,6 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     if kind == "pairs":
         check_negatives(data, cfg.batch_size)
     if cfg.query_frames:  # the training pairs only: held-out losses stay those of unframed queries
-        if kind != "pairs":
-            raise InvalidInputError(f"stage {cfg.method}/{cfg.stage} trains on raw texts; query framing applies "
-                                    f"to pair stages only")
         data, data_desc["query_frames"] = frame_queries(data, float(cfg.query_frames), cfg.seed)
     data_desc = {**data_desc, "train": len(data), "heldout": len(held)}
     data_sha = examples_sha256(data, held)
