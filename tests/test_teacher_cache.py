@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from alignir.encoders.train.teacher import (CachedTeacher, DenseTeacher, SentenceTransformerTeacher, make_teacher,
-                                            resolve_teacher, teacher_key)
+                                            resolve_teacher, st_identity, teacher_key)
 from alignir.encoders.train.trainer import train
 
 from conftest import TINY_CORPUS, TRAIN_QUERIES, train_config
@@ -224,7 +224,6 @@ def test_a_teacher_cache_seeded_from_an_anchor_run_serves_its_vectors(tmp_path):
     import importlib.util
 
     from alignir.encoders.cache import EmbeddingCache
-    from alignir.encoders.train.teacher import st_identity
     from benchmarks.anchors import AnchorEmbedder
 
     spec = importlib.util.spec_from_file_location("precompute_teacher", Path(__file__).resolve().parents[1]
@@ -254,3 +253,52 @@ def test_a_teacher_cache_seeded_from_an_anchor_run_serves_its_vectors(tmp_path):
     assert reader.misses == 0
     with pytest.raises(ValueError):
         replay.embed(cached_docs[:1], "query")
+
+
+def test_a_sentence_transformers_teacher_loads_only_at_a_cache_miss(tiny_bert, tmp_path, monkeypatch):
+    """The EmbeddingGemma teacher's identity comes from its registered settings, so a cache filled
+    under that identity serves a run on a machine without its folder; the first miss loads."""
+    monkeypatch.setenv("ALIGNIR_MODELS", str(tmp_path / "no-models-here"))
+    teacher = make_teacher("embeddinggemma-300m", max_length=512)
+    assert teacher.identity == st_identity("embeddinggemma-300m", 512) and teacher._model is None
+    assert teacher.prompt("document") == "title: none | text: "
+    texts = TINY_CORPUS[:3]
+    vectors = torch.nn.functional.normalize(torch.arange(12, dtype=torch.float32).reshape(3, 4) + 1, dim=1)
+
+    class Replay:  # the same identity and prompts, its vectors given: fills the cache as a first run would
+        identity, prompt = teacher.identity, teacher.prompt
+
+        def embed(self, batch, role="document"):
+            return vectors[[texts.index(t) for t in batch]]
+
+    seeded = CachedTeacher(Replay(), tmp_path / "cache")
+    seeded.embed(texts, "document")
+    seeded.flush()
+    cached = CachedTeacher(make_teacher("embeddinggemma-300m", max_length=512), tmp_path / "cache")
+    torch.testing.assert_close(cached.embed(texts, "document"), vectors.half().float())
+    assert cached.teacher._model is None and cached.misses == 0
+    with pytest.raises(OSError):  # the first miss loads the teacher (hub id offline here) and says so
+        cached.embed(["a text the cache has never seen"], "document")
+
+
+def test_a_sentence_transformers_folder_gives_its_identity_before_loading(tiny_bert, tmp_path):
+    """A saved folder's prompts (and max_seq_length where stored) are read from its config files:
+    with them the teacher has its identity without loading its weights."""
+    st = pytest.importorskip("sentence_transformers")
+    try:
+        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+
+    model = st.SentenceTransformer(modules=[Transformer(str(tiny_bert), max_seq_length=48),
+                                            Pooling(16, pooling_mode="mean"), Normalize()],
+                                   prompts={"query": "find: ", "document": "text: "})
+    model.save(str(tmp_path / "st"))
+    teacher = make_teacher(str(tmp_path / "st"), max_length=40)  # prompts from the folder's config
+    assert teacher._model is None and teacher.prompt("query") == "find: " and teacher.prompt("document") == "text: "
+    assert teacher.identity == st_identity("st", 40)
+    teacher.embed(["a first text"], "query")
+    assert teacher.model.max_seq_length == 40
+    # sentence-transformers >= 6 keeps max_seq_length out of sentence_bert_config.json: then the
+    # folder is loaded to read it, and the identity is the same as the stored length gives
+    assert make_teacher(str(tmp_path / "st")).identity == st_identity("st", 48)

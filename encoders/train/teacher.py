@@ -148,33 +148,71 @@ def st_identity(label: str, max_length: int) -> str:
 class SentenceTransformerTeacher:
     """A sentence-transformers model as a frozen teacher: its own modules (pooling, dense layers,
     normalisation), ``prompts[role]`` prepended to each text, inputs cut at ``max_length`` tokens,
-    output L2-normalised float32. Needs the ``sentence-transformers`` package (bench extra)."""
+    output L2-normalised float32. Needs the ``sentence-transformers`` package (bench extra).
+
+    Like :class:`DenseTeacher` it loads its weights at the first text it embeds: the identity
+    (the teacher-cache key) comes from the registered settings of :data:`ST_TEACHERS` or from the
+    folder's ``sentence_bert_config.json`` / ``config_sentence_transformers.json``, so a run whose
+    texts are all cached needs neither the weights nor the package. Only an unregistered hub id
+    without ``max_length`` and ``prompts`` loads at once (its settings live in the model)."""
 
     def __init__(self, spec: str, max_length: int | None = None, device: str = "cpu",
                  prompts: dict[str, str] | None = None, batch_size: int = 16) -> None:
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise InvalidInputError(f"teacher {spec!r} needs sentence-transformers: "
-                                    "pip install -c constraints.txt sentence-transformers") from None
         name = str(spec).strip().lower()
         known = ST_TEACHERS.get(name)
         self.spec = spec
+        self.device = device
         self.path = resolve_teacher(spec)
-        self.model = SentenceTransformer(self.path, device=device)
-        self.model.eval()
+        self.batch_size = int(batch_size)
+        self._model = None
+        if known is not None:
+            stored_length, stored_prompts = known[3], dict(known[2])
+        else:
+            stored_length, stored_prompts = self._stored_settings()
         if max_length is None:
-            max_length = known[3] if known else int(self.model.max_seq_length)
+            max_length = stored_length
+        if prompts is None:
+            prompts = stored_prompts
+        if max_length is None or prompts is None:  # an unregistered hub id: its settings are in the model
+            max_length = int(self.model.max_seq_length) if max_length is None else max_length
+            prompts = {r: str(self.model.prompts.get(r, "")) for r in ROLES} if prompts is None else prompts
         self.max_length = int(max_length)
         if self.max_length < 1:
             raise InvalidInputError(f"teacher max_length must be >= 1, got {max_length}")
-        self.model.max_seq_length = self.max_length
-        if prompts is None:
-            prompts = dict(known[2]) if known else {r: str(self.model.prompts.get(r, "")) for r in ROLES}
+        if self._model is not None:
+            self._model.max_seq_length = self.max_length
         self.prompts = {r: str(prompts.get(r, "")) for r in ROLES}
-        self.batch_size = int(batch_size)
         label = name if known else Path(str(spec)).name.lower()
         self.identity = st_identity(label, self.max_length)
+
+    def _stored_settings(self) -> tuple[int | None, dict[str, str] | None]:
+        """``max_seq_length`` and the role prompts a local sentence-transformers folder saved
+        (None for what it does not hold, or for a hub id)."""
+        folder = Path(self.path)
+        length = prompts = None
+        if (folder / "sentence_bert_config.json").is_file():
+            stored = json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length")
+            length = None if stored is None else int(stored)
+        if (folder / "config_sentence_transformers.json").is_file():
+            stored = json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts") or {}
+            prompts = {r: str(stored.get(r, "")) for r in ROLES}
+        return length, prompts
+
+    @property
+    def model(self):
+        """The sentence-transformers model, loaded at first use with ``max_seq_length`` set."""
+        if self._model is None:
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError:
+                raise InvalidInputError(f"teacher {self.spec!r} needs sentence-transformers: "
+                                        "pip install -c constraints.txt sentence-transformers") from None
+            model = SentenceTransformer(self.path, device=self.device)
+            model.eval()
+            if getattr(self, "max_length", None) is not None:
+                model.max_seq_length = self.max_length
+            self._model = model
+        return self._model
 
     def prompt(self, role: str) -> str:
         _check_role(role)
