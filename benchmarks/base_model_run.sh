@@ -2,7 +2,8 @@
 # Does a larger base model pay for its cost? The same recipe from each untrained base model:
 # SciFact's supervised train pairs with one BM25 negative, the EmbeddingGemma-300M teacher (its
 # vectors read from the cache of benchmarks/long_run.sh), STEPS optimizer steps of batch 8 x 128
-# tokens, lr 1e-4 (the from-base rate of the shipped adapters), bf16, seed 1, 64 pairs held out.
+# tokens, lr 1e-4 (the from-base rate of the shipped adapters), DTYPE (fp32; bf16 only pays on a CPU
+# with avx512_bf16 or AMX, and both models must share it), seed 1, 64 pairs held out.
 # The held-out split is drawn from the data by the seed, so both models are judged on the same pairs.
 #
 #   bash benchmarks/base_model_run.sh train gemma3-270m    # resumes its checkpoint when re-run
@@ -17,6 +18,7 @@ source benchmarks/run_lib.sh  # PY, ALIGNIR, RUNS, SHARED, KEEP, keep_run, score
 export HF_HUB_OFFLINE=1
 STEPS="${STEPS:-400}"
 DISTILL="${DISTILL:-4.0}"
+DTYPE="${DTYPE:-fp32}"
 
 model="${2:?usage: base_model_run.sh train|score MODEL}"
 name="base-$model-$STEPS"
@@ -24,7 +26,7 @@ case "${1:-}" in
 train)
     "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" --negatives 1 --batch-size 8 \
         --max-length 128 --lr 1e-4 --steps "$STEPS" --save-every 25 --eval-examples 64 --eval-every 100 \
-        --threads 2 --dtype bf16 --seed 1 --set teacher=embeddinggemma-300m --set teacher_max_length=512 \
+        --threads 2 --dtype "$DTYPE" --seed 1 --set teacher=embeddinggemma-300m --set teacher_max_length=512 \
         --set "teacher_cache=$ROOT/benchmarks/cache/teacher-embeddinggemma-512" --set "distill=$DISTILL" \
         --out "$RUNS/$name"
     keep_run "$name"

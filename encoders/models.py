@@ -17,6 +17,7 @@ which is right for tied and untied heads alike.
 """
 from __future__ import annotations
 
+from alignir.environment import cpu_has_native_bf16, cpu_name
 from alignir.errors import InvalidInputError, ModelNotFoundError
 from alignir.io import atomic_write_text, file_lock, replace_dir, sha256_file
 from alignir.encoders.pretrained import (HEAD_INPUT, PretrainedProfile, _tensor_sha256, _tied, head_missing,
@@ -212,18 +213,24 @@ _DTYPES = {
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """None/"auto": bf16 on CUDA that supports it, else fp16 on CUDA, fp32 on CPU.
 
-    fp32 on CPU because bf16 matmuls run ~100x slower on AVX2 cores without AVX-512 BF16.
+    fp32 on CPU because bf16 matmuls run ~100x slower on AVX2 cores without AVX-512 BF16; an
+    explicit bf16 on such a CPU is kept, with a warning.
     """
-    if isinstance(dtype, torch.dtype):
-        return dtype
     if dtype in (None, "auto"):
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    try:
-        return _DTYPES[str(dtype).lower()]
-    except KeyError:
-        raise InvalidInputError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'") from None
+    if isinstance(dtype, torch.dtype):
+        chosen = dtype
+    else:
+        try:
+            chosen = _DTYPES[str(dtype).lower()]
+        except KeyError:
+            raise InvalidInputError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'") from None
+    if chosen == torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
+        log.warning("bf16 on %s: this CPU has no avx512_bf16 or AMX, so torch emulates bf16 matrix products, "
+                    "often 10-100x slower than fp32; leave the dtype unset (fp32) here", cpu_name())
+    return chosen
 
 
 _SPECIAL_PATTERN = re.compile(

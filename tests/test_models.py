@@ -136,3 +136,19 @@ def test_smollm2_registered_load(smollm2):
     assert by_path.identity["sha256"] == smollm2.identity["sha256"] and by_path.identity["source"] == str(gguf.resolve())
     assert torch.equal(by_path.lm_head, smollm2.lm_head)
     assert len(list((cache_dir() / "models").glob(f"gguf-{smollm2.identity['sha256'][:24]}*"))) == 1
+
+
+@pytest.mark.parametrize("flags, warned", [("fpu avx2 fma", True), ("fpu avx2 avx512f avx512_bf16", False),
+                                           ("fpu avx2 amx_bf16 amx_tile", False)])
+def test_bf16_on_a_cpu_without_bf16_units_is_kept_with_a_warning(monkeypatch, caplog, flags, warned):
+    """Emulated bf16 products are slower than fp32 by one to two orders of magnitude: an explicit
+    bf16 on such a CPU is honoured, and the log says why a run may crawl."""
+    import alignir.environment as environment
+
+    monkeypatch.setattr(environment, "_cpuinfo", lambda: ("Test CPU", flags.split()))
+    with caplog.at_level("WARNING", logger="alignir.encoders.models"):
+        assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+        assert resolve_dtype(torch.float32, torch.device("cpu")) == torch.float32
+        assert resolve_dtype(None, torch.device("cpu")) == torch.float32
+    assert ("no avx512_bf16 or AMX" in caplog.text) == warned
+    assert caplog.text.count("emulates") == int(warned)

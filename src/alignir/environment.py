@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_name", "describe_environment"]
+__all__ = ["cpu_name", "cpu_has_native_bf16", "describe_environment"]
 
 #: CPU features that change how fast the matrix kernels run (bf16 and int8 above all).
 _KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
@@ -30,6 +30,13 @@ def cpu_name() -> str:
     name, flags = _cpuinfo()
     wide = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else ""
     return f"{name} ({wide})" if wide else name
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU multiplies bf16 matrices in hardware (``avx512_bf16`` or AMX). Without it
+    torch emulates bf16 products, far slower than fp32."""
+    _, flags = _cpuinfo()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _version(package: str) -> str | None:
