@@ -132,20 +132,27 @@ def test_make_teacher_picks_the_loader(tiny_bert, tmp_path, monkeypatch):
     assert resolve_teacher("EmbeddingGemma-300M") == str(tmp_path / "embeddinggemma-300m")
 
 
-def test_a_sentence_transformers_folder_reads_roles_with_its_prompts(tiny_bert, tmp_path):
-    """A sentence-transformers folder (Transformer + mean Pooling + Normalize) with role prompts:
-    the teacher prepends the role's prompt and returns the model's normalised embedding."""
+def _save_st_folder(tiny_bert: Path, folder: Path, max_seq_length: int):
+    """The tiny BERT as a sentence-transformers folder (Transformer + mean Pooling + Normalize)
+    with the role prompts ``find: `` and ``text: ``; returns the model it saved."""
     st = pytest.importorskip("sentence_transformers")
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Normalize, Pooling, Transformer
 
-    model = st.SentenceTransformer(modules=[Transformer(str(tiny_bert), max_seq_length=64),
+    model = st.SentenceTransformer(modules=[Transformer(str(tiny_bert), max_seq_length=max_seq_length),
                                             Pooling(16, pooling_mode="mean"), Normalize()],
                                    prompts={"query": "find: ", "document": "text: "})
-    folder = tmp_path / "st"
     model.save(str(folder))
+    return model
+
+
+def test_a_sentence_transformers_folder_reads_roles_with_its_prompts(tiny_bert, tmp_path):
+    """A sentence-transformers folder (Transformer + mean Pooling + Normalize) with role prompts:
+    the teacher prepends the role's prompt and returns the model's normalised embedding."""
+    folder = tmp_path / "st"
+    model = _save_st_folder(tiny_bert, folder, max_seq_length=64)
     teacher = make_teacher(str(folder))
     assert isinstance(teacher, SentenceTransformerTeacher) and teacher.prompt("query") == "find: "
     got = teacher.embed(TRAIN_QUERIES[:2], "query")
@@ -284,16 +291,7 @@ def test_a_sentence_transformers_teacher_loads_only_at_a_cache_miss(tiny_bert, t
 def test_a_sentence_transformers_folder_gives_its_identity_before_loading(tiny_bert, tmp_path):
     """A saved folder's prompts (and max_seq_length where stored) are read from its config files:
     with them the teacher has its identity without loading its weights."""
-    st = pytest.importorskip("sentence_transformers")
-    try:
-        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-    except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.models import Normalize, Pooling, Transformer
-
-    model = st.SentenceTransformer(modules=[Transformer(str(tiny_bert), max_seq_length=48),
-                                            Pooling(16, pooling_mode="mean"), Normalize()],
-                                   prompts={"query": "find: ", "document": "text: "})
-    model.save(str(tmp_path / "st"))
+    _save_st_folder(tiny_bert, tmp_path / "st", max_seq_length=48)
     teacher = make_teacher(str(tmp_path / "st"), max_length=40)  # prompts from the folder's config
     assert teacher._model is None and teacher.prompt("query") == "find: " and teacher.prompt("document") == "text: "
     assert teacher.identity == st_identity("st", 40)
