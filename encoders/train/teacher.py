@@ -174,13 +174,12 @@ class SentenceTransformerTeacher:
         if prompts is None:
             prompts = stored_prompts
         if max_length is None or prompts is None:  # an unregistered hub id: its settings are in the model
-            max_length = int(self.model.max_seq_length) if max_length is None else max_length
-            prompts = {r: str(self.model.prompts.get(r, "")) for r in ROLES} if prompts is None else prompts
+            self._model = self._load()
+            max_length = int(self._model.max_seq_length) if max_length is None else max_length
+            prompts = {r: str(self._model.prompts.get(r, "")) for r in ROLES} if prompts is None else prompts
         self.max_length = int(max_length)
         if self.max_length < 1:
             raise InvalidInputError(f"teacher max_length must be >= 1, got {max_length}")
-        if self._model is not None:
-            self._model.max_seq_length = self.max_length
         self.prompts = {r: str(prompts.get(r, "")) for r in ROLES}
         label = name if known else Path(str(spec)).name.lower()
         self.identity = st_identity(label, self.max_length)
@@ -198,20 +197,21 @@ class SentenceTransformerTeacher:
             prompts = {r: str(stored.get(r, "")) for r in ROLES}
         return length, prompts
 
+    def _load(self):
+        """The sentence-transformers model in eval mode, with the settings it was saved with."""
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise InvalidInputError(f"teacher {self.spec!r} needs sentence-transformers: "
+                                    "pip install -c constraints.txt sentence-transformers") from None
+        return SentenceTransformer(self.path, device=self.device).eval()
+
     @property
     def model(self):
-        """The sentence-transformers model, loaded at first use with ``max_seq_length`` set."""
+        """The sentence-transformers model, loaded at first use, cutting inputs at ``max_length``."""
         if self._model is None:
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError:
-                raise InvalidInputError(f"teacher {self.spec!r} needs sentence-transformers: "
-                                        "pip install -c constraints.txt sentence-transformers") from None
-            model = SentenceTransformer(self.path, device=self.device)
-            model.eval()
-            if getattr(self, "max_length", None) is not None:
-                model.max_seq_length = self.max_length
-            self._model = model
+            self._model = self._load()
+        self._model.max_seq_length = self.max_length
         return self._model
 
     def prompt(self, role: str) -> str:
