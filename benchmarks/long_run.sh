@@ -17,7 +17,9 @@
 #   bash benchmarks/long_run.sh mine      # negatives mined with stage 1 + their teacher vectors
 #   bash benchmarks/long_run.sh stage 2   # 800 steps from stage 1 on the mined pairs
 #   bash benchmarks/long_run.sh stage 3   # 800 steps from stage 2 on the same pairs; stage 4 likewise
-#   bash benchmarks/long_run.sh score long-s1   # the five collections, recorded in gpu_train.json
+#   bash benchmarks/long_run.sh score long-s1   # the five collections (or SETS), recorded in gpu_train.json
+#   bash benchmarks/long_run.sh base gemma3-270m  # STEPS (400) steps from the untrained model on the mix,
+#                                         # DISTILL 4.0, lr 1e-4, DTYPE fp32: run long-base-MODEL-STEPS
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -34,9 +36,10 @@ CORPUS_ARGS=(--corpus "$SHARED/datasets/scifact")
 for c in "${BREADTH[@]}"; do CORPUS_ARGS+=(--corpus "$CORPORA/$c"); done
 MIX=supervised,title=400,crop=200
 # what every run here shares (the stages and the sweep differ in data, steps and distill weight)
-TRAIN_BASE=(--model smollm2-135m --negatives 1 --batch-size 8 --max-length 128 --lr 5e-5 --save-every 25
-            --eval-examples 64 --eval-every 100 --threads 2 --dtype bf16 --seed 1
-            --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
+TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --eval-examples 64 --eval-every 100
+              --threads 2 --seed 1
+              --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
+TRAIN_BASE=(--model smollm2-135m --lr 5e-5 --dtype bf16 "${TRAIN_SHARED[@]}")
 COMMON=("${TRAIN_BASE[@]}" --data-mix "$MIX" "${CORPUS_ARGS[@]}" --steps 800 --set distill=1.0)
 mkdir -p "$RUNS"
 
@@ -100,11 +103,20 @@ frames)
         score_run "$run" ${SETS:-adi cisi cran}
     done
     ;;
+base)
+    # the mix from an untrained base model (no v3 adapter to start from): the base-model comparison's
+    # rate and distillation weight (benchmarks/base_model_run.sh), with breadth against its overfitting
+    model="${2:?usage: long_run.sh base MODEL}"; name="long-base-$model-${STEPS:-400}"
+    "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" --data-mix "$MIX" "${CORPUS_ARGS[@]}" \
+        "${TRAIN_SHARED[@]}" --lr 1e-4 --dtype "${DTYPE:-fp32}" --steps "${STEPS:-400}" \
+        --set "distill=${DISTILL:-4.0}" --out "$RUNS/$name"
+    keep_run "$name"
+    ;;
 score)
-    score_run "${2:?usage: long_run.sh score long-sK}" scifact med cisi cran adi
+    score_run "${2:?usage: long_run.sh score RUN}" ${SETS:-scifact med cisi cran adi}
     ;;
 *)
-    sed -n '2,23p' "$0"
+    sed -n '2,25p' "$0"
     exit 2
     ;;
 esac
