@@ -14,7 +14,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-source benchmarks/run_lib.sh  # PY, ALIGNIR, RUNS, SHARED, KEEP, keep_run, score_run
+source benchmarks/run_lib.sh  # PY, ALIGNIR, RUNS, SHARED, KEEP, TRAIN_SHARED, keep_run, score_run
 export HF_HUB_OFFLINE=1
 STEPS="${STEPS:-400}"
 DISTILL="${DISTILL:-4.0}"
@@ -24,11 +24,8 @@ model="${2:?usage: base_model_run.sh train|score MODEL}"
 name="base-$model-$STEPS"
 case "${1:-}" in
 train)
-    "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" --negatives 1 --batch-size 8 \
-        --max-length 128 --lr 1e-4 --steps "$STEPS" --save-every 25 --eval-examples 64 --eval-every 100 \
-        --threads 2 --dtype "$DTYPE" --seed 1 --set teacher=embeddinggemma-300m --set teacher_max_length=512 \
-        --set "teacher_cache=$ROOT/benchmarks/cache/teacher-embeddinggemma-512" --set "distill=$DISTILL" \
-        --out "$RUNS/$name"
+    "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" "${TRAIN_SHARED[@]}" \
+        --lr 1e-4 --steps "$STEPS" --dtype "$DTYPE" --set "distill=$DISTILL" --out "$RUNS/$name"
     keep_run "$name"
     ;;
 score)

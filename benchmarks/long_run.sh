@@ -26,19 +26,15 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-source benchmarks/run_lib.sh  # PY, ALIGNIR, RUNS, SHARED, KEEP, keep_run, score_run
+source benchmarks/run_lib.sh  # PY, ALIGNIR, RUNS, SHARED, KEEP, TEACHER_CACHE, TRAIN_SHARED, keep_run, score_run
 CORPORA="${CORPORA:-$ROOT/../corpora}"
-TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
 MINED="$ROOT/benchmarks/cache/long-mined.jsonl"
 SWEEP="$ROOT/benchmarks/results/sweep-distill"
 BREADTH=(wordnet foldoc freeciv-nations python-docs debian-descriptions manpages)
 CORPUS_ARGS=(--corpus "$SHARED/datasets/scifact")
 for c in "${BREADTH[@]}"; do CORPUS_ARGS+=(--corpus "$CORPORA/$c"); done
 MIX=supervised,title=400,crop=200
-# what every run here shares (the stages and the sweep differ in data, steps and distill weight)
-TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --eval-examples 64 --eval-every 100
-              --threads 2 --seed 1
-              --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
+# the stages and the sweep start from v3 and differ in data, steps and distill weight
 TRAIN_BASE=(--model smollm2-135m --lr 5e-5 --dtype bf16 "${TRAIN_SHARED[@]}")
 COMMON=("${TRAIN_BASE[@]}" --data-mix "$MIX" "${CORPUS_ARGS[@]}" --steps 800 --set distill=1.0)
 mkdir -p "$RUNS"
