@@ -22,16 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from alignir.environment import cpu_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "scifact"
-
-
-def cpu_flags() -> list[str]:
-    try:
-        line = next(x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags"))
-    except (OSError, StopIteration):
-        return []
-    return sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx512_bf16", "amx", "avx2", "avx512f")))
 
 
 def train(dtype: str, steps: int, threads: int, work: Path) -> dict:

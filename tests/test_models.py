@@ -152,3 +152,12 @@ def test_bf16_on_a_cpu_without_bf16_units_is_kept_with_a_warning(monkeypatch, ca
         assert resolve_dtype(None, torch.device("cpu")) == torch.float32
     assert ("no avx512_bf16 or AMX" in caplog.text) == warned
     assert caplog.text.count("emulates") == int(warned)
+
+
+def test_the_recorded_cpu_flags_are_the_kernel_ones_in_a_fixed_order(monkeypatch):
+    import alignir.environment as environment
+
+    monkeypatch.setattr(environment, "_cpuinfo", lambda: ("Test CPU", "fpu amx_int8 sse4_2 avx2 amx_tile".split()))
+    assert environment.cpu_flags() == ["avx2", "amx_int8"]
+    assert environment.describe_environment()["cpu_flags"] == ["avx2", "amx_int8"]
+    assert environment.describe_environment()["cpu"] == "Test CPU"

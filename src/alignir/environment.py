@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_name", "cpu_has_native_bf16", "describe_environment"]
+__all__ = ["cpu_name", "cpu_flags", "cpu_has_native_bf16", "describe_environment"]
 
 #: CPU features that change how fast the matrix kernels run (bf16 and int8 above all).
 _KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
@@ -32,6 +32,13 @@ def cpu_name() -> str:
     return f"{name} ({wide})" if wide else name
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's features that change how fast the matrix kernels run (of ``avx2``, ``avx512f``,
+    ``avx512_bf16``, ``avx512_vnni``, ``amx_bf16``, ``amx_int8``)."""
+    _, flags = _cpuinfo()
+    return [f for f in _KERNEL_FLAGS if f in flags]
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether the CPU multiplies bf16 matrices in hardware (``avx512_bf16`` or AMX). Without it
     torch emulates bf16 products, far slower than fp32."""
@@ -51,15 +58,14 @@ def describe_environment(device: str | None = None) -> dict[str, Any]:
     thread count and, for a CUDA ``device``, the card's name."""
     import torch
 
-    name, flags = _cpuinfo()
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": _version("transformers"),
         "peft": _version("peft"),
-        "cpu": name,
+        "cpu": _cpuinfo()[0],
         "cpu_count": os.cpu_count(),
-        "cpu_flags": [f for f in _KERNEL_FLAGS if f in flags],
+        "cpu_flags": cpu_flags(),
         "torch_threads": torch.get_num_threads(),
     }
     if device and str(device).startswith("cuda") and torch.cuda.is_available():
