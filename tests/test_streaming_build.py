@@ -159,8 +159,7 @@ def test_the_memory_a_build_allocates_is_a_batch_not_the_corpus(tmp_path, tiny_m
 
     streamed(small, "warm")  # one-time costs (the embedder with these options, lazy imports) land here
     held = _peak(lambda: read_source(_big_records(large, words))) - _peak(lambda: read_source(_big_records(small, words)))
-    small_peak = streamed(small)
-    grown = streamed(large) - small_peak
+    grown = min(streamed(large) - streamed(small) for _ in range(2))  # the lesser of two: a stray allocation is not growth
     assert held > extra_text  # the measure sees documents held in memory
     assert grown < extra_text / 10, (grown, extra_text)
     stored = open_index(tmp_path / f"big{large}")
