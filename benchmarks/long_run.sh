@@ -20,6 +20,7 @@
 #   bash benchmarks/long_run.sh score long-s1   # the five collections (or SETS), recorded in gpu_train.json
 #   bash benchmarks/long_run.sh base gemma3-270m  # STEPS (400) steps from the untrained model on the mix,
 #                                         # DISTILL 4.0, lr 1e-4, DTYPE fp32: run long-base-MODEL-STEPS
+#                                         # (FRAMES=S: with query framing, run long-base-MODEL-STEPS-frames-S)
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -102,17 +103,18 @@ frames)
 base)
     # the mix from an untrained base model (no v3 adapter to start from): the base-model comparison's
     # rate and distillation weight (benchmarks/base_model_run.sh), with breadth against its overfitting
-    model="${2:?usage: long_run.sh base MODEL}"; name="long-base-$model-${STEPS:-400}"
+    # (FRAMES set: that share of the training queries framed as requests, the run named -frames-S)
+    model="${2:?usage: long_run.sh base MODEL}"; name="long-base-$model-${STEPS:-400}${FRAMES:+-frames-$FRAMES}"
     "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" --data-mix "$MIX" "${CORPUS_ARGS[@]}" \
         "${TRAIN_SHARED[@]}" --lr 1e-4 --dtype "${DTYPE:-fp32}" --steps "${STEPS:-400}" \
-        --set "distill=${DISTILL:-4.0}" --out "$RUNS/$name"
+        --set "distill=${DISTILL:-4.0}" ${FRAMES:+--query-frames "$FRAMES"} --out "$RUNS/$name"
     keep_run "$name"
     ;;
 score)
     score_run "${2:?usage: long_run.sh score RUN}" ${SETS:-scifact med cisi cran adi}
     ;;
 *)
-    sed -n '2,25p' "$0"
+    sed -n '2,26p' "$0"
     exit 2
     ;;
 esac
