@@ -35,7 +35,10 @@ def cpu_name() -> str:
 def cpu_flags() -> list[str]:
     """The CPU's features that change how fast the matrix kernels run (of ``avx2``, ``avx512f``,
     ``avx512_bf16``, ``avx512_vnni``, ``amx_bf16``, ``amx_int8``)."""
-    _, flags = _cpuinfo()
+    return _kernel_flags(_cpuinfo()[1])
+
+
+def _kernel_flags(flags: list[str]) -> list[str]:
     return [f for f in _KERNEL_FLAGS if f in flags]
 
 
@@ -58,14 +61,15 @@ def describe_environment(device: str | None = None) -> dict[str, Any]:
     thread count and, for a CUDA ``device``, the card's name."""
     import torch
 
+    name, flags = _cpuinfo()
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": _version("transformers"),
         "peft": _version("peft"),
-        "cpu": _cpuinfo()[0],
+        "cpu": name,
         "cpu_count": os.cpu_count(),
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": _kernel_flags(flags),
         "torch_threads": torch.get_num_threads(),
     }
     if device and str(device).startswith("cuda") and torch.cuda.is_available():
