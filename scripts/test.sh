@@ -20,7 +20,8 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.setup-stamp" 2>/dev/null)" !=
 fi
 # lint first (ruff config in pyproject.toml): a finding fails the run
 "$VENV/bin/ruff" check . || exit 1
-"$VENV/bin/python" -m pytest -q -m "$markers" "$@"
+# the 25 slowest tests are listed at the end, so the suite's time stays visible in CI logs
+"$VENV/bin/python" -m pytest -q --durations=25 -m "$markers" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
