@@ -15,12 +15,16 @@
 #   bash benchmarks/long_run.sh prepare   # corpora + EmbeddingGemma + the stage-1 teacher vectors
 #   bash benchmarks/long_run.sh stage 1   # 800 steps from v3 (~1 h 40 min here), then keeps the adapter
 #   bash benchmarks/long_run.sh mine      # negatives mined with stage 1 + their teacher vectors
+#                                         # (mine RUN: with the kept run RUN, into benchmarks/cache/mined-RUN.jsonl)
 #   bash benchmarks/long_run.sh stage 2   # 800 steps from stage 1 on the mined pairs
 #   bash benchmarks/long_run.sh stage 3   # 800 steps from stage 2 on the same pairs; stage 4 likewise
 #   bash benchmarks/long_run.sh score long-s1   # the five collections (or SETS), recorded in gpu_train.json
 #   bash benchmarks/long_run.sh base gemma3-270m  # STEPS (400) steps from the untrained model on the mix,
 #                                         # DISTILL 4.0, lr 1e-4, DTYPE fp32: run long-base-MODEL-STEPS
 #                                         # (FRAMES=S: with query framing, run long-base-MODEL-STEPS-frames-S)
+#   bash benchmarks/long_run.sh mined RUN # STEPS (200) steps from the kept run RUN on the mix with the pairs
+#                                         # mined with it (mine RUN first), its model, DISTILL 4.0, lr LR (5e-5),
+#                                         # DTYPE fp32: run RUN-mined-STEPS
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -43,6 +47,11 @@ mkdir -p "$RUNS"
 teacher_vectors() {  # $1: the pairs data (BEIR folder or mined .jsonl)
     "$PY" scripts/precompute_teacher.py --teacher embeddinggemma-300m --cache "$TEACHER_CACHE" --data "$1" \
         --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --seeds 1 --max-length 512 --threads 2
+}
+
+mined_pairs() { echo "$ROOT/benchmarks/cache/mined-$1.jsonl"; }  # $1: the kept run that mined them
+base_model() {  # $1: a kept run; the registered name of the model its adapter was trained on
+    "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["base_model"]["name"])' "$KEEP/$1/alignir_train.json"
 }
 
 case "${1:-}" in
@@ -68,11 +77,22 @@ stage)
     keep_run "long-s$k"
     ;;
 mine)
-    [ -f "$KEEP/long-s1/adapter_model.safetensors" ] || { echo "run stage 1 first" >&2; exit 1; }
-    "$PY" scripts/mine_negatives.py --model smollm2-135m --adapter "$KEEP/long-s1" --data "$SHARED/datasets/scifact" \
-        --split train --out "$MINED" --depth 30 --skip 3 --per-query 1 --threads 2 \
+    # with stage 1 by default; with RUN, any kept run (its base model is read from its adapter)
+    from="${2:-long-s1}"; out="$MINED"; [ "$from" = long-s1 ] || out="$(mined_pairs "$from")"
+    [ -f "$KEEP/$from/adapter_model.safetensors" ] || { echo "$from is not kept in $KEEP (train it first)" >&2; exit 1; }
+    "$PY" scripts/mine_negatives.py --model "$(base_model "$from")" --adapter "$KEEP/$from" \
+        --data "$SHARED/datasets/scifact" --split train --out "$out" --depth 30 --skip 3 --per-query 1 --threads 2 \
         --cache-dir "$RUNS/score-work/cache"  # the embedding cache of `score`: one encoding when they match
-    teacher_vectors "$MINED"
+    teacher_vectors "$out"
+    ;;
+mined)
+    # a second stage for any kept run: from its adapter, on the mix with its own mined negatives
+    from="${2:?usage: long_run.sh mined RUN}"; pairs="$(mined_pairs "$from")"; name="$from-mined-${STEPS:-200}"
+    [ -f "$pairs" ] || { echo "run: bash benchmarks/long_run.sh mine $from" >&2; exit 1; }
+    "$ALIGNIR" train infonce --model "$(base_model "$from")" --init-adapter "$KEEP/$from" --data "$pairs" \
+        --data-mix "$MIX" "${CORPUS_ARGS[@]}" "${TRAIN_SHARED[@]}" --lr "${LR:-5e-5}" --dtype "${DTYPE:-fp32}" \
+        --steps "${STEPS:-200}" --set "distill=${DISTILL:-4.0}" --out "$RUNS/$name"
+    keep_run "$name"
     ;;
 sweep)
     # the distillation weight on SciFact's supervised pairs alone (their teacher vectors are in the
@@ -114,7 +134,7 @@ score)
     score_run "${2:?usage: long_run.sh score RUN}" ${SETS:-scifact med cisi cran adi}
     ;;
 *)
-    sed -n '2,26p' "$0"
+    sed -n '2,30p' "$0"
     exit 2
     ;;
 esac
