@@ -9,7 +9,8 @@ choice); the product default for the model is the config best on the mean over a
     python benchmarks/sparse_defaults.py --model gemma3-270m \
         --pair adi=/work/indexes/adi-gemma3 --pair med=/work/indexes/med-gemma3 ...
 
-Writes benchmarks/results/sparse_defaults.json (rows keyed by model; other models' rows kept).
+Writes benchmarks/results/sparse_defaults.json (rows keyed by model, or by ``--label`` for a
+trained adapter on that model; other rows kept).
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def leave_one_out(scores: dict[str, dict[str, float]]) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="label for the rows (the indexes' model)")
+    ap.add_argument("--model", required=True, help="the indexes' model (checked against each index)")
+    ap.add_argument("--label", help="the rows' key (default: --model); e.g. MODEL+RUN for a trained adapter")
     ap.add_argument("--pair", action="append", required=True,
                     help="NAME=INDEX_DIR; the dataset is --datasets/NAME")
     ap.add_argument("--datasets", default=str(ROOT.parent / "shared" / "datasets"))
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     mean = {lab: float(np.mean([scores[c][lab] for c in scores])) for lab in scores[next(iter(scores))]}
     chosen = max(mean, key=lambda lab: (mean[lab], lab))
     result = {
-        "model": args.model, "collections": list(scores), "grid": {k: list(v) for k, v in GRID.items()},
+        "model": args.model, **({"label": args.label} if args.label else {}), "collections": list(scores), "grid": {k: list(v) for k, v in GRID.items()},
         "fixed": {k: v for k, v in SparseConfig().to_dict().items() if k not in GRID},
         "current_default": current, "chosen": chosen,
         "per_collection": {c: {"current_default": scores[c][current], "chosen_all": scores[c][chosen],
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     out = Path(args.out)
     rows = json.loads(out.read_text()) if out.exists() else {}
-    rows[args.model] = result
+    rows[args.label or args.model] = result
     out.write_text(json.dumps(rows, indent=1) + "\n")
     for c, r in result["per_collection"].items():
         print(f"{c:8s} current {r['current_default']:.4f}  held-out choice {r['held_out_ndcg@10']:.4f} "
