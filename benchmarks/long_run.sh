@@ -25,6 +25,10 @@
 #   bash benchmarks/long_run.sh mined RUN # STEPS (200) steps from the kept run RUN on the mix with the pairs
 #                                         # mined with it (mine RUN first), its model, DISTILL 4.0, lr LR (5e-5),
 #                                         # DTYPE fp32: run RUN-mined-STEPS
+#   3,000 optimizer steps with the negatives refreshed once, half-way (each step resumes if killed):
+#     STEPS=1500 bash benchmarks/long_run.sh base gemma3-270m              # long-base-gemma3-270m-1500
+#     bash benchmarks/long_run.sh mine long-base-gemma3-270m-1500
+#     STEPS=1500 bash benchmarks/long_run.sh mined long-base-gemma3-270m-1500
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -134,7 +138,7 @@ score)
     score_run "${2:?usage: long_run.sh score RUN}" ${SETS:-scifact med cisi cran adi}
     ;;
 *)
-    sed -n '2,30p' "$0"
+    sed -n '/^set -euo/q;2,$p' "$0"
     exit 2
     ;;
 esac
