@@ -27,9 +27,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from bench_quality import Harness  # noqa: E402
 from alignir.encoders.shipped import BUILTIN_PREFIX  # noqa: E402
 from alignir.retrieval.config import SparseConfig  # noqa: E402
+
+try:  # imported as benchmarks.sparse_defaults (tests) or run as a script from this folder
+    from benchmarks.bench_quality import Harness
+except ImportError:
+    from bench_quality import Harness
 
 GRID = {
     "pc1_remove": (0.75, 1.0, 1.25),
