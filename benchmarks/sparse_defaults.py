@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     mean = {lab: float(np.mean([scores[c][lab] for c in scores])) for lab in scores[next(iter(scores))]}
     chosen = max(mean, key=lambda lab: (mean[lab], lab))
     result = {
-        "model": args.model, **({"label": args.label} if args.label else {}), "collections": list(scores), "grid": {k: list(v) for k, v in GRID.items()},
+        "model": args.model, **({"label": args.label} if args.label else {}),
+        "collections": list(scores), "grid": {k: list(v) for k, v in GRID.items()},
         "fixed": {k: v for k, v in SparseConfig().to_dict().items() if k not in GRID},
         "current_default": current, "chosen": chosen,
         "per_collection": {c: {"current_default": scores[c][current], "chosen_all": scores[c][chosen],
