@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import write_corpus, write_queries
 
 from alignir.retrieval.config import SparseConfig
 from benchmarks import sparse_defaults
@@ -30,10 +31,8 @@ def test_each_collection_gets_the_config_best_on_the_others():
 def _collection(root, name):
     folder = root / name
     (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n"
-                                                 for i, t in enumerate(DOCS)))
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n"
-                                                  for i, q in enumerate(QUERIES)))
+    write_corpus(folder / "corpus.jsonl", DOCS)
+    write_queries(folder / "queries.jsonl", QUERIES)
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n"
                                                + "".join(f"q{i}\t{d}\t1\n" for i, d in enumerate(RELEVANT)))
     return folder
@@ -44,12 +43,11 @@ def test_rows_are_keyed_by_label_and_other_rows_are_kept(tiny_folder, tmp_path, 
 
     monkeypatch.setitem(sparse_defaults.GRID, "doc_k", (64, 256))  # the tiny vocabulary: ~400 tokens
     datasets = tmp_path / "datasets"
-    pairs = []
-    for name in ("one", "two"):
-        folder = _collection(datasets, name)
-        build_index(folder / "corpus.jsonl", tmp_path / f"idx-{name}", model=str(tiny_folder),
-                    embedder_options={"max_length": 32}, progress=False)
-        pairs += ["--pair", f"{name}={tmp_path / f'idx-{name}'}"]
+    for name in ("one", "two"):  # two collections of the same corpus: one index serves both
+        _collection(datasets, name)
+    build_index(datasets / "one" / "corpus.jsonl", tmp_path / "idx", model=str(tiny_folder),
+                embedder_options={"max_length": 32}, progress=False)
+    pairs = ["--pair", f"one={tmp_path / 'idx'}", "--pair", f"two={tmp_path / 'idx'}"]
     out = tmp_path / "rows.json"
     out.write_text(json.dumps({"kept": {"model": "another"}}))
     main(["--model", str(tiny_folder), "--label", "tiny+run", "--datasets", str(datasets), "--out", str(out), *pairs])
