@@ -9,8 +9,13 @@
 #   benchmarks/results/sweep-distill/distill-W/     each swept weight's logs
 #   benchmarks/results/adapters/frames-S-distill-W/ the query-framing pilot's adapter, and its
 #   benchmarks/results/adapters/sweep-distill-W/    unframed twin from the sweep (both scored)
-# Corpora, EmbeddingGemma and the runs' checkpoints are rebuilt or kept outside the checkout
-# (CORPORA, ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
+#   benchmarks/cache/corpora/NAME/                  the package corpora as first built (gzip), unpacked into
+#                                                   CORPORA on a bare machine: the archive moves on, a
+#                                                   rebuild can draw other texts and a resume would refuse them
+#   benchmarks/cache/in-flight/RUN/                 a run in flight, parked: its last checkpoint and logs
+#                                                   (park RUN; the next `base`/`mined` of RUN resumes from it)
+# EmbeddingGemma and the runs' working folders are rebuilt or kept outside the checkout
+# (ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
 #   bash benchmarks/long_run.sh prepare   # corpora + EmbeddingGemma + the stage-1 teacher vectors
 #   bash benchmarks/long_run.sh stage 1   # 800 steps from v3 (~1 h 40 min here), then keeps the adapter
@@ -29,6 +34,8 @@
 #     STEPS=1500 bash benchmarks/long_run.sh base gemma3-270m              # long-base-gemma3-270m-1500
 #     bash benchmarks/long_run.sh mine long-base-gemma3-270m-1500
 #     STEPS=1500 bash benchmarks/long_run.sh mined long-base-gemma3-270m-1500
+#   bash benchmarks/long_run.sh park RUN  # after a run was stopped (SIGTERM: it checkpoints the step in flight):
+#                                         # its checkpoint into benchmarks/cache/in-flight/RUN, to commit
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -46,9 +53,36 @@ MIX=supervised,title=400,crop=200
 # the stages and the sweep start from v3 and differ in data, steps and distill weight
 TRAIN_BASE=(--model smollm2-135m --lr 5e-5 --dtype bf16 "${TRAIN_SHARED[@]}")
 COMMON=("${TRAIN_BASE[@]}" --data-mix "$MIX" "${CORPUS_ARGS[@]}" --steps 800 --set distill=1.0)
+SNAPSHOT="$ROOT/benchmarks/cache/corpora"
 mkdir -p "$RUNS"
 
+corpora() {  # every breadth corpus in CORPORA: unpacked from the repository's snapshot, else built (then snapshotted)
+    local c missing=()
+    for c in "${BREADTH[@]}"; do
+        [ -f "$CORPORA/$c/corpus.jsonl" ] && continue
+        if [ -f "$SNAPSHOT/$c/corpus.jsonl.gz" ]; then
+            mkdir -p "$CORPORA/$c.tmp"
+            gzip -dc "$SNAPSHOT/$c/corpus.jsonl.gz" > "$CORPORA/$c.tmp/corpus.jsonl"
+            cp "$SNAPSHOT/$c/SOURCE.json" "$CORPORA/$c.tmp/"
+            rm -rf "${CORPORA:?}/$c"
+            mv "$CORPORA/$c.tmp" "$CORPORA/$c"
+        else
+            missing+=(--source "$c")
+        fi
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        "$PY" scripts/build_corpus.py --out "$CORPORA" "${missing[@]}" --drop-overlapping debian-descriptions
+    fi
+    for c in "${BREADTH[@]}"; do
+        [ -f "$SNAPSHOT/$c/corpus.jsonl.gz" ] && continue
+        mkdir -p "$SNAPSHOT/$c"
+        gzip -9n -c "$CORPORA/$c/corpus.jsonl" > "$SNAPSHOT/$c/corpus.jsonl.gz"
+        cp "$CORPORA/$c/SOURCE.json" "$SNAPSHOT/$c/"
+    done
+}
+
 teacher_vectors() {  # $1: the pairs data (BEIR folder or mined .jsonl)
+    corpora
     "$PY" scripts/precompute_teacher.py --teacher embeddinggemma-300m --cache "$TEACHER_CACHE" --data "$1" \
         --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --seeds 1 --max-length 512 --threads 2
 }
@@ -60,11 +94,7 @@ base_model() {  # $1: a kept run; the registered name of the model its adapter w
 
 case "${1:-}" in
 prepare)
-    missing=()
-    for c in "${BREADTH[@]}"; do [ -f "$CORPORA/$c/corpus.jsonl" ] || missing+=(--source "$c"); done
-    if [ ${#missing[@]} -gt 0 ]; then
-        "$PY" scripts/build_corpus.py --out "$CORPORA" "${missing[@]}" --drop-overlapping debian-descriptions
-    fi
+    corpora
     bash scripts/fetch_embeddinggemma.sh "$ALIGNIR_MODELS/embeddinggemma-300m"
     teacher_vectors "$SHARED/datasets/scifact"
     ;;
@@ -77,6 +107,8 @@ stage)
     *) echo "stages are 1 to 4" >&2; exit 2 ;;
     esac
     [ "$k" = 1 ] || [ -f "$start/adapter_model.safetensors" ] || { echo "run stage $((k - 1)) first" >&2; exit 1; }
+    corpora
+    unpark_run "long-s$k"
     "$ALIGNIR" train infonce --init-adapter "$start" --data "$data" "${COMMON[@]}" --out "$RUNS/long-s$k"
     keep_run "long-s$k"
     ;;
@@ -93,6 +125,8 @@ mined)
     # a second stage for any kept run: from its adapter, on the mix with its own mined negatives
     from="${2:?usage: long_run.sh mined RUN}"; pairs="$(mined_pairs "$from")"; name="$from-mined-${STEPS:-200}"
     [ -f "$pairs" ] || { echo "run: bash benchmarks/long_run.sh mine $from" >&2; exit 1; }
+    corpora
+    unpark_run "$name"
     "$ALIGNIR" train infonce --model "$(base_model "$from")" --init-adapter "$KEEP/$from" --data "$pairs" \
         --data-mix "$MIX" "${CORPUS_ARGS[@]}" "${TRAIN_SHARED[@]}" --lr "${LR:-5e-5}" --dtype "${DTYPE:-fp32}" \
         --steps "${STEPS:-200}" --set "distill=${DISTILL:-4.0}" --out "$RUNS/$name"
@@ -129,10 +163,15 @@ base)
     # rate and distillation weight (benchmarks/base_model_run.sh), with breadth against its overfitting
     # (FRAMES set: that share of the training queries framed as requests, the run named -frames-S)
     model="${2:?usage: long_run.sh base MODEL}"; name="long-base-$model-${STEPS:-400}${FRAMES:+-frames-$FRAMES}"
+    corpora
+    unpark_run "$name"
     "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" --data-mix "$MIX" "${CORPUS_ARGS[@]}" \
         "${TRAIN_SHARED[@]}" --lr 1e-4 --dtype "${DTYPE:-fp32}" --steps "${STEPS:-400}" \
         --set "distill=${DISTILL:-4.0}" ${FRAMES:+--query-frames "$FRAMES"} --out "$RUNS/$name"
     keep_run "$name"
+    ;;
+park)
+    park_run "${2:?usage: long_run.sh park RUN}"
     ;;
 score)
     score_run "${2:?usage: long_run.sh score RUN}" ${SETS:-scifact med cisi cran adi}

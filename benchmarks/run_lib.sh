@@ -8,6 +8,9 @@ export ALIGNIR_MODELS="${ALIGNIR_MODELS:-$ROOT/../models}"
 SHARED="${ALIGNIR_SHARED:-$ROOT/../shared}"
 KEEP="$ROOT/benchmarks/results/adapters"
 TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
+# a run in flight parked in the repository (its last checkpoint and logs), so that a machine that
+# starts bare resumes it exactly instead of starting over: park_run / unpark_run
+PARKED="${PARKED:-$ROOT/benchmarks/cache/in-flight}"
 # what every training run here shares: batch, length, checkpoints, held-out pairs, seed, the teacher
 TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --eval-examples 64 --eval-every 100
               --threads 2 --seed 1
@@ -18,6 +21,7 @@ keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with 
     [ -f "$run/alignir_train.json" ] && [ -f "$run/adapter_model.safetensors" ] || { echo "$run has not finished" >&2; exit 1; }
     "$PY" scripts/package_adapter.py "$run" "$1" --dest "$KEEP/$1"
     cp "$run/loss_log.jsonl" "$run/eval_log.jsonl" "$KEEP/$1/"
+    unpark_done "$1"
 }
 
 score_run() {  # $1: run name, then the collections; scores KEEP/NAME, recorded in gpu_train.json
@@ -26,4 +30,42 @@ score_run() {  # $1: run name, then the collections; scores KEEP/NAME, recorded 
     for d in "$@"; do sets+=(--score "$SHARED/datasets/$d"); done
     "$PY" -m benchmarks.gpu_train --out "$RUNS/score-$name" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
         --score-adapter "trained=$KEEP/$name" --record "$name" --kept-adapter "benchmarks/results/adapters/$name"
+}
+
+park_run() {  # $1: run name; copies RUNS/NAME's last checkpoint and its logs into PARKED/NAME (commit it)
+    local run="$RUNS/$1" dest="$PARKED/$1"
+    [ -f "$run/checkpoint/trainer_state.json" ] || { echo "$run has no checkpoint to park" >&2; exit 1; }
+    rm -rf "$dest.tmp"
+    mkdir -p "$dest.tmp"
+    cp -r "$run/checkpoint" "$dest.tmp/checkpoint"
+    local f
+    for f in loss_log.jsonl eval_log.jsonl; do
+        if [ -f "$run/$f" ]; then cp "$run/$f" "$dest.tmp/"; fi
+    done
+    rm -rf "$dest"
+    mv "$dest.tmp" "$dest"
+    echo "parked $1 at step $(checkpoint_step "$dest/checkpoint") in $dest"
+}
+
+checkpoint_step() {  # $1: a checkpoint folder; its step (0 when there is none)
+    [ -f "$1/trainer_state.json" ] || { echo 0; return; }
+    "$PY" -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["step"]))' "$1/trainer_state.json"
+}
+
+unpark_run() {  # $1: run name; restores PARKED/NAME into RUNS/NAME when it is ahead of RUNS/NAME's own checkpoint
+    local run="$RUNS/$1" parked="$PARKED/$1" f
+    [ -d "$parked/checkpoint" ] || return 0
+    if [ "$(checkpoint_step "$parked/checkpoint")" -gt "$(checkpoint_step "$run/checkpoint")" ]; then
+        mkdir -p "$run"
+        rm -rf "$run/checkpoint"
+        cp -r "$parked/checkpoint" "$run/checkpoint"
+        for f in loss_log.jsonl eval_log.jsonl; do
+            if [ -f "$parked/$f" ]; then cp "$parked/$f" "$run/"; fi
+        done
+        echo "resuming $1 from its parked checkpoint (step $(checkpoint_step "$run/checkpoint"))"
+    fi
+}
+
+unpark_done() {  # $1: run name; a finished and kept run needs its parked checkpoint no more
+    if [ -d "$PARKED/$1" ]; then rm -rf "${PARKED:?}/$1"; echo "removed $PARKED/$1 (the run is kept): commit that"; fi
 }

@@ -17,7 +17,7 @@ from alignir.encoders.train.data import load_pairs
 from alignir.encoders.train.stages import run_stages, stage_configs
 from alignir.encoders.train.trainer import method_class, train
 
-from conftest import train_config, train_log
+from conftest import train_config, train_log, train_losses
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -266,3 +266,48 @@ def test_cli_says_how_to_continue_a_paused_recipe(tiny_model, data_files, tmp_pa
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0 and "rerun" not in res.output
     assert _meta(tmp_path / "cli" / "contrastive")["steps"] == 2
+
+
+def _run_lib(tmp_path, runs: Path, parked: Path, call: str) -> str:
+    """Run one function of benchmarks/run_lib.sh (the long runs' shared steps) against a RUNS and
+    a PARKED folder of the test's own."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "RUNS": str(runs), "PARKED": str(parked), "PYTHON": sys.executable}
+    script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; {call}'
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def test_a_parked_run_resumes_on_a_bare_machine_exactly(tiny_model, data_files, tmp_path):
+    """``long_run.sh park RUN`` keeps a paused run's checkpoint and logs in the repository; on a
+    machine whose RUNS folder is gone, the next call of the same step restores it and the run ends
+    on the losses of one uninterrupted run. A local checkpoint that is ahead of the parked one is
+    left alone."""
+    import shutil
+
+    full = train(_cfg(tmp_path / "a", "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3,
+                      eval_examples=2, eval_every=2), loaded=tiny_model)
+    runs, parked = tmp_path / "runs", tmp_path / "parked"
+    cfg = _cfg(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3, stop_after=2,
+               out=str(runs / "r"), eval_examples=2, eval_every=2)
+    assert train(cfg, loaded=tiny_model)["steps"] == 2
+    assert "at step 2" in _run_lib(tmp_path, runs, parked, "park_run r")
+    assert sorted(p.name for p in (parked / "r").iterdir()) == ["checkpoint", "eval_log.jsonl", "loss_log.jsonl"]
+    shutil.rmtree(runs)  # the machine starts bare
+    assert "step 2" in _run_lib(tmp_path, runs, parked, "unpark_run r")
+    assert train(cfg, loaded=tiny_model)["steps"] == 4  # resumed at 2, not started over
+    assert _run_lib(tmp_path, runs, parked, "unpark_run r") == ""  # the local step-4 checkpoint is ahead
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps"] == 5 and [r["step"] for r in train_log(done["out"])] == [1, 2, 3, 4, 5]
+    torch.testing.assert_close(torch.tensor(train_losses(done["out"])), torch.tensor(train_losses(full["out"])),
+                               rtol=1e-5, atol=1e-6)
+    assert [r["step"] for r in train_log(done["out"], "eval_log.jsonl")] == [0, 2, 4, 5]  # the held-out curve too
+    # parking refuses a run with no checkpoint, and a kept run's parked copy goes
+    with pytest.raises(Exception):
+        _run_lib(tmp_path, runs, parked, "park_run missing")
+    _run_lib(tmp_path, runs, parked, "unpark_done r")
+    assert not (parked / "r").exists()
