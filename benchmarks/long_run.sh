@@ -34,8 +34,11 @@
 #     STEPS=1500 bash benchmarks/long_run.sh base gemma3-270m              # long-base-gemma3-270m-1500
 #     bash benchmarks/long_run.sh mine long-base-gemma3-270m-1500
 #     STEPS=1500 bash benchmarks/long_run.sh mined long-base-gemma3-270m-1500
-#   bash benchmarks/long_run.sh park RUN  # after a run was stopped (SIGTERM: it checkpoints the step in flight):
-#                                         # its checkpoint into benchmarks/cache/in-flight/RUN, to commit
+#   STOP_AT=22:10 STEPS=1500 bash benchmarks/long_run.sh base gemma3-270m   # any training step with STOP_AT
+#                                         # (HH:MM or +MINUTES) pauses before a step that would end past it and
+#                                         # parks the run in benchmarks/cache/in-flight/RUN: commit that
+#   bash benchmarks/long_run.sh park RUN  # the same after a run was stopped by hand (SIGTERM: it checkpoints
+#                                         # the step in flight)
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -110,7 +113,7 @@ stage)
     corpora
     unpark_run "long-s$k"
     "$ALIGNIR" train infonce --init-adapter "$start" --data "$data" "${COMMON[@]}" --out "$RUNS/long-s$k"
-    keep_run "long-s$k"
+    keep_or_park "long-s$k"
     ;;
 mine)
     # with stage 1 by default; with RUN, any kept run (its base model is read from its adapter)
@@ -130,7 +133,7 @@ mined)
     "$ALIGNIR" train infonce --model "$(base_model "$from")" --init-adapter "$KEEP/$from" --data "$pairs" \
         --data-mix "$MIX" "${CORPUS_ARGS[@]}" "${TRAIN_SHARED[@]}" --lr "${LR:-5e-5}" --dtype "${DTYPE:-fp32}" \
         --steps "${STEPS:-200}" --set "distill=${DISTILL:-4.0}" --out "$RUNS/$name"
-    keep_run "$name"
+    keep_or_park "$name"
     ;;
 sweep)
     # the distillation weight on SciFact's supervised pairs alone (their teacher vectors are in the
@@ -168,7 +171,7 @@ base)
     "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" --data-mix "$MIX" "${CORPUS_ARGS[@]}" \
         "${TRAIN_SHARED[@]}" --lr 1e-4 --dtype "${DTYPE:-fp32}" --steps "${STEPS:-400}" \
         --set "distill=${DISTILL:-4.0}" ${FRAMES:+--query-frames "$FRAMES"} --out "$RUNS/$name"
-    keep_run "$name"
+    keep_or_park "$name"
     ;;
 park)
     park_run "${2:?usage: long_run.sh park RUN}"

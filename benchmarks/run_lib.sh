@@ -12,8 +12,9 @@ TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
 # starts bare resumes it exactly instead of starting over: park_run / unpark_run
 PARKED="${PARKED:-$ROOT/benchmarks/cache/in-flight}"
 # what every training run here shares: batch, length, checkpoints, held-out pairs, seed, the teacher
+# (STOP_AT=HH:MM or +MINUTES: pause before a step that would end past it; the step then parks the run)
 TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --eval-examples 64 --eval-every 100
-              --threads 2 --seed 1
+              --threads 2 --seed 1 ${STOP_AT:+--stop-at "$STOP_AT"}
               --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
 
 keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with its logs
@@ -63,6 +64,14 @@ unpark_run() {  # $1: run name; restores PARKED/NAME into RUNS/NAME when it is a
             if [ -f "$parked/$f" ]; then cp "$parked/$f" "$run/"; fi
         done
         echo "resuming $1 from its parked checkpoint (step $(checkpoint_step "$run/checkpoint"))"
+    fi
+}
+
+keep_or_park() {  # $1: run name; a finished run is kept, a paused one (STOP_AT) parked
+    if [ -f "$RUNS/$1/alignir_train.json" ] && [ -f "$RUNS/$1/adapter_model.safetensors" ]; then
+        keep_run "$1"
+    else
+        park_run "$1"
     fi
 }
 

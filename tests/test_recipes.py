@@ -195,6 +195,42 @@ def test_a_long_run_in_time_slices_equals_one_run(tiny_model, data_files, tmp_pa
                                torch.tensor([r["loss"] for r in train_log(full["out"])]), rtol=1e-5, atol=1e-6)
 
 
+def test_stop_at_pauses_before_a_step_that_would_end_past_the_deadline(tiny_model, data_files, tmp_path):
+    """``--stop-at`` is a wall-clock deadline: a deadline already reached pauses after the first step
+    of the call (checkpointed, ``paused: stop_at``); the deadline may change between calls and the
+    run still ends on the losses of one uninterrupted run."""
+    import time
+
+    full = train(_cfg(tmp_path / "a", "infonce", "contrastive", data_files["pairs"], steps=4, batch_size=3),
+                 loaded=tiny_model)
+    cfg = _cfg(tmp_path / "b", "infonce", "contrastive", data_files["pairs"], steps=4, batch_size=3,
+               stop_at=time.time())
+    first = train(cfg, loaded=tiny_model)
+    assert first["interrupted"] and first["paused"] == "stop_at" and first["steps"] == 1 and first["signal"] is None
+    cfg.stop_at = time.time() + 3600.0  # a later deadline on the next call: not a changed setting
+    done = train(cfg, loaded=tiny_model)
+    assert done["steps"] == 4 and not done.get("interrupted") and done["steps_run"] == 3
+    torch.testing.assert_close(torch.tensor(train_losses(done["out"])), torch.tensor(train_losses(full["out"])),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_stop_at_reads_a_clock_time_or_minutes_from_now():
+    import datetime as dt
+
+    import typer
+
+    from alignir.retrieval.commands.train import _parse_stop_at
+
+    now = dt.datetime(2026, 3, 1, 21, 30).timestamp()
+    assert _parse_stop_at(None) is None
+    assert _parse_stop_at("+90", now=now) == now + 5400.0
+    assert _parse_stop_at("22:15", now=now) == dt.datetime(2026, 3, 1, 22, 15).timestamp()
+    assert _parse_stop_at("21:00", now=now) == dt.datetime(2026, 3, 2, 21, 0).timestamp()  # passed today: tomorrow
+    for bad in ("+0", "+soon", "25:00", "tonight"):
+        with pytest.raises(typer.BadParameter, match="--stop-at"):
+            _parse_stop_at(bad, now=now)
+
+
 def test_unlabelled_run_over_two_corpora_records_its_data_and_resumes(tiny_model, tmp_path):
     """The long-run recipe in miniature: title + crop pairs of two corpora, paused and resumed."""
     from conftest import TINY_CORPUS
@@ -283,7 +319,8 @@ def _run_lib(tmp_path, runs: Path, parked: Path, call: str) -> str:
 
 
 def test_a_parked_run_resumes_on_a_bare_machine_exactly(tiny_model, data_files, tmp_path):
-    """``long_run.sh park RUN`` keeps a paused run's checkpoint and logs in the repository; on a
+    """A paused run's checkpoint and logs are parked in the repository (``keep_or_park``, after a
+    ``STOP_AT`` pause, or ``long_run.sh park RUN``); on a
     machine whose RUNS folder is gone, the next call of the same step restores it and the run ends
     on the losses of one uninterrupted run. A local checkpoint that is ahead of the parked one is
     left alone."""
@@ -295,7 +332,7 @@ def test_a_parked_run_resumes_on_a_bare_machine_exactly(tiny_model, data_files, 
     cfg = _cfg(tmp_path, "infonce", "contrastive", data_files["pairs"], steps=5, batch_size=3, stop_after=2,
                out=str(runs / "r"), eval_examples=2, eval_every=2)
     assert train(cfg, loaded=tiny_model)["steps"] == 2
-    assert "at step 2" in _run_lib(tmp_path, runs, parked, "park_run r")
+    assert "at step 2" in _run_lib(tmp_path, runs, parked, "keep_or_park r")  # paused, so parked
     assert sorted(p.name for p in (parked / "r").iterdir()) == ["checkpoint", "eval_log.jsonl", "loss_log.jsonl"]
     shutil.rmtree(runs)  # the machine starts bare
     assert "step 2" in _run_lib(tmp_path, runs, parked, "unpark_run r")

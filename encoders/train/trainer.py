@@ -101,6 +101,7 @@ class TrainConfig:
     resume: bool = True
     progress: bool = True
     stop_after: int | None = None  # pause after this many steps of this run (checkpoint saved, no final adapter)
+    stop_at: float | None = None  # pause before a step that would end past this Unix time (checkpoint saved)
     eval_examples: int = 0  # hold out this many examples (seeded); their loss is logged without gradients
     eval_every: int = 0  # steps between held-out evaluations (0: only before the first and after the last step)
     hp: dict[str, Any] = field(default_factory=dict)
@@ -252,7 +253,8 @@ def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, fl
 
 #: settings that may change between a run and its resumption (where output goes, how often to
 #: save / evaluate, progress bars); every other TrainConfig field must match the checkpoint's
-RESUME_FREE = frozenset({"out", "resume", "progress", "save_every", "eval_every", "stop_after", "device"})
+RESUME_FREE = frozenset({"out", "resume", "progress", "save_every", "eval_every", "stop_after", "stop_at",
+                         "device"})
 
 
 def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None) -> None:
@@ -313,7 +315,8 @@ def _save_checkpoint(ckpt: Path, method, peft_model, opt, sched, step: int, meta
 
 def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[str, Any]:
     """Run one training stage; returns a summary (steps, seconds, final loss, output dir, and
-    ``steps_run``: the steps this call ran). A run paused by ``stop_after`` or stopped by a signal
+    ``steps_run``: the steps this call ran). A run paused by ``stop_after`` or ``stop_at`` (``paused``:
+    which of the two) or stopped by a signal
     returns ``interrupted: True`` (``signal``: its name, or None for a pause) after checkpointing.
 
     ``loaded`` (an ``encoders.models.LoadedModel``) is used when given — its model is copied,
@@ -434,6 +437,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
                initial=start, total=cfg.steps)
     with open(log_path, "a") as log, stop_on_signals() as stop:
         for step in bar:
+            step_started = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             agg: dict[str, float] = {}
             for _ in range(cfg.grad_accum):
@@ -460,16 +464,21 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
                 run_eval(step + 1)
             if step + 1 < cfg.steps:
-                # a pause (--stop-after) or a stop signal checkpoints here too, so that the same command
-                # continues exactly; read once, so a signal arriving after the save waits for the next step
-                halt = bool(stop) or (bool(cfg.stop_after) and step + 1 - start >= cfg.stop_after)
+                # a pause (--stop-after, or --stop-at: the next step, as long as this one, would end past
+                # it) or a stop signal checkpoints here too, so that the same command continues exactly;
+                # read once, so a signal arriving after the save waits for the next step
+                took = time.perf_counter() - step_started
+                paused = ("stop_after" if cfg.stop_after and step + 1 - start >= cfg.stop_after else
+                          "stop_at" if cfg.stop_at and time.time() + took > cfg.stop_at else None)
+                halt = bool(stop) or paused is not None
                 if halt or (cfg.save_every and (step + 1) % cfg.save_every == 0):
                     _save_checkpoint(ckpt, method, peft_model, opt, sched, step + 1, meta, time.perf_counter() - t0,
                                      time.process_time() - c0)
                 if halt:
                     bar.close()
                     return _summary(out, cfg, step + 1, last["seconds"], last, None, interrupted=True,
-                                    steps_run=step + 1 - start, signal=stop.signal)
+                                    steps_run=step + 1 - start, signal=stop.signal,
+                                    paused=None if stop.signal else paused)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     run_eval(cfg.steps)
     meta.update({"steps": cfg.steps, "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,

@@ -98,6 +98,9 @@ def register(app: typer.Typer) -> None:
         save_every: int = typer.Option(0, min=0, help="checkpoint every N steps (0: only at the end)"),
         stop_after: Optional[int] = typer.Option(None, min=1, help="pause after N steps of this invocation (checkpoint "
                                                  "saved; the same command continues): a long run in time slices"),
+        stop_at: Optional[str] = typer.Option(None, help="pause before a step that would end past this time: HH:MM "
+                                              "(its next occurrence, local time) or +MINUTES from now (checkpoint "
+                                              "saved; the same command continues)"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="resume from OUT/checkpoint if present"),
         eval_examples: int = typer.Option(0, min=0, help="hold out N examples; log their loss (eval_log.jsonl)"),
         eval_every: int = typer.Option(0, min=0, help="held-out loss every N steps (0: before and after only)"),
@@ -127,7 +130,7 @@ def register(app: typer.Typer) -> None:
             split=split, n_negatives=negatives, data_mix=data_mix, corpora=list(corpus) or None,
             max_examples=max_examples, query_frames=query_frames, seed=seed, device=device, dtype=dtype,
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
-            stop_after=stop_after,
+            stop_after=stop_after, stop_at=_parse_stop_at(stop_at),
             eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
         )
         names: list[str] | None = None
@@ -180,13 +183,42 @@ def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], sp
     typer.echo(json.dumps(record, indent=1, default=str))
 
 
+def _parse_stop_at(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """``--stop-at``: "HH:MM" (its next occurrence in local time) or "+MINUTES" -> a Unix time."""
+    import datetime as dt
+    import time
+
+    if value is None:
+        return None
+    now = time.time() if now is None else now
+    text = value.strip()
+    if text.startswith("+"):
+        try:
+            minutes = float(text[1:])
+        except ValueError:
+            raise typer.BadParameter(f"--stop-at {value!r}: +MINUTES needs a number, e.g. +90") from None
+        if minutes <= 0:
+            raise typer.BadParameter(f"--stop-at {value!r}: the minutes must be > 0")
+        return now + 60.0 * minutes
+    try:
+        at = dt.datetime.strptime(text, "%H:%M").time()
+    except ValueError:
+        raise typer.BadParameter(f"--stop-at {value!r}: give HH:MM (local time) or +MINUTES") from None
+    today = dt.datetime.fromtimestamp(now)
+    when = dt.datetime.combine(today.date(), at)
+    if when.timestamp() <= now:
+        when += dt.timedelta(days=1)
+    return when.timestamp()
+
+
 def _report_pause(summary: dict | list[dict], stage_names: list[str] | None) -> None:
     """Say where an unfinished run stopped and how to continue; a signal's stop exits 128 + signal."""
     last = summary[-1] if isinstance(summary, list) else summary
     if last.get("interrupted"):
         from alignir.encoders.train.stopping import signal_exit_code
 
-        why = f"stopped by {last['signal']}" if last.get("signal") else "paused (--stop-after)"
+        flag = "--stop-at" if last.get("paused") == "stop_at" else "--stop-after"
+        why = f"stopped by {last['signal']}" if last.get("signal") else f"paused ({flag})"
         typer.secho(f"{why} at step {last['steps']} of {last['method']}/{last['stage']}; checkpoint saved in "
                     f"{last['out']}/checkpoint: rerun the same command to continue", err=True, fg=typer.colors.YELLOW)
         if last.get("signal"):
