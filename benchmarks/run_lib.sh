@@ -11,8 +11,21 @@ TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
 # a run in flight parked in the repository (its last checkpoint and logs), so that a machine that
 # starts bare resumes it exactly instead of starting over: park_run / unpark_run
 PARKED="${PARKED:-$ROOT/benchmarks/cache/in-flight}"
+TRAIN_RESULTS="${TRAIN_RESULTS:-$ROOT/benchmarks/results/gpu_train.json}"  # the scored runs (score_run)
 # what every training run here shares: batch, length, checkpoints, held-out pairs, seed, the teacher
-# (STOP_AT=HH:MM or +MINUTES: pause before a step that would end past it; the step then parks the run)
+# (STOP_AT=HH:MM or +MINUTES: pause before a step that would end past it; the step then parks the run.
+# It is fixed here once as @UNIX_SECONDS and exported, so that every command a chain starts keeps the
+# same deadline, even one that starts after HH:MM has passed)
+if [ -n "${STOP_AT:-}" ] && [ "${STOP_AT#@}" = "$STOP_AT" ]; then
+    deadline="$("$PY" -c '
+import sys
+from alignir.retrieval.commands.train import _parse_stop_at
+try:
+    print(_parse_stop_at(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"STOP_AT: {e}")' "$STOP_AT")" || exit 2  # a deadline that does not parse stops the step
+    export STOP_AT="@$deadline"
+fi
 TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --eval-examples 64 --eval-every 100
               --threads 2 --seed 1 ${STOP_AT:+--stop-at "$STOP_AT"}
               --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
@@ -65,6 +78,18 @@ unpark_run() {  # $1: run name; restores PARKED/NAME into RUNS/NAME when it is a
         done
         echo "resuming $1 from its parked checkpoint (step $(checkpoint_step "$run/checkpoint"))"
     fi
+}
+
+unscored() {  # $1: a run, $2: a collection; true while gpu_train.json holds no score of the run there
+    "$PY" -c '
+import json, sys
+runs = json.load(open(sys.argv[1])).get("runs", {})
+sys.exit(sys.argv[3] in runs.get(sys.argv[2], {}).get("scores", {}).get("trained", {}))' \
+        "$TRAIN_RESULTS" "$1" "$2"
+}
+
+past_deadline() {  # true when STOP_AT is set and has passed (the steps that do not pause check it first)
+    [ -n "${STOP_AT:-}" ] && "$PY" -c 'import sys, time; sys.exit(time.time() < float(sys.argv[1]))' "${STOP_AT#@}"
 }
 
 keep_or_park() {  # $1: run name; a finished run is kept, a paused one (STOP_AT) parked

@@ -224,9 +224,10 @@ def test_stop_at_reads_a_clock_time_or_minutes_from_now():
     now = dt.datetime(2026, 3, 1, 21, 30).timestamp()
     assert _parse_stop_at(None) is None
     assert _parse_stop_at("+90", now=now) == now + 5400.0
+    assert _parse_stop_at("@1700000000", now=now) == 1700000000.0
     assert _parse_stop_at("22:15", now=now) == dt.datetime(2026, 3, 1, 22, 15).timestamp()
     assert _parse_stop_at("21:00", now=now) == dt.datetime(2026, 3, 2, 21, 0).timestamp()  # passed today: tomorrow
-    for bad in ("+0", "+soon", "25:00", "tonight"):
+    for bad in ("+0", "+soon", "25:00", "tonight", "@noon"):
         with pytest.raises(typer.BadParameter, match="--stop-at"):
             _parse_stop_at(bad, now=now)
 
@@ -348,3 +349,33 @@ def test_a_parked_run_resumes_on_a_bare_machine_exactly(tiny_model, data_files, 
         _run_lib(tmp_path, runs, parked, "park_run missing")
     _run_lib(tmp_path, runs, parked, "unpark_done r")
     assert not (parked / "r").exists()
+
+
+def test_the_long_run_chain_knows_what_is_scored_and_fixes_its_deadline_once(tmp_path):
+    """``long_run.sh budget`` skips a collection already scored for a run, and turns STOP_AT into one
+    absolute deadline that every command it starts shares."""
+    import os
+    import subprocess
+    import sys
+
+    results = tmp_path / "gpu_train.json"
+    results.write_text(json.dumps({"runs": {"r": {"scores": {"trained": {"adi": {}, "med": {}}}}}}))
+    root = Path(__file__).resolve().parents[1]
+
+    def run(call: str, **env: str) -> str:
+        full = {**os.environ, "RUNS": str(tmp_path / "runs"), "PARKED": str(tmp_path / "parked"),
+                "PYTHON": sys.executable, "TRAIN_RESULTS": str(results), **env}
+        if "STOP_AT" not in env:
+            full.pop("STOP_AT", None)
+        script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; {call}'
+        return subprocess.run(["bash", "-c", script], env=full, capture_output=True, text=True, check=True).stdout
+
+    check = 'for d in adi med cisi; do if unscored r "$d"; then echo "$d"; fi; done; unscored other adi && echo other'
+    assert run(check).split() == ["cisi", "other"]
+    assert run('past_deadline && echo past || echo open') == "open\n"  # no deadline
+    assert run('past_deadline && echo past || echo open', STOP_AT="@1000") == "past\n"
+    fixed = run('echo "$STOP_AT"; past_deadline && echo past || echo open', STOP_AT="+30").split()
+    assert fixed[1] == "open" and fixed[0].startswith("@")
+    assert float(fixed[0][1:]) == pytest.approx(__import__("time").time() + 1800, abs=60)
+    with pytest.raises(subprocess.CalledProcessError):
+        run('echo "the step would start"', STOP_AT="tonight")

@@ -99,8 +99,8 @@ def register(app: typer.Typer) -> None:
         stop_after: Optional[int] = typer.Option(None, min=1, help="pause after N steps of this invocation (checkpoint "
                                                  "saved; the same command continues): a long run in time slices"),
         stop_at: Optional[str] = typer.Option(None, help="pause before a step that would end past this time: HH:MM "
-                                              "(its next occurrence, local time) or +MINUTES from now (checkpoint "
-                                              "saved; the same command continues)"),
+                                              "(its next occurrence, local time), +MINUTES from now or @UNIX_SECONDS "
+                                              "(checkpoint saved; the same command continues)"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="resume from OUT/checkpoint if present"),
         eval_examples: int = typer.Option(0, min=0, help="hold out N examples; log their loss (eval_log.jsonl)"),
         eval_every: int = typer.Option(0, min=0, help="held-out loss every N steps (0: before and after only)"),
@@ -184,7 +184,8 @@ def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], sp
 
 
 def _parse_stop_at(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
-    """``--stop-at``: "HH:MM" (its next occurrence in local time) or "+MINUTES" -> a Unix time."""
+    """``--stop-at``: "HH:MM" (its next occurrence in local time), "+MINUTES" or "@UNIX_SECONDS" (a
+    deadline fixed once for a chain of commands) -> a Unix time."""
     import datetime as dt
     import time
 
@@ -192,6 +193,11 @@ def _parse_stop_at(value: Optional[str], now: Optional[float] = None) -> Optiona
         return None
     now = time.time() if now is None else now
     text = value.strip()
+    if text.startswith("@"):
+        try:
+            return float(text[1:])
+        except ValueError:
+            raise typer.BadParameter(f"--stop-at {value!r}: @UNIX_SECONDS needs a number") from None
     if text.startswith("+"):
         try:
             minutes = float(text[1:])
