@@ -62,17 +62,12 @@ COMMON=("${TRAIN_BASE[@]}" --data-mix "$MIX" "${CORPUS_ARGS[@]}" --steps 800 --s
 SNAPSHOT="$ROOT/benchmarks/cache/corpora"
 mkdir -p "$RUNS"
 
-corpora() {  # every breadth corpus in CORPORA: unpacked from the repository's snapshot, else built (then snapshotted)
+corpora() {  # every breadth corpus in CORPORA: the repository's snapshot where it has one, else built (then snapshotted)
     local c missing=()
     for c in "${BREADTH[@]}"; do
-        [ -f "$CORPORA/$c/corpus.jsonl" ] && continue
         if [ -f "$SNAPSHOT/$c/corpus.jsonl.gz" ]; then
-            mkdir -p "$CORPORA/$c.tmp"
-            gzip -dc "$SNAPSHOT/$c/corpus.jsonl.gz" > "$CORPORA/$c.tmp/corpus.jsonl"
-            cp "$SNAPSHOT/$c/SOURCE.json" "$CORPORA/$c.tmp/"
-            rm -rf "${CORPORA:?}/$c"
-            mv "$CORPORA/$c.tmp" "$CORPORA/$c"
-        else
+            unpack_corpus "$SNAPSHOT/$c" "$CORPORA/$c"
+        elif [ ! -f "$CORPORA/$c/corpus.jsonl" ]; then
             missing+=(--source "$c")
         fi
     done

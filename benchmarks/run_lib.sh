@@ -88,6 +88,20 @@ sys.exit(sys.argv[3] in runs.get(sys.argv[2], {}).get("scores", {}).get("trained
         "$TRAIN_RESULTS" "$1" "$2"
 }
 
+unpack_corpus() {  # $1: a kept corpus (corpus.jsonl.gz + SOURCE.json), $2: its folder; unpacked unless $2 holds it
+    local want
+    want="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["corpus_sha256"])' "$1/SOURCE.json")"
+    if [ -f "$2/corpus.jsonl" ] && [ "$(sha256sum < "$2/corpus.jsonl" | cut -d" " -f1)" = "$want" ]; then return 0; fi
+    rm -rf "$2.tmp"
+    mkdir -p "$2.tmp"
+    gzip -dc "$1/corpus.jsonl.gz" > "$2.tmp/corpus.jsonl"
+    [ "$(sha256sum < "$2.tmp/corpus.jsonl" | cut -d" " -f1)" = "$want" ] || { echo "$1: corpus.jsonl.gz is not the corpus its SOURCE.json names" >&2; exit 1; }
+    cp "$1/SOURCE.json" "$2.tmp/"
+    rm -rf "$2"
+    mv "$2.tmp" "$2"
+    echo "unpacked $(basename "$2") from $1"
+}
+
 past_deadline() {  # true when STOP_AT is set and has passed (the steps that do not pause check it first)
     [ -n "${STOP_AT:-}" ] && "$PY" -c 'import sys, time; sys.exit(time.time() < float(sys.argv[1]))' "${STOP_AT#@}"
 }

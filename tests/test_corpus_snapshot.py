@@ -31,3 +31,29 @@ def test_a_kept_corpus_is_the_one_its_source_file_describes(name):
     assert all(r["text"].strip() for r in rows)
     assert set(source["overlap_check"]["collections"]) >= {"adi", "cisi", "cran", "med", "scifact"}
     assert source["overlap_check"]["result"].startswith("no record contains a sentence")
+
+
+def test_a_kept_corpus_replaces_a_stale_local_build_and_leaves_a_current_one(tmp_path):
+    """benchmarks/run_lib.sh ``unpack_corpus``: a folder holding another build of the corpus (the
+    archive moved on) is replaced by the kept one; a folder that holds it already is left alone."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    kept = SNAPSHOT / "freeciv-nations"
+    dest = tmp_path / "corpora" / "freeciv-nations"
+    dest.mkdir(parents=True)
+    (dest / "corpus.jsonl").write_text('{"_id": "x", "title": "", "text": "a later build"}\n')
+
+    def unpack() -> str:
+        env = {**os.environ, "PYTHON": sys.executable, "RUNS": str(tmp_path / "runs")}
+        env.pop("STOP_AT", None)
+        script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; unpack_corpus "{kept}" "{dest}"'
+        return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+
+    assert "unpacked" in unpack()
+    want = json.loads((kept / "SOURCE.json").read_text())["corpus_sha256"]
+    assert hashlib.sha256((dest / "corpus.jsonl").read_bytes()).hexdigest() == want
+    assert (dest / "SOURCE.json").read_bytes() == (kept / "SOURCE.json").read_bytes()
+    assert unpack() == ""  # already there
