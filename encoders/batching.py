@@ -8,6 +8,13 @@ attention output and the MLP's gate/up/activation — which is ``(4·d + 3·I)``
 (d hidden size, I the MLP width), doubled for the transient copies. A quarter of the free memory
 goes to that, capped at :data:`GPU_MAX_TOKENS` tokens and :data:`GPU_MAX_ROWS` rows; texts are
 length-sorted before batching (encoders.embedders.prompteol), so padding stays small.
+
+A training batch is fixed by the data order, but its forward need not be one padded block: its
+texts can go through in groups of similar length, each padded only to its own longest, the
+embeddings put back in order afterwards (the same vectors: padding is masked). On a CPU a
+forward's fixed cost is a few padded tokens' worth, so :func:`length_groups` splits wherever that
+saves more padding than the extra forward costs; on a GPU padding is nearly free and the batch
+stays whole.
 """
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ from typing import Any
 import torch
 
 __all__ = ["CPU_BATCH_TOKENS", "CPU_MAX_ROWS", "GPU_MAX_TOKENS", "GPU_MAX_ROWS", "batch_budget",
-           "activation_bytes_per_token"]
+           "activation_bytes_per_token", "FORWARD_OVERHEAD_TOKENS", "forward_overhead_tokens", "length_groups"]
 
 CPU_BATCH_TOKENS = 4096
 CPU_MAX_ROWS = 64
@@ -24,6 +31,8 @@ GPU_MAX_TOKENS = 262_144
 GPU_MAX_ROWS = 1024
 #: share of the free GPU memory one batch's activations may take
 GPU_MEMORY_SHARE = 0.25
+#: a differentiable forward's fixed cost in padded tokens, by device type (others: the batch stays whole)
+FORWARD_OVERHEAD_TOKENS = {"cpu": 32}
 
 
 def activation_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
@@ -47,3 +56,31 @@ def batch_budget(model: torch.nn.Module, device: torch.device, free_bytes: int |
     per_token = activation_bytes_per_token(getattr(model, "config", None), dtype)
     tokens = int(GPU_MEMORY_SHARE * free_bytes) // per_token
     return max(CPU_BATCH_TOKENS, min(GPU_MAX_TOKENS, tokens)), GPU_MAX_ROWS
+
+
+def forward_overhead_tokens(device: torch.device | str) -> int | None:
+    """:data:`FORWARD_OVERHEAD_TOKENS` of ``device``'s type; None where a batch stays one forward."""
+    return FORWARD_OVERHEAD_TOKENS.get(torch.device(device).type)
+
+
+def length_groups(lengths: list[int], overhead_tokens: int | None) -> list[list[int]]:
+    """The indices of ``lengths`` in groups of one forward each: the split of the length-sorted
+    order with the fewest padded tokens plus ``overhead_tokens`` per group (exact, by dynamic
+    programming over the cut points). ``overhead_tokens`` None: one group, in the given order."""
+    n = len(lengths)
+    if overhead_tokens is None or n < 2:
+        return [list(range(n))] if n else []
+    order = sorted(range(n), key=lambda i: (lengths[i], i))
+    sorted_len = [int(lengths[i]) for i in order]
+    best = [0] + [None] * n  # best[j]: the cheapest split of the j shortest texts
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):  # the last group is order[i:j], padded to its longest, sorted_len[j - 1]
+            cost = best[i] + sorted_len[j - 1] * (j - i) + overhead_tokens
+            if best[j] is None or cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]

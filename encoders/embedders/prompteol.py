@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.batching import batch_budget
+from alignir.encoders.batching import batch_budget, forward_overhead_tokens, length_groups
 from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder, clean_text
 from alignir.encoders.fast_tokenize import encode_batch
 from alignir.encoders.models import LoadedModel, backbone
@@ -99,6 +99,16 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
+
+
+def _inverse(groups: list[list[int]]) -> list[int]:
+    """Where each text's row lands in the groups' rows laid end to end: ``rows[_inverse(g)]`` puts
+    the rows back in the texts' order."""
+    flat = [i for g in groups for i in g]
+    where = [0] * len(flat)
+    for row, i in enumerate(flat):
+        where[i] = row
+    return where
 
 
 def _span_positions(offsets: list[tuple[int, int]], start: int, end: int) -> list[int]:
@@ -319,11 +329,18 @@ class PromptEmbedder(Embedder):
         trained) and with gradients: the differentiable forward of the InfoNCE baseline (one batch;
         an empty text is pooled over its prompt's tokens instead of getting a zero vector)."""
         ids, pos, _, _ = self.prepare([clean_text(t) for t in texts], role)
-        input_ids, attn, position_ids, pmask = self.collate(ids, pos)
         dev = model.get_input_embeddings().weight.device
-        out = backbone(model)(input_ids=input_ids.to(dev), attention_mask=attn.to(dev),
-                              position_ids=position_ids.to(dev), use_cache=False)
-        return pool(self.pooling, out.last_hidden_state, attn.to(dev), pmask.to(dev))
+        net = backbone(model)
+        groups = length_groups([len(x) for x in ids], forward_overhead_tokens(dev))
+        parts = []
+        for group in groups:  # texts of similar length in one forward each (encoders.batching)
+            input_ids, attn, position_ids, pmask = self.collate([ids[i] for i in group], [pos[i] for i in group])
+            out = net(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), position_ids=position_ids.to(dev),
+                      use_cache=False)
+            parts.append(pool(self.pooling, out.last_hidden_state, attn.to(dev), pmask.to(dev)))
+        rows = torch.cat(parts) if len(parts) > 1 else parts[0]
+        where = _inverse(groups)
+        return rows if where == sorted(where) else rows[torch.tensor(where, device=rows.device)]
 
     def _full_forward_module(self):
         """The backbone that runs full forwards: ``torch.compile``'d once per backbone when

@@ -1,0 +1,84 @@
+"""A training batch's forward in groups of similar length (encoders.batching.length_groups):
+the split is the cheapest one (against brute force over every split of the sorted order), and the
+embeddings and their gradients are those of the batch as one padded block."""
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alignir.encoders.batching import length_groups
+from alignir.encoders.embedders.prompteol import PromptEOLEmbedder
+from alignir.encoders.train.adapter import add_lora
+
+from conftest import TINY_CORPUS
+
+
+def _cost(groups: list[list[int]], lengths: list[int], overhead: int) -> int:
+    return sum(max(lengths[i] for i in g) * len(g) + overhead for g in groups)
+
+
+def _brute_force(lengths: list[int], overhead: int) -> int:
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = None
+    for mask in itertools.product((0, 1), repeat=len(order) - 1):  # a cut after position k where mask[k]
+        groups, cur = [], [order[0]]
+        for k, i in enumerate(order[1:]):
+            if mask[k]:
+                groups.append(cur)
+                cur = []
+            cur.append(i)
+        groups.append(cur)
+        c = _cost(groups, lengths, overhead)
+        best = c if best is None else min(best, c)
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 128), min_size=1, max_size=9), st.integers(0, 200))
+def test_the_split_is_the_cheapest_and_covers_every_text_once(lengths, overhead):
+    groups = length_groups(lengths, overhead)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert _cost(groups, lengths, overhead) == _brute_force(lengths, overhead)
+
+
+def test_no_overhead_given_keeps_the_batch_whole_and_in_order():
+    assert length_groups([5, 90, 7], None) == [[0, 1, 2]]
+    assert length_groups([], 32) == []
+    assert length_groups([9, 100, 10, 101], 0) == [[0], [2], [1], [3]]  # free forwards: no padding at all
+    assert length_groups([9, 100, 10, 101], 10_000) == [[0, 2, 1, 3]]  # dear forwards: one, sorted
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_grouped_forward_gives_the_one_block_vectors_and_gradients(tiny_model, padding_side, monkeypatch):
+    """The same embeddings and LoRA gradients as one padded forward, whatever the split."""
+    from alignir.encoders import batching
+
+    texts = [TINY_CORPUS[0][:12], TINY_CORPUS[1], TINY_CORPUS[2][:30], TINY_CORPUS[3], "gene", TINY_CORPUS[4][:50]]
+    peft = add_lora(copy.deepcopy(tiny_model.model), 4, 8, 0.0)
+    for n, p in peft.named_parameters():
+        if "lora_B" in n:  # non-zero B, so the LoRA path carries gradient into A
+            torch.nn.init.normal_(p, std=0.02)
+    reader = PromptEOLEmbedder(tiny_model, max_length=48, progress=False, padding_side=padding_side)
+    ids, _, _, _ = reader.prepare(texts, "document")
+    assert len({len(x) for x in ids}) > 3  # lengths that do split
+
+    def run(overhead: int | None):
+        monkeypatch.setitem(batching.FORWARD_OVERHEAD_TOKENS, "cpu", overhead)
+        peft.zero_grad(set_to_none=True)
+        v = reader.embed_with(peft, texts, "document")
+        (v * torch.linspace(-1, 1, v.shape[1])).sum().backward()
+        grads = {n: p.grad.clone() for n, p in peft.named_parameters() if p.grad is not None}
+        return v.detach(), grads, len(length_groups([len(x) for x in ids], overhead))
+
+    whole, g_whole, n_whole = run(None)
+    split, g_split, n_split = run(0)
+    assert n_whole == 1 and n_split == len({len(x) for x in ids})
+    torch.testing.assert_close(split, whole, rtol=1e-5, atol=1e-6)
+    assert g_whole and set(g_split) == set(g_whole)
+    for n in g_whole:
+        torch.testing.assert_close(g_split[n], g_whole[n], rtol=1e-4, atol=1e-7)
