@@ -47,6 +47,9 @@ def test_the_split_is_the_cheapest_and_covers_every_text_once(lengths, overhead)
 
 
 def test_no_overhead_given_keeps_the_batch_whole_and_in_order():
+    from alignir.encoders.batching import forward_overhead_tokens
+
+    assert forward_overhead_tokens("cpu") == 32 and forward_overhead_tokens("cuda:0") is None  # a GPU: one block
     assert length_groups([5, 90, 7], None) == [[0, 1, 2]]
     assert length_groups([], 32) == []
     assert length_groups([9, 100, 10, 101], 0) == [[0], [2], [1], [3]]  # free forwards: no padding at all
