@@ -50,15 +50,20 @@ park_run() {  # $1: run name; copies RUNS/NAME's last checkpoint and its logs in
     local run="$RUNS/$1" dest="$PARKED/$1"
     [ -f "$run/checkpoint/trainer_state.json" ] || { echo "$run has no checkpoint to park" >&2; exit 1; }
     rm -rf "$dest.tmp"
-    mkdir -p "$dest.tmp"
-    cp -r "$run/checkpoint" "$dest.tmp/checkpoint"
-    local f
-    for f in loss_log.jsonl eval_log.jsonl; do
-        if [ -f "$run/$f" ]; then cp "$run/$f" "$dest.tmp/"; fi
-    done
+    copy_run_state "$run" "$dest.tmp"
     rm -rf "$dest"
     mv "$dest.tmp" "$dest"
     echo "parked $1 at step $(checkpoint_step "$dest/checkpoint") in $dest"
+}
+
+copy_run_state() {  # $1 -> $2: a run's checkpoint folder (replaced) and its loss and held-out logs
+    local f
+    mkdir -p "$2"
+    rm -rf "$2/checkpoint"
+    cp -r "$1/checkpoint" "$2/checkpoint"
+    for f in loss_log.jsonl eval_log.jsonl; do
+        if [ -f "$1/$f" ]; then cp "$1/$f" "$2/"; fi
+    done
 }
 
 checkpoint_step() {  # $1: a checkpoint folder; its step (0 when there is none)
@@ -67,15 +72,10 @@ checkpoint_step() {  # $1: a checkpoint folder; its step (0 when there is none)
 }
 
 unpark_run() {  # $1: run name; restores PARKED/NAME into RUNS/NAME when it is ahead of RUNS/NAME's own checkpoint
-    local run="$RUNS/$1" parked="$PARKED/$1" f
+    local run="$RUNS/$1" parked="$PARKED/$1"
     [ -d "$parked/checkpoint" ] || return 0
     if [ "$(checkpoint_step "$parked/checkpoint")" -gt "$(checkpoint_step "$run/checkpoint")" ]; then
-        mkdir -p "$run"
-        rm -rf "$run/checkpoint"
-        cp -r "$parked/checkpoint" "$run/checkpoint"
-        for f in loss_log.jsonl eval_log.jsonl; do
-            if [ -f "$parked/$f" ]; then cp "$parked/$f" "$run/"; fi
-        done
+        copy_run_state "$parked" "$run"
         echo "resuming $1 from its parked checkpoint (step $(checkpoint_step "$run/checkpoint"))"
     fi
 }

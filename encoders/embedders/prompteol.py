@@ -101,16 +101,6 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def _inverse(groups: list[list[int]]) -> list[int]:
-    """Where each text's row lands in the groups' rows laid end to end: ``rows[_inverse(g)]`` puts
-    the rows back in the texts' order."""
-    flat = [i for g in groups for i in g]
-    where = [0] * len(flat)
-    for row, i in enumerate(flat):
-        where[i] = row
-    return where
-
-
 def _span_positions(offsets: list[tuple[int, int]], start: int, end: int) -> list[int]:
     """Positions of the tokens whose characters overlap ``[start, end)``; zero-width tokens (a
     post-processor's special tokens, which may sit anywhere) never."""
@@ -339,8 +329,8 @@ class PromptEmbedder(Embedder):
                       use_cache=False)
             parts.append(pool(self.pooling, out.last_hidden_state, attn.to(dev), pmask.to(dev)))
         rows = torch.cat(parts) if len(parts) > 1 else parts[0]
-        where = _inverse(groups)
-        return rows if where == sorted(where) else rows[torch.tensor(where, device=rows.device)]
+        flat = [i for g in groups for i in g]  # the text of each row; its argsort puts rows back in order
+        return rows if flat == sorted(flat) else rows[torch.argsort(torch.tensor(flat, device=rows.device))]
 
     def _full_forward_module(self):
         """The backbone that runs full forwards: ``torch.compile``'d once per backbone when
