@@ -18,12 +18,13 @@ stays whole.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 
 __all__ = ["CPU_BATCH_TOKENS", "CPU_MAX_ROWS", "GPU_MAX_TOKENS", "GPU_MAX_ROWS", "batch_budget",
-           "activation_bytes_per_token", "FORWARD_OVERHEAD_TOKENS", "forward_overhead_tokens", "length_groups"]
+           "activation_bytes_per_token", "FORWARD_OVERHEAD_TOKENS", "forward_overhead_tokens", "length_groups",
+           "in_length_groups"]
 
 CPU_BATCH_TOKENS = 4096
 CPU_MAX_ROWS = 64
@@ -84,3 +85,27 @@ def length_groups(lengths: list[int], overhead_tokens: int | None) -> list[list[
         groups.append(order[cut[j]:j])
         j = cut[j]
     return groups[::-1]
+
+
+Rows = TypeVar("Rows", torch.Tensor, tuple)
+
+
+def in_length_groups(lengths: list[int], device: torch.device | str, forward: Callable[[list[int]], Rows],
+                     forwards_per_group: int = 1) -> Rows:
+    """``forward(indices)`` (one row per index, in that order: a tensor or a tuple of tensors) run
+    once per :func:`length_groups` group of ``lengths`` on ``device``, its rows put back together in
+    the order of ``lengths``. ``forwards_per_group``: how many model forwards one call makes (a
+    generator's prefill plus its steps), each paying the device's fixed cost."""
+    overhead = forward_overhead_tokens(device)
+    groups = length_groups(lengths, None if overhead is None else overhead * max(1, int(forwards_per_group)))
+    parts = [forward(group) for group in groups]
+    flat = [i for g in groups for i in g]  # the text of each row; its argsort puts rows back in order
+    in_order = flat == sorted(flat)
+
+    def join(pieces: list[torch.Tensor]) -> torch.Tensor:
+        rows = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+        return rows if in_order else rows[torch.argsort(torch.tensor(flat, device=rows.device))]
+
+    if isinstance(parts[0], tuple):
+        return tuple(join([p[k] for p in parts]) for k in range(len(parts[0])))
+    return join(parts)

@@ -85,3 +85,48 @@ def test_grouped_forward_gives_the_one_block_vectors_and_gradients(tiny_model, p
     assert g_whole and set(g_split) == set(g_whole)
     for n in g_whole:
         torch.testing.assert_close(g_split[n], g_whole[n], rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("method,stage,kind,hp", [
+    ("autoregembed", "contrastive", "pairs", {"k": 3}),
+    ("llm2comp", "scl", "pairs", {"k": 2}),
+    ("gircse", "icr", "pairs", {"K": 2}),
+])
+def test_generative_trainers_forward_in_groups_with_the_one_block_vectors_and_gradients(
+        method, stage, kind, hp, tiny_model, data_files, tmp_path, monkeypatch):
+    """Each generative family's training forward (compress tokens, memory tokens, generated soft
+    tokens) gives the states and gradients of one padded block when split by length."""
+    from alignir.encoders import batching
+    from alignir.encoders.train.trainer import train
+
+    from conftest import train_config
+
+    cfg = train_config(tmp_path, method, stage, data_files[kind], steps=1, hp=hp)
+    live = train(cfg, loaded=tiny_model, return_method=True)["method_obj"]
+    live.model.eval()  # no dropout: both ways see the same network
+    texts = [TINY_CORPUS[0][:12], TINY_CORPUS[1], "gene", TINY_CORPUS[3][:40], TINY_CORPUS[4]]
+    forward = {"autoregembed": lambda: live._enc(texts, live.i_self), "llm2comp": lambda: live._embed(texts),
+               "gircse": lambda: live._G(texts, None)}[method]
+    params = [p for p in live.model.parameters() if p.requires_grad] + ([live.soft] if getattr(live, "soft", None) is not None else [])
+
+    def run(overhead: int | None):
+        monkeypatch.setitem(batching.FORWARD_OVERHEAD_TOKENS, "cpu", overhead)
+        for p in params:
+            p.grad = None
+        groups = []
+        real = batching.length_groups
+        monkeypatch.setattr(batching, "length_groups", lambda lengths, o: groups.append(real(lengths, o)) or groups[-1])
+        v = forward()
+        monkeypatch.setattr(batching, "length_groups", real)
+        (v.float() * torch.linspace(-1, 1, v.shape[-1])).sum().backward()
+        return v.detach(), [None if p.grad is None else p.grad.clone() for p in params], len(groups[0])
+
+    whole, g_whole, n_whole = run(None)
+    split, g_split, n_split = run(0)
+    assert n_whole == 1 and n_split > 2
+    torch.testing.assert_close(split, whole, rtol=1e-5, atol=1e-6)
+    assert any(g is not None for g in g_whole)
+    for a, b in zip(g_split, g_whole):
+        assert (a is None) == (b is None)
+        if a is not None:  # summed in another order: equal up to rounding at the gradient's own scale
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))

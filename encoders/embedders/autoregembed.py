@@ -17,7 +17,7 @@ from alignir.encoders.embedders.trained import TrainedEmbedder
 from alignir.encoders.embedders.generative import (bos_ids, input_embeddings, left_pad, pad_id, position_ids, run_backbone,
                                     token_ids)
 
-__all__ = ["AutoRegEmbedEmbedder", "compress", "pool_compress", "autoreg_input_ids", "role_instruction"]
+__all__ = ["AutoRegEmbedEmbedder", "compress", "compress_rows", "pool_compress", "autoreg_input_ids", "role_instruction"]
 
 
 def role_instruction(role: str, task: str = "retrieval") -> str:
@@ -40,8 +40,13 @@ def autoreg_input_ids(tokenizer, text: str, instruction: str, max_length: int) -
 def compress(model, tokenizer, texts: list[str], instruction: str, soft: torch.Tensor, max_length: int = 512) -> torch.Tensor:
     """e_c [B, k, d]: final hidden states of the k compress tokens appended after (q, t) (§3.2)."""
     rows = [autoreg_input_ids(tokenizer, t, instruction, max_length) for t in texts]
+    return compress_rows(model, rows, pad_id(tokenizer), soft)
+
+
+def compress_rows(model, rows: list[list[int]], pad: int, soft: torch.Tensor) -> torch.Tensor:
+    """:func:`compress` of texts already turned into :func:`autoreg_input_ids` rows."""
     dev = soft.device
-    ids, mask = left_pad(rows, pad_id(tokenizer), dev)
+    ids, mask = left_pad(rows, pad, dev)
     X = input_embeddings(model)(ids)
     C = soft.to(X.dtype).unsqueeze(0).expand(X.shape[0], -1, -1)
     embeds = torch.cat([X, C], dim=1)

@@ -17,7 +17,7 @@ from alignir.encoders.embedders.trained import TrainedEmbedder
 from alignir.encoders.embedders.generative import (bidirectional_mask, bos_ids, input_embeddings, left_pad, pad_id, position_ids,
                                     run_backbone, token_ids)
 
-__all__ = ["LLM2CompEmbedder", "memory_states", "encoder_states"]
+__all__ = ["LLM2CompEmbedder", "memory_input_ids", "memory_states", "memory_states_of_rows", "encoder_states"]
 
 
 def encoder_states(model, ids: torch.Tensor, mask: torch.Tensor, soft: torch.Tensor | None,
@@ -32,14 +32,24 @@ def encoder_states(model, ids: torch.Tensor, mask: torch.Tensor, soft: torch.Ten
     return run_backbone(model, X, attn, position_ids(mask)).last_hidden_state
 
 
+def memory_input_ids(tokenizer, text: str, max_length: int = 512, instruction: str | None = None) -> list[int]:
+    """[bos] + instruction and separator (queries of the SCL stage) + text, truncated to ``max_length``."""
+    pre = token_ids(tokenizer, instruction + INSTRUCTION_SEPARATOR) if instruction else []
+    return bos_ids(tokenizer) + pre + token_ids(tokenizer, text, max_length)
+
+
 def memory_states(model, tokenizer, texts: list[str], soft: torch.Tensor, max_length: int = 512,
                   bidirectional: bool = True, instruction: str | None = None) -> torch.Tensor:
     """m̃ [B, k, d]: memory-token states of f_θ(n_1..n_a, m_1..m_k) (eq.1)."""
-    pre = token_ids(tokenizer, instruction + INSTRUCTION_SEPARATOR) if instruction else []
-    rows = [bos_ids(tokenizer) + pre + token_ids(tokenizer, t, max_length) for t in texts]
-    ids, mask = left_pad(rows, pad_id(tokenizer), soft.device)
-    H = encoder_states(model, ids, mask, soft, bidirectional)
-    return H[:, -soft.shape[0]:]
+    rows = [memory_input_ids(tokenizer, t, max_length, instruction) for t in texts]
+    return memory_states_of_rows(model, rows, pad_id(tokenizer), soft, bidirectional)
+
+
+def memory_states_of_rows(model, rows: list[list[int]], pad: int, soft: torch.Tensor,
+                          bidirectional: bool = True) -> torch.Tensor:
+    """:func:`memory_states` of texts already turned into :func:`memory_input_ids` rows."""
+    ids, mask = left_pad(rows, pad, soft.device)
+    return encoder_states(model, ids, mask, soft, bidirectional)[:, -soft.shape[0]:]
 
 
 class LLM2CompEmbedder(TrainedEmbedder):

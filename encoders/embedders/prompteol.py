@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from alignir.encoders.batching import batch_budget, forward_overhead_tokens, length_groups
+from alignir.encoders.batching import batch_budget, in_length_groups
 from alignir.encoders.embedders.base import TRUNCATION_WARNING, Embedder, clean_text
 from alignir.encoders.fast_tokenize import encode_batch
 from alignir.encoders.models import LoadedModel, backbone
@@ -321,16 +321,14 @@ class PromptEmbedder(Embedder):
         ids, pos, _, _ = self.prepare([clean_text(t) for t in texts], role)
         dev = model.get_input_embeddings().weight.device
         net = backbone(model)
-        groups = length_groups([len(x) for x in ids], forward_overhead_tokens(dev))
-        parts = []
-        for group in groups:  # texts of similar length in one forward each (encoders.batching)
+
+        def forward(group: list[int]) -> torch.Tensor:  # texts of similar length in one forward each
             input_ids, attn, position_ids, pmask = self.collate([ids[i] for i in group], [pos[i] for i in group])
             out = net(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), position_ids=position_ids.to(dev),
                       use_cache=False)
-            parts.append(pool(self.pooling, out.last_hidden_state, attn.to(dev), pmask.to(dev)))
-        rows = torch.cat(parts) if len(parts) > 1 else parts[0]
-        flat = [i for g in groups for i in g]  # the text of each row; its argsort puts rows back in order
-        return rows if flat == sorted(flat) else rows[torch.argsort(torch.tensor(flat, device=rows.device))]
+            return pool(self.pooling, out.last_hidden_state, attn.to(dev), pmask.to(dev))
+
+        return in_length_groups([len(x) for x in ids], dev, forward)
 
     def _full_forward_module(self):
         """The backbone that runs full forwards: ``torch.compile``'d once per backbone when

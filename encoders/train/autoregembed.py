@@ -29,7 +29,8 @@ import copy
 
 import torch
 
-from alignir.encoders.embedders.autoregembed import compress, pool_compress, role_instruction
+from alignir.encoders.batching import in_length_groups
+from alignir.encoders.embedders.autoregembed import autoreg_input_ids, compress_rows, pool_compress, role_instruction
 from alignir.encoders.train.adapter import frozen
 from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
 from alignir.encoders.embedders.generative import init_soft_tokens, pad_id, token_ids
@@ -77,8 +78,11 @@ class AutoRegEmbedMethod(Method):
 
     # -- pieces
     def _enc(self, texts, instr, model=None, soft=None):
-        return compress(model or self.model, self.tokenizer, texts, instr,
-                        self.soft if soft is None else soft, self.max_length)
+        """e_c of ``texts`` (embedders.autoregembed.compress), forwarded in groups of similar length."""
+        rows = [autoreg_input_ids(self.tokenizer, t, instr, self.max_length) for t in texts]
+        model, soft, pad = model or self.model, self.soft if soft is None else soft, pad_id(self.tokenizer)
+        return in_length_groups([len(r) for r in rows], soft.device,
+                                lambda group: compress_rows(model, [rows[i] for i in group], pad, soft))
 
     def _targets(self, texts):
         rows = [token_ids(self.tokenizer, t, self.target_length) or [pad_id(self.tokenizer)] for t in texts]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from alignir.encoders.batching import in_length_groups
 from alignir.encoders.embedders.gircse import PROMPTS, generate_soft_tokens, gircse_input_ids
 from alignir.encoders.embedders.generative import left_pad, pad_id
 from alignir.encoders.templates import resolve_instruction
@@ -49,8 +50,10 @@ class GircseMethod(Method):
 
     def _G(self, texts, instruction):
         rows = [gircse_input_ids(self.tokenizer, t, instruction, self.max_length, self.hp["prompt"]) for t in texts]
-        ids, mask = left_pad(rows, pad_id(self.tokenizer), self.device)
-        return generate_soft_tokens(self.model, ids, mask, int(self.hp["K"]), use_cache=True)
+        K, pad = int(self.hp["K"]), pad_id(self.tokenizer)
+        # in groups of similar length; each group's generation is a prefill and K steps
+        return in_length_groups([len(r) for r in rows], self.device, lambda group: generate_soft_tokens(
+            self.model, *left_pad([rows[i] for i in group], pad, self.device), K, use_cache=True), forwards_per_group=K + 1)
 
     def loss(self, batch):
         queries, docs, pos = pair_texts(batch)

@@ -27,7 +27,8 @@ from alignir.errors import InvalidInputError
 
 import torch
 
-from alignir.encoders.embedders.llm2comp import encoder_states, memory_states
+from alignir.encoders.batching import in_length_groups
+from alignir.encoders.embedders.llm2comp import memory_input_ids, memory_states_of_rows
 from alignir.encoders.templates import resolve_instruction
 from alignir.encoders.train.adapter import frozen
 from alignir.encoders.train.base import Method, in_batch_candidates, pair_texts
@@ -77,12 +78,15 @@ class LLM2CompMethod(Method):
     def embedder_options(self):
         return {"k": int(self.hp["k"]), "bidirectional": bool(self.hp["bidirectional"])}
 
-    def _mem(self, ids, mask):
-        return encoder_states(self.model, ids, mask, self.soft, bool(self.hp["bidirectional"]))[:, -self.soft.shape[0]:]
+    def _mem(self, rows):
+        """m̃ [B, k, d] of token-id rows (eq.1), forwarded in groups of similar length."""
+        pad, bidirectional = pad_id(self.tokenizer), bool(self.hp["bidirectional"])
+        return in_length_groups([len(r) for r in rows], self.soft.device, lambda group: memory_states_of_rows(
+            self.model, [rows[i] for i in group], pad, self.soft, bidirectional))
 
     def _embed(self, texts, instruction=None):
-        return memory_states(self.model, self.tokenizer, texts, self.soft, self.max_length,
-                             bool(self.hp["bidirectional"]), instruction).float().mean(1)  # eq.6
+        rows = [memory_input_ids(self.tokenizer, t, self.max_length, instruction) for t in texts]
+        return self._mem(rows).float().mean(1)  # eq.6
 
     def loss(self, batch):
         st = self.stage
@@ -101,8 +105,7 @@ class LLM2CompMethod(Method):
         bos = bos_ids(tok)
         if st == "rc":
             rows = [token_ids(tok, t, self.max_length) for t in batch]
-            ids, mask = left_pad([bos + r for r in rows], pid, self.device)
-            m = self._mem(ids, mask)
+            m = self._mem([bos + r for r in rows])
             tgt = right_pad(rows, pid, self.device)
             with frozen(self.model):
                 lg = decoder_logits(self.model, m, *tgt)
@@ -119,8 +122,7 @@ class LLM2CompMethod(Method):
             cont.append(r[a:a + self.target_length])
         if not pre:
             raise InvalidInputError("continuation tasks need texts of at least 2 tokens")
-        ids, mask = left_pad([bos + r for r in pre], pid, self.device)
-        m = self._mem(ids, mask)
+        m = self._mem([bos + r for r in pre])
         tgt = right_pad(cont, pid, self.device)
         with frozen(self.model):
             lg = decoder_logits(self.model, m, *tgt)
@@ -128,6 +130,7 @@ class LLM2CompMethod(Method):
         if st == "nll":
             return nll, {"loss": float(nll.detach())}
         with torch.no_grad(), frozen(self.model):  # teacher: g_φ on the original context
+            ids, mask = left_pad([bos + r for r in pre], pid, self.device)
             teacher = decoder_logits(self.model, input_embeddings(self.model)(ids), *tgt, prefix_mask=mask)
         kl = ctkd_kl(teacher, lg, tgt[1])
         loss = float(self.hp["kd_weight"]) * kl + float(self.hp["nll_weight"]) * nll
