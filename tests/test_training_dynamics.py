@@ -52,11 +52,16 @@ def tiny_lm(tiny_model):
 @pytest.mark.parametrize("method,stage,kind,hp", TRAIN_CASES, ids=TRAIN_CASE_IDS)
 def test_fixed_batch_loss_falls_steadily(method, stage, kind, hp, tiny_lm, data_files, tmp_path):
     """batch_size = the whole data set: every step sees the same batch, so the loss must fall."""
+    if stage == "ucl":  # new dropout views every step: the loss is noisy from step to step, so judge its trend
+        summary = train(_cfg(tmp_path, method, stage, data_files[kind], hp=hp, steps=12), loaded=tiny_lm)
+        losses = np.array(train_losses(summary["out"]))
+        assert np.all(np.isfinite(losses)) and losses[-4:].mean() < 0.25 * losses[:4].mean(), losses
+        return
     summary = train(_cfg(tmp_path, method, stage, data_files[kind], hp=hp), loaded=tiny_lm)
     losses = np.array(train_losses(summary["out"]))
     assert np.all(np.isfinite(losses))
     rises = np.diff(losses) > 0.02 * losses[0]
-    assert rises.sum() <= 1, losses  # UCL draws new dropout views every step: allow one small rise
+    assert not rises.any(), losses
     # the App. B divergence variant squashes small divergences (σ(x) ≈ 1/2): it moves more slowly
     assert losses[-1] < (0.95 if hp.get("divergence") else 0.85) * losses[0], losses
 
