@@ -56,6 +56,29 @@ def test_no_overhead_given_keeps_the_batch_whole_and_in_order():
     assert length_groups([9, 100, 10, 101], 10_000) == [[0, 2, 1, 3]]  # dear forwards: one, sorted
 
 
+@pytest.mark.parametrize("overhead", [None, 0, 32])
+def test_rows_come_back_in_the_texts_order_tensors_and_tuples(overhead, monkeypatch):
+    """in_length_groups puts each group's rows back where their texts were, for one tensor or a tuple."""
+    from alignir.encoders import batching
+
+    monkeypatch.setitem(batching.FORWARD_OVERHEAD_TOKENS, "cpu", overhead)
+    lengths = [40, 3, 41, 2, 90, 5]
+    calls = []
+
+    def forward(group):
+        calls.append(list(group))
+        ids = torch.tensor(group, dtype=torch.float32)
+        return ids[:, None].repeat(1, 3), (ids * 10)[:, None, None]
+
+    a, b = batching.in_length_groups(lengths, "cpu", forward)
+    assert sorted(i for c in calls for i in c) == list(range(len(lengths)))
+    assert len(calls) == (1 if overhead is None else len(batching.length_groups(lengths, overhead)))
+    torch.testing.assert_close(a, torch.arange(6.0)[:, None].repeat(1, 3))
+    torch.testing.assert_close(b, torch.arange(6.0)[:, None, None] * 10)
+    one = batching.in_length_groups(lengths, "cpu", lambda g: forward(g)[0])
+    torch.testing.assert_close(one, a)
+
+
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_grouped_forward_gives_the_one_block_vectors_and_gradients(tiny_model, padding_side, monkeypatch):
     """The same embeddings and LoRA gradients as one padded forward, whatever the split."""
