@@ -32,7 +32,7 @@ def encoder_states(model, ids: torch.Tensor, mask: torch.Tensor, soft: torch.Ten
     return run_backbone(model, X, attn, position_ids(mask)).last_hidden_state
 
 
-def memory_input_ids(tokenizer, text: str, max_length: int = 512, instruction: str | None = None) -> list[int]:
+def memory_input_ids(tokenizer, text: str, instruction: str | None, max_length: int) -> list[int]:
     """[bos] + instruction and separator (queries of the SCL stage) + text, truncated to ``max_length``."""
     pre = token_ids(tokenizer, instruction + INSTRUCTION_SEPARATOR) if instruction else []
     return bos_ids(tokenizer) + pre + token_ids(tokenizer, text, max_length)
@@ -41,7 +41,7 @@ def memory_input_ids(tokenizer, text: str, max_length: int = 512, instruction: s
 def memory_states(model, tokenizer, texts: list[str], soft: torch.Tensor, max_length: int = 512,
                   bidirectional: bool = True, instruction: str | None = None) -> torch.Tensor:
     """m̃ [B, k, d]: memory-token states of f_θ(n_1..n_a, m_1..m_k) (eq.1)."""
-    rows = [memory_input_ids(tokenizer, t, max_length, instruction) for t in texts]
+    rows = [memory_input_ids(tokenizer, t, instruction, max_length) for t in texts]
     return memory_states_of_rows(model, rows, pad_id(tokenizer), soft, bidirectional)
 
 

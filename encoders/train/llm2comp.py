@@ -85,7 +85,7 @@ class LLM2CompMethod(Method):
             self.model, [rows[i] for i in group], pad, self.soft, bidirectional))
 
     def _embed(self, texts, instruction=None):
-        rows = [memory_input_ids(self.tokenizer, t, self.max_length, instruction) for t in texts]
+        rows = [memory_input_ids(self.tokenizer, t, instruction, self.max_length) for t in texts]
         return self._mem(rows).float().mean(1)  # eq.6
 
     def loss(self, batch):
