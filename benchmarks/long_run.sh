@@ -39,7 +39,8 @@
 #                                         # parks the run in benchmarks/cache/in-flight/RUN: commit that
 #   STOP_AT=22:10 bash benchmarks/long_run.sh budget gemma3-270m   # the three steps above and the scoring
 #                                         # as one command: each done step skipped, a paused half parked, no
-#                                         # new step started past STOP_AT (mining and scoring do not pause)
+#                                         # new step (or collection to score) started past STOP_AT (mining
+#                                         # does not pause)
 #   bash benchmarks/long_run.sh park RUN  # the same after a run was stopped by hand (SIGTERM: it checkpoints
 #                                         # the step in flight)
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
@@ -176,10 +177,11 @@ park)
     ;;
 budget)
     # the 3,000-step budget on MODEL: STEPS=1500 base, ADI scored, mine, STEPS=1500 mined, then the
-    # five collections; each step that is done (kept, mined, scored) is skipped, so the same command
-    # continues on the next machine
+    # five collections, smallest first (ADI decides the ship rule most often; SciFact's index takes
+    # an hour here); each step that is done (kept, mined, scored on a collection) is skipped, so
+    # the same command continues on the next machine
     model="${2:?usage: long_run.sh budget MODEL}"; first="long-base-$model-1500"; second="$first-mined-1500"
-    for step in "base $model" "score $first adi" "mine $first" "mined $first" "score $second scifact med cisi cran adi"; do
+    for step in "base $model" "score $first adi" "mine $first" "mined $first" "score $second adi cran cisi med scifact"; do
         set -- $step
         case "$1" in
         base|mined) run="$first"; [ "$1" = mined ] && run="$second"
@@ -190,11 +192,12 @@ budget)
         mine) [ -f "$(mined_pairs "$2")" ] && continue
             past_deadline && { echo "STOP_AT has passed: mining waits for the next call"; exit 0; }
             bash "$0" mine "$2" ;;
-        score) run="$2"; shift 2; todo=()
-            for d in "$@"; do unscored "$run" "$d" && todo+=("$d"); done
-            [ ${#todo[@]} -eq 0 ] && continue
-            past_deadline && { echo "STOP_AT has passed: scoring $run waits for the next call"; exit 0; }
-            SETS="${todo[*]}" bash "$0" score "$run" ;;
+        score) run="$2"; shift 2  # one collection a call, each recorded as it ends
+            for d in "$@"; do
+                unscored "$run" "$d" || continue
+                past_deadline && { echo "STOP_AT has passed: scoring $run on $d waits for the next call"; exit 0; }
+                SETS="$d" bash "$0" score "$run"
+            done ;;
         esac
     done
     ;;

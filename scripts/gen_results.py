@@ -23,7 +23,7 @@ RESULTS_PAGE = ROOT / "docs" / "results.md"
 BENCH_README = ROOT / "benchmarks" / "README.md"
 NO_COMMAND = "(no command recorded)"
 #: the benchmark script a command runs (``... python benchmarks/NAME.py ...``)
-SCRIPT = re.compile(r"python3?\s+benchmarks/(\w+)\.py")
+SCRIPT = re.compile(r"python3?\s+(?:-m\s+benchmarks\.|benchmarks/)(\w+)")
 
 Scalar = (str, int, float, bool, type(None))
 

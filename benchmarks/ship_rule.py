@@ -1,0 +1,121 @@
+"""Which recorded adapter may replace the shipped default: the ship rule applied to the rows on file.
+
+A run ships only if its three legs (dense + aligned-token + BM25, nDCG@10) beat the shipped
+default's on at least four of the five evaluation collections and lose nowhere by more than
+0.005. The default's rows are its product rows in ``training.json`` (``alignir beir``, the
+harness ``gpu_train.py`` reproduces in fp32); a run's rows are its scores in ``gpu_train.json``.
+Runs missing a collection are listed as incomplete, with what they have so far.
+
+    python -m benchmarks.ship_rule                       # every recorded run, best first
+    python -m benchmarks.ship_rule long-base-gemma3-270m-1500 --record   # also writes ship_rule.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+COLLECTIONS = ("scifact", "med", "cisi", "cran", "adi")
+LEGS = ("dense", "sparse", "hybrid", "dense+sparse+bm25")
+RULED_LEG = "dense+sparse+bm25"
+DEFAULT_MODEL = "smollm2-135m-alignir-v3"
+MIN_WINS = 4
+TOLERANCE = 0.005
+
+
+@dataclass
+class Verdict:
+    run: str
+    ships: bool
+    complete: bool
+    wins: int  # collections where the run's three legs are strictly above the default's
+    worst_margin: float | None  # the run's lowest (run - default) over the collections it has
+    margins: dict[str, float] = field(default_factory=dict)
+    legs: dict[str, dict[str, float]] = field(default_factory=dict)  # collection -> leg -> nDCG@10
+
+
+def default_rows(training: dict, model: str = DEFAULT_MODEL) -> dict[str, dict[str, float]]:
+    """collection -> leg -> nDCG@10 of the shipped default's product rows in ``training.json``."""
+    out: dict[str, dict[str, float]] = {}
+    for collection in COLLECTIONS:
+        row = training["runs"].get(f"{collection}/{model}")
+        if row is None:
+            raise KeyError(f"training.json has no row {collection}/{model}")
+        out[collection] = {leg: float(row[f"ndcg@10_{leg}"]) for leg in LEGS}
+    return out
+
+
+def run_rows(run: dict, label: str = "trained") -> dict[str, dict[str, float]]:
+    """collection -> leg -> nDCG@10 of one ``gpu_train.json`` run (its ``label`` adapter)."""
+    scores = run.get("scores", {}).get(label, {})
+    return {c: {leg: float(scores[c]["metrics"][leg]["ndcg@10"]) for leg in LEGS if leg in scores[c]["metrics"]}
+            for c in COLLECTIONS if c in scores}
+
+
+def judge(name: str, rows: dict[str, dict[str, float]], default: dict[str, dict[str, float]],
+          min_wins: int = MIN_WINS, tolerance: float = TOLERANCE) -> Verdict:
+    """The ship rule on one run's rows against the default's."""
+    margins = {c: rows[c][RULED_LEG] - default[c][RULED_LEG] for c in COLLECTIONS if RULED_LEG in rows.get(c, {})}
+    complete = len(margins) == len(COLLECTIONS)
+    wins = sum(m > 0 for m in margins.values())
+    worst = min(margins.values()) if margins else None
+    # a loss of exactly the tolerance is allowed (1e-9: the float error of a difference of two scores)
+    ships = complete and wins >= min_wins and worst is not None and worst >= -tolerance - 1e-9
+    return Verdict(name, ships, complete, wins, worst, margins, rows)
+
+
+def judge_all(gpu_train: dict, default: dict[str, dict[str, float]]) -> list[Verdict]:
+    """Every run (and every scored label) of ``gpu_train.json``: complete runs first, then by wins
+    and by worst margin."""
+    verdicts = []
+    for name, run in gpu_train["runs"].items():
+        for label in run.get("scores", {}):
+            rows = run_rows(run, label)
+            if rows:
+                verdicts.append(judge(name if label == "trained" else f"{name}:{label}", rows, default))
+    return sorted(verdicts, key=lambda v: (not v.complete, -v.wins, -(v.worst_margin or -1.0), v.run))
+
+
+def render(verdicts: list[Verdict], default: dict[str, dict[str, float]]) -> str:
+    head = "| run | ships | wins | worst margin | " + " | ".join(COLLECTIONS) + " |"
+    lines = [f"three legs, nDCG@10 (margin over {DEFAULT_MODEL}); rule: >= {MIN_WINS} wins of "
+             f"{len(COLLECTIONS)}, no loss over {TOLERANCE}", "", head,
+             "|" + "---|" * (4 + len(COLLECTIONS)),
+             f"| {DEFAULT_MODEL} | (default) | | | "
+             + " | ".join(f"{default[c][RULED_LEG]:.3f}" for c in COLLECTIONS) + " |"]
+    for v in verdicts:
+        cells = [f"{v.legs[c][RULED_LEG]:.3f} ({v.margins[c]:+.3f})" if c in v.margins else "–"
+                 for c in COLLECTIONS]
+        ships = "yes" if v.ships else ("no" if v.complete else "incomplete")
+        worst = "" if v.worst_margin is None else f"{v.worst_margin:+.3f}"
+        lines.append(f"| {v.run} | {ships} | {v.wins} | {worst} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="*", help="gpu_train.json runs to judge (default: all)")
+    parser.add_argument("--record", action="store_true", help="write benchmarks/results/ship_rule.json")
+    args = parser.parse_args(argv)
+    default = default_rows(json.loads((RESULTS / "training.json").read_text()))
+    verdicts = judge_all(json.loads((RESULTS / "gpu_train.json").read_text()), default)
+    if args.runs:
+        unknown = set(args.runs) - {v.run for v in verdicts}
+        if unknown:
+            parser.error(f"no scored run named {', '.join(sorted(unknown))} in gpu_train.json")
+        verdicts = [v for v in verdicts if v.run in args.runs]
+    print(render(verdicts, default))
+    if args.record:
+        command = "python -m benchmarks.ship_rule --record" + "".join(f" {r}" for r in args.runs)
+        out = {"command": command, "rule": {"leg": RULED_LEG, "min_wins": MIN_WINS, "tolerance": TOLERANCE,
+                                            "default": DEFAULT_MODEL},
+               "default": default, "verdicts": [asdict(v) for v in verdicts]}
+        (RESULTS / "ship_rule.json").write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
