@@ -2,12 +2,15 @@
 
 A run ships only if its three legs (dense + aligned-token + BM25, nDCG@10) beat the shipped
 default's on at least four of the five evaluation collections and lose nowhere by more than
-0.005. The default's rows are its product rows in ``training.json`` (``alignir beir``, the
-harness ``gpu_train.py`` reproduces in fp32); a run's rows are its scores in ``gpu_train.json``.
-Runs missing a collection are listed as incomplete, with what they have so far.
+0.005. A run's rows are its scores in ``gpu_train.json``; a shipped model's are its product rows
+in ``training.json`` (``alignir beir``, the harness ``gpu_train.py`` reproduces in fp32), and,
+for a collection it has no product row of, the ``gpu_train.json`` row of the run it was shipped
+from (:data:`SHIPPED_FROM`). Runs missing a collection are listed as incomplete, with what they
+have so far; the other shipped models are judged beside the runs.
 
     python -m benchmarks.ship_rule                       # every recorded run, best first
     python -m benchmarks.ship_rule long-base-gemma3-270m-1500 --record   # also writes ship_rule.json
+    python -m benchmarks.ship_rule --default smollm2-135m-alignir-v3     # against an earlier default
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 COLLECTIONS = ("scifact", "med", "cisi", "cran", "adi")
 LEGS = ("dense", "sparse", "hybrid", "dense+sparse+bm25")
 RULED_LEG = "dense+sparse+bm25"
-DEFAULT_MODEL = "smollm2-135m-alignir-v3"
+#: the gpu_train.json run a shipped adapter was packaged from (its rows stand in for missing product rows)
+SHIPPED_FROM = {"smollm2-135m-alignir-v4": "gpu-distill-85"}
 MIN_WINS = 4
 TOLERANCE = 0.005
 
@@ -37,14 +41,27 @@ class Verdict:
     legs: dict[str, dict[str, float]] = field(default_factory=dict)  # collection -> leg -> nDCG@10
 
 
-def default_rows(training: dict, model: str = DEFAULT_MODEL) -> dict[str, dict[str, float]]:
-    """collection -> leg -> nDCG@10 of the shipped default's product rows in ``training.json``."""
+def shipped_rows(training: dict, gpu_train: dict, model: str) -> dict[str, dict[str, float]]:
+    """collection -> leg -> nDCG@10 of a shipped model: its product rows in ``training.json``,
+    else the rows of the run it was shipped from."""
+    source = SHIPPED_FROM.get(model)
+    fallback = run_rows(gpu_train["runs"][source]) if source else {}
     out: dict[str, dict[str, float]] = {}
     for collection in COLLECTIONS:
         row = training["runs"].get(f"{collection}/{model}")
-        if row is None:
-            raise KeyError(f"training.json has no row {collection}/{model}")
-        out[collection] = {leg: float(row[f"ndcg@10_{leg}"]) for leg in LEGS}
+        if row is not None:
+            out[collection] = {leg: float(row[f"ndcg@10_{leg}"]) for leg in LEGS}
+        elif collection in fallback:
+            out[collection] = fallback[collection]
+    return out
+
+
+def default_rows(training: dict, gpu_train: dict, model: str) -> dict[str, dict[str, float]]:
+    """:func:`shipped_rows` of the default, which must cover every collection."""
+    out = shipped_rows(training, gpu_train, model)
+    missing = [c for c in COLLECTIONS if c not in out]
+    if missing:
+        raise KeyError(f"{model} has no row on {', '.join(missing)} (training.json, or its run in gpu_train.json)")
     return out
 
 
@@ -67,24 +84,32 @@ def judge(name: str, rows: dict[str, dict[str, float]], default: dict[str, dict[
     return Verdict(name, ships, complete, wins, worst, margins, rows)
 
 
-def judge_all(gpu_train: dict, default: dict[str, dict[str, float]]) -> list[Verdict]:
-    """Every run (and every scored label) of ``gpu_train.json``: complete runs first, then by wins
-    and by worst margin."""
+def judge_all(gpu_train: dict, training: dict, default_model: str) -> list[Verdict]:
+    """Every run (and every scored label) of ``gpu_train.json`` but the default's own, and every
+    other shipped model: complete runs first, then by wins and by worst margin."""
+    default = default_rows(training, gpu_train, default_model)
     verdicts = []
     for name, run in gpu_train["runs"].items():
+        if name == SHIPPED_FROM.get(default_model):
+            continue
         for label in run.get("scores", {}):
             rows = run_rows(run, label)
             if rows:
                 verdicts.append(judge(name if label == "trained" else f"{name}:{label}", rows, default))
+    shipped = {key.split("/", 1)[1] for key, row in training["runs"].items() if row.get("shipped")}
+    for model in sorted(shipped - {default_model}):
+        rows = shipped_rows(training, gpu_train, model)
+        if rows:
+            verdicts.append(judge(model, rows, default))
     return sorted(verdicts, key=lambda v: (not v.complete, -v.wins, -(v.worst_margin or -1.0), v.run))
 
 
-def render(verdicts: list[Verdict], default: dict[str, dict[str, float]]) -> str:
+def render(verdicts: list[Verdict], default: dict[str, dict[str, float]], default_model: str) -> str:
     head = "| run | ships | wins | worst margin | " + " | ".join(COLLECTIONS) + " |"
-    lines = [f"three legs, nDCG@10 (margin over {DEFAULT_MODEL}); rule: >= {MIN_WINS} wins of "
+    lines = [f"three legs, nDCG@10 (margin over {default_model}); rule: >= {MIN_WINS} wins of "
              f"{len(COLLECTIONS)}, no loss over {TOLERANCE}", "", head,
              "|" + "---|" * (4 + len(COLLECTIONS)),
-             f"| {DEFAULT_MODEL} | (default) | | | "
+             f"| {default_model} | (default) | | | "
              + " | ".join(f"{default[c][RULED_LEG]:.3f}" for c in COLLECTIONS) + " |"]
     for v in verdicts:
         cells = [f"{v.legs[c][RULED_LEG]:.3f} ({v.margins[c]:+.3f})" if c in v.margins else "–"
@@ -99,19 +124,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="*", help="gpu_train.json runs to judge (default: all)")
     parser.add_argument("--record", action="store_true", help="write benchmarks/results/ship_rule.json")
+    parser.add_argument("--default", default=None, help="the shipped model to beat (default: alignir's default)")
     args = parser.parse_args(argv)
-    default = default_rows(json.loads((RESULTS / "training.json").read_text()))
-    verdicts = judge_all(json.loads((RESULTS / "gpu_train.json").read_text()), default)
+    from alignir.encoders.shipped import DEFAULT_MODEL
+
+    default_model = args.default or DEFAULT_MODEL
+    training = json.loads((RESULTS / "training.json").read_text())
+    gpu_train = json.loads((RESULTS / "gpu_train.json").read_text())
+    default = default_rows(training, gpu_train, default_model)
+    verdicts = judge_all(gpu_train, training, default_model)
     if args.runs:
         unknown = set(args.runs) - {v.run for v in verdicts}
         if unknown:
             parser.error(f"no scored run named {', '.join(sorted(unknown))} in gpu_train.json")
         verdicts = [v for v in verdicts if v.run in args.runs]
-    print(render(verdicts, default))
+    print(render(verdicts, default, default_model))
     if args.record:
-        command = "python -m benchmarks.ship_rule --record" + "".join(f" {r}" for r in args.runs)
+        command = "python -m benchmarks.ship_rule --record" + (f" --default {args.default}" if args.default else "") \
+            + "".join(f" {r}" for r in args.runs)
         out = {"command": command, "rule": {"leg": RULED_LEG, "min_wins": MIN_WINS, "tolerance": TOLERANCE,
-                                            "default": DEFAULT_MODEL},
+                                            "default": default_model},
                "default": default, "verdicts": [asdict(v) for v in verdicts]}
         (RESULTS / "ship_rule.json").write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -39,22 +39,58 @@ def test_a_run_missing_a_collection_never_ships():
     assert set(verdict.margins) == set(COLLECTIONS[:4])
 
 
-def test_the_defaults_rows_agree_with_the_scoring_harness():
-    """The default's product rows (training.json) and its row scored again through gpu_train.py's
-    harness (gpu_train.json) are the same numbers: the rule compares like with like."""
-    default = ship_rule.default_rows(json.loads((RESULTS / "training.json").read_text()))
-    runs = json.loads((RESULTS / "gpu_train.json").read_text())["runs"]
-    rescored = ship_rule.run_rows(runs["harness-check-and-smoke"], "v3")["adi"]
-    for leg, value in rescored.items():
-        assert value == pytest.approx(default["adi"][leg], abs=1e-4), leg
+def _files() -> tuple[dict, dict]:
+    return (json.loads((RESULTS / "training.json").read_text()),
+            json.loads((RESULTS / "gpu_train.json").read_text()))
+
+
+def test_shipped_rows_agree_with_the_scoring_harness():
+    """A shipped model's product rows (training.json) and the same adapter scored through
+    gpu_train.py's harness (gpu_train.json) are the same numbers, so the rule compares like with
+    like: v3 scored again as a check, and v4 against the run it was packaged from."""
+    training, gpu_train = _files()
+    runs = gpu_train["runs"]
+    pairs = [("smollm2-135m-alignir-v3", ship_rule.run_rows(runs["harness-check-and-smoke"], "v3"))]
+    pairs += [(model, ship_rule.run_rows(runs[run])) for model, run in ship_rule.SHIPPED_FROM.items()]
+    compared = 0
+    for model, harness in pairs:
+        for collection in ship_rule.COLLECTIONS:
+            row = training["runs"].get(f"{collection}/{model}")
+            if row is None or collection not in harness:
+                continue
+            for leg, value in harness[collection].items():
+                assert value == pytest.approx(row[f"ndcg@10_{leg}"], abs=1e-4), (model, collection, leg)
+                compared += 1
+    assert compared >= 2 * len(ship_rule.LEGS)  # at least ADI of each
+
+
+def test_the_default_is_judged_on_all_five_and_missing_rows_come_from_its_run():
+    from alignir.encoders.shipped import DEFAULT_MODEL
+
+    training, gpu_train = _files()
+    default = ship_rule.default_rows(training, gpu_train, DEFAULT_MODEL)
+    assert set(default) == set(COLLECTIONS)
+    source = ship_rule.SHIPPED_FROM.get(DEFAULT_MODEL)
+    for c in COLLECTIONS:
+        row = training["runs"].get(f"{c}/{DEFAULT_MODEL}")
+        want = ship_rule.run_rows(gpu_train["runs"][source])[c] if row is None else \
+            {leg: row[f"ndcg@10_{leg}"] for leg in ship_rule.LEGS}
+        assert default[c] == want
+    with pytest.raises(KeyError, match="no row on"):
+        ship_rule.default_rows(training, gpu_train, "smollm2-135m-alignir-v2")  # scored on two collections
 
 
 def test_every_recorded_run_is_judged_on_what_it_has(capsys):
-    gpu_train = json.loads((RESULTS / "gpu_train.json").read_text())
-    default = ship_rule.default_rows(json.loads((RESULTS / "training.json").read_text()))
-    verdicts = ship_rule.judge_all(gpu_train, default)
+    from alignir.encoders.shipped import DEFAULT_MODEL
+
+    training, gpu_train = _files()
+    default = ship_rule.default_rows(training, gpu_train, DEFAULT_MODEL)
+    verdicts = ship_rule.judge_all(gpu_train, training, DEFAULT_MODEL)
+    names = {v.run for v in verdicts}
     scored = {name for name, run in gpu_train["runs"].items() if run.get("scores", {}).get("trained")}
-    assert scored <= {v.run for v in verdicts}
+    assert scored - {ship_rule.SHIPPED_FROM.get(DEFAULT_MODEL)} <= names
+    assert ship_rule.SHIPPED_FROM.get(DEFAULT_MODEL) not in names and DEFAULT_MODEL not in names
+    assert "smollm2-135m-alignir-v3" in names  # an earlier default is judged beside the runs
     for v in verdicts:  # the margins are the rows' differences, recomputed here
         for c, m in v.margins.items():
             assert m == pytest.approx(v.legs[c][RULED_LEG] - default[c][RULED_LEG])
@@ -65,3 +101,14 @@ def test_every_recorded_run_is_judged_on_what_it_has(capsys):
     assert all(f"| {v.run} |" in table for v in verdicts)
     with pytest.raises(SystemExit):
         ship_rule.main(["no-such-run"])
+
+
+def test_the_shipped_default_passed_the_rule_over_the_one_before():
+    """The default was shipped by the rule: judged against the previous default, it ships."""
+    from alignir.encoders.shipped import DEFAULT_MODEL, SHIPPED
+
+    previous = list(SHIPPED)[list(SHIPPED).index(DEFAULT_MODEL) - 1]
+    training, gpu_train = _files()
+    default = ship_rule.default_rows(training, gpu_train, previous)
+    rows = ship_rule.shipped_rows(training, gpu_train, DEFAULT_MODEL)
+    assert ship_rule.judge(DEFAULT_MODEL, rows, default).ships

@@ -3,7 +3,7 @@
 The public surface, imported lazily so that ``import alignir`` stays light (no torch, no numba)::
 
     import alignir
-    enc = alignir.Encoder.from_pretrained("smollm2-135m-alignir-v3")
+    enc = alignir.Encoder.from_pretrained("smollm2-135m-alignir-v4")
     vectors = enc.encode_documents(["a text"])   # .dense [n, d], .sparse CSR, .decode(i)
     alignir.build_index("datasets/adi", "indexes/adi", model="smollm2-135m")
     searcher = alignir.Searcher.open("indexes/adi")
