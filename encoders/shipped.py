@@ -37,6 +37,10 @@ class ShippedEmbedder:
     leg_sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
+#: v3's three-leg defaults (see its entry), which v4 keeps
+V3_LEG_SETS: Mapping[str, Mapping[str, Any]] = {
+    "dense+sparse+bm25": {"weights": {"dense": 0.25, "sparse": 0.25, "bm25": 0.5}, "gate_power": 2.0}}
+
 SHIPPED: dict[str, ShippedEmbedder] = {
     "smollm2-135m-alignir": ShippedEmbedder(
         name="smollm2-135m-alignir", base_model="smollm2-135m", family="infonce",
@@ -68,8 +72,7 @@ SHIPPED: dict[str, ShippedEmbedder] = {
         # three legs: BM25 at 0.5 instead of 0.6, gate power 2: chosen leave-one-collection-out
         # under the "no-regress" rule (benchmarks/leg_set_weights.py; held out +0.001..+0.019
         # nDCG@10 on ADI/CISI/Cranfield/MED/SciFact); the two-leg sets keep the searcher's defaults
-        leg_sets={"dense+sparse+bm25": {"weights": {"dense": 0.25, "sparse": 0.25, "bm25": 0.5},
-                                        "gate_power": 2.0}}),
+        leg_sets=V3_LEG_SETS),
     # v4: v3 trained 85 steps more on a GPU (batch 32, 128 tokens) on SciFact train pairs plus
     # 5,000 title/abstract and 5,000 crop pairs of the SciFact corpus, same teacher; run
     # gpu-distill-85 of benchmarks/results/gpu_train.json. v3's fusion: it was scored with it
@@ -78,9 +81,7 @@ SHIPPED: dict[str, ShippedEmbedder] = {
         description="SmolLM2-135M-Instruct, PromptEOL read through a LoRA adapter (r 16, fp16, 9.4 MiB): v3 "
                     "trained 85 steps more (batch 32, 128 tokens) on SciFact train pairs plus 10,000 "
                     "title/abstract and crop pairs of the SciFact corpus, with all-MiniLM-L6-v2 distillation",
-        hybrid=("zscore", 0.7),
-        leg_sets={"dense+sparse+bm25": {"weights": {"dense": 0.25, "sparse": 0.25, "bm25": 0.5},
-                                        "gate_power": 2.0}}),
+        hybrid=("zscore", 0.7), leg_sets=V3_LEG_SETS),
 }
 
 #: the model of build-index / beir / encode when none is given: the best shipped trained embedder.
