@@ -84,10 +84,11 @@ def judge(name: str, rows: dict[str, dict[str, float]], default: dict[str, dict[
     return Verdict(name, ships, complete, wins, worst, margins, rows)
 
 
-def judge_all(gpu_train: dict, training: dict, default_model: str) -> list[Verdict]:
+def judge_all(gpu_train: dict, training: dict, default_model: str,
+              default: dict[str, dict[str, float]]) -> list[Verdict]:
     """Every run (and every scored label) of ``gpu_train.json`` but the default's own, and every
-    other shipped model: complete runs first, then by wins and by worst margin."""
-    default = default_rows(training, gpu_train, default_model)
+    other shipped model, against the default's rows (:func:`default_rows`): complete runs first,
+    then by wins and by worst margin."""
     verdicts = []
     for name, run in gpu_train["runs"].items():
         if name == SHIPPED_FROM.get(default_model):
@@ -127,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--default", default=None, help="the shipped model to beat (default: alignir's default)")
     args = parser.parse_args(argv)
     from alignir.encoders.shipped import DEFAULT_MODEL
+    from alignir.io import atomic_write_json
 
     default_model = args.default or DEFAULT_MODEL
     training = json.loads((RESULTS / "training.json").read_text())
     gpu_train = json.loads((RESULTS / "gpu_train.json").read_text())
     default = default_rows(training, gpu_train, default_model)
-    verdicts = judge_all(gpu_train, training, default_model)
+    verdicts = judge_all(gpu_train, training, default_model, default)
     if args.runs:
         unknown = set(args.runs) - {v.run for v in verdicts}
         if unknown:
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         out = {"command": command, "rule": {"leg": RULED_LEG, "min_wins": MIN_WINS, "tolerance": TOLERANCE,
                                             "default": default_model},
                "default": default, "verdicts": [asdict(v) for v in verdicts]}
-        (RESULTS / "ship_rule.json").write_text(json.dumps(out, indent=1) + "\n")
+        atomic_write_json(RESULTS / "ship_rule.json", out, indent=1)
     return 0
 
 

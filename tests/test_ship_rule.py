@@ -85,7 +85,7 @@ def test_every_recorded_run_is_judged_on_what_it_has(capsys):
 
     training, gpu_train = _files()
     default = ship_rule.default_rows(training, gpu_train, DEFAULT_MODEL)
-    verdicts = ship_rule.judge_all(gpu_train, training, DEFAULT_MODEL)
+    verdicts = ship_rule.judge_all(gpu_train, training, DEFAULT_MODEL, default)
     names = {v.run for v in verdicts}
     scored = {name for name, run in gpu_train["runs"].items() if run.get("scores", {}).get("trained")}
     assert scored - {ship_rule.SHIPPED_FROM.get(DEFAULT_MODEL)} <= names
