@@ -25,7 +25,8 @@ COLLECTIONS = ("scifact", "med", "cisi", "cran", "adi")
 LEGS = ("dense", "sparse", "hybrid", "dense+sparse+bm25")
 RULED_LEG = "dense+sparse+bm25"
 #: the gpu_train.json run a shipped adapter was packaged from (its rows stand in for missing product rows)
-SHIPPED_FROM = {"smollm2-135m-alignir-v4": "gpu-distill-85"}
+SHIPPED_FROM = {"smollm2-135m-alignir-v4": "gpu-distill-85",
+                "gemma3-270m-alignir": "long-base-gemma3-270m-1500-mined-1500"}
 MIN_WINS = 4
 TOLERANCE = 0.005
 

@@ -112,3 +112,20 @@ def test_the_shipped_default_passed_the_rule_over_the_one_before():
     default = ship_rule.default_rows(training, gpu_train, previous)
     rows = ship_rule.shipped_rows(training, gpu_train, DEFAULT_MODEL)
     assert ship_rule.judge(DEFAULT_MODEL, rows, default).ships
+
+
+def test_a_shipped_adapter_is_the_kept_adapter_of_the_run_it_was_shipped_from():
+    """The rows that stand in for a shipped model's missing product rows are those of the very
+    weights it ships: its adapter files are the run's kept adapter byte for byte."""
+    import hashlib
+
+    from alignir.encoders.shipped import SHIPPED, adapter_dir
+
+    _, gpu_train = _files()
+    root = RESULTS.parents[1]
+    for model, run in ship_rule.SHIPPED_FROM.items():
+        assert model in SHIPPED
+        kept = root / gpu_train["runs"][run]["kept_adapter"]
+        for name in ("adapter_config.json", "adapter_model.safetensors", "alignir_extra.safetensors"):
+            digests = {hashlib.sha256((d / name).read_bytes()).hexdigest() for d in (kept, adapter_dir(model))}
+            assert len(digests) == 1, (model, run, name)
