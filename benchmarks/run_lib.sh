@@ -15,7 +15,8 @@ TRAIN_RESULTS="${TRAIN_RESULTS:-$ROOT/benchmarks/results/gpu_train.json}"  # the
 # what every training run here shares: batch, length, checkpoints, held-out pairs, seed, the teacher
 # (STOP_AT=HH:MM or +MINUTES: pause before a step that would end past it; the step then parks the run.
 # It is fixed here once as @UNIX_SECONDS and exported, so that every command a chain starts keeps the
-# same deadline, even one that starts after HH:MM has passed)
+# same deadline, even one that starts after HH:MM has passed. RESUME_CHANGED_DATA=1: a parked run
+# resumes although its examples changed, e.g. mined with an older tie order; the run records it)
 if [ -n "${STOP_AT:-}" ] && [ "${STOP_AT#@}" = "$STOP_AT" ]; then
     deadline="$("$PY" -c '
 import sys
@@ -27,7 +28,7 @@ except Exception as e:
     export STOP_AT="@$deadline"
 fi
 TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --eval-examples 64 --eval-every 100
-              --threads 2 --seed 1 ${STOP_AT:+--stop-at "$STOP_AT"}
+              --threads 2 --seed 1 ${STOP_AT:+--stop-at "$STOP_AT"} ${RESUME_CHANGED_DATA:+--resume-changed-data}
               --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
 
 keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with its logs

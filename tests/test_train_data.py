@@ -184,3 +184,24 @@ def test_in_batch_candidates_mask_exactly_the_judged_relevant_documents():
                    [False, True, True, True, False],
                    [True, True, True, True, True]]
     assert in_batch_candidates([Pair("a", "x"), Pair("b", "y")], ["x", "y"]) is None
+
+
+def test_bm25_top_orders_ties_by_row_on_every_machine():
+    """Documents of equal BM25 score come in row order (a top-k selection would order them by
+    its SIMD path, and a mined negative that moves changes a run's examples); the top k of a tie
+    group cut by k are its first rows. Checked against bm25s's own scores."""
+    import bm25s
+
+    from alignir.encoders.train.data import bm25_top
+
+    texts = ["solar wind plasma", "unrelated text about cooking", "solar wind plasma", "plasma", "solar wind plasma",
+             "plasma", "wind", "solar wind plasma"]
+    rows = bm25_top("t", texts, ["solar wind plasma", "plasma", "quantum"], 4)
+    assert rows[0] == [0, 2, 4, 7]  # four equal top scores, in row order
+    assert rows[1][:2] == [3, 5]  # the one-word documents score highest for "plasma", then the longer ones
+    assert rows[2] == [0, 1, 2, 3]  # no indexed word: every score is 0, so the first rows
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    scores = retriever.get_scores(["plasma"])
+    assert [round(float(scores[i]), 5) for i in rows[1]] == sorted((round(float(s), 5) for s in scores), reverse=True)[:4]
+    assert rows[1][2:] == sorted(rows[1][2:])  # the tie group after them, in row order

@@ -221,6 +221,30 @@ def test_resume_refuses_changed_training_examples(tmp_path, tiny_model, data_fil
     assert train(again, loaded=tiny_model)["steps"] == 4
 
 
+def test_resume_with_changed_examples_when_asked_records_the_change(tmp_path, tiny_model, data_files):
+    """``resume_changed_data`` resumes a run whose examples changed (the checkpoint's data order
+    kept) and records at which step the examples changed, from which hash to which."""
+    import shutil
+
+    from alignir.encoders.train.adapter import META_FILE
+
+    pairs = tmp_path / "pairs.jsonl"
+    shutil.copy(data_files["pairs"], pairs)
+    first_cfg = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4, stop_after=2, save_every=1)
+    train(first_cfg, loaded=tiny_model)
+    out = tmp_path / "infonce-contrastive"
+    sha_before = json.loads((out / "checkpoint" / META_FILE).read_text())["data_sha256"]
+    rows = pairs.read_text().splitlines()
+    first = json.loads(rows[0])
+    pairs.write_text("\n".join([json.dumps({**first, "positive": first["positive"] + " (edited)"})] + rows[1:]) + "\n")
+    again = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4, resume_changed_data=True)
+    with pytest.warns(UserWarning, match="changed training examples"):
+        assert train(again, loaded=tiny_model)["steps"] == 4
+    meta = json.loads((out / META_FILE).read_text())
+    assert meta["data_changes"] == [{"step": 2, "from_sha256": sha_before, "to_sha256": meta["data_sha256"]}]
+    assert meta["data_sha256"] != sha_before
+
+
 @pytest.fixture(scope="module")
 def tiny_teacher(tmp_path_factory, tiny_tokenizer):
     """A real (random-init) BERT sentence embedder saved as a folder, the shape of all-MiniLM-L6-v2."""

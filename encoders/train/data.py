@@ -222,7 +222,12 @@ def load_beir_pairs(folder: str | Path, split: str = "train", n_negatives: int =
 
 def bm25_top(source: str | Path, texts: list[str], queries: list[str], k: int) -> list[list[int]]:
     """For each query, the rows of ``texts`` in BM25 order (bm25s, English stopwords), top ``k``;
-    ``source`` names where the texts come from in the error when none has an indexable word."""
+    ``source`` names where the texts come from in the error when none has an indexable word.
+
+    The order is the same on every machine: documents of equal score (rounded to 1e-5, so
+    summation order cannot split them) come in row order. A top-k selection breaks such ties by
+    its SIMD path (AVX2 and AVX-512 builds of numpy differ), and a mined negative that moves
+    changes the training examples, so a run paused on one machine could not resume on another."""
     import bm25s
 
     retriever = bm25s.BM25()
@@ -231,8 +236,15 @@ def bm25_top(source: str | Path, texts: list[str], queries: list[str], k: int) -
         raise InvalidInputError(f"{source}: no document has a word BM25 indexes (all empty, one letter or "
                                 f"stopwords): no hard negatives can be mined (use --negatives 0)")
     retriever.index(tokens, show_progress=False)
-    res, _ = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k, show_progress=False)
-    return [[int(i) for i in row] for row in res]
+    rows = np.arange(len(texts))
+    k = min(int(k), len(texts))
+    out = []
+    for words in bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False):
+        known = [w for w in words if w in retriever.vocab_dict]
+        scores = retriever.get_scores(known) if known else np.zeros(len(texts))
+        key = np.round(np.asarray(scores, dtype=np.float64), 5)
+        out.append([int(i) for i in np.lexsort((rows, -key))[:k]])
+    return out
 
 
 def triple_row(pair: Pair) -> dict:

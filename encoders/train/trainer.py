@@ -22,6 +22,7 @@ import logging
 import random
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,7 @@ class TrainConfig:
     init_adapter: str | None = None  # continue from a previous stage (IC -> CDA, CTKD -> UCL -> SCL)
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     resume: bool = True
+    resume_changed_data: bool = False  # resume even when the examples differ from the checkpoint's (recorded)
     progress: bool = True
     stop_after: int | None = None  # pause after this many steps of this run (checkpoint saved, no final adapter)
     stop_at: float | None = None  # pause before a step that would end past this Unix time (checkpoint saved)
@@ -253,17 +255,18 @@ def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, fl
 
 #: settings that may change between a run and its resumption (where output goes, how often to
 #: save / evaluate, progress bars); every other TrainConfig field must match the checkpoint's
-RESUME_FREE = frozenset({"out", "resume", "progress", "save_every", "eval_every", "stop_after", "stop_at",
+RESUME_FREE = frozenset({"out", "resume", "resume_changed_data", "progress", "save_every", "eval_every", "stop_after", "stop_at",
                          "device"})
 
 
-def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None) -> None:
+def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None) -> str | None:
     """Refuse to resume from ``ckpt`` when ``cfg`` differs from the config the checkpoint was
     made with: the optimizer, the schedule (learning rate, total steps) and the data order come
     from the checkpoint, so a changed setting would be recorded but not used. Likewise when the
     examples (``data_sha256``, :func:`examples_sha256`) differ from the checkpoint's: an edited
     pairs file or corpus would silently shift the data order (checkpoints that predate the
-    hash are not checked)."""
+    hash are not checked). With ``cfg.resume_changed_data`` changed examples are accepted and the
+    checkpoint's hash is returned, for the run to record the change (else None)."""
     meta_file = ckpt / META_FILE
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
     saved = meta.get("config")
@@ -283,9 +286,12 @@ def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None
                                 f"rerun with the checkpoint's settings, or start over with --no-resume")
     data_then = meta.get("data_sha256")
     if data_sha256 and data_then and data_then != data_sha256:
+        if cfg.resume_changed_data:
+            return data_then
         raise InvalidInputError(f"cannot resume {ckpt.parent}: its training examples changed since the checkpoint "
                                 f"(sha256 {data_then[:12]}… -> {data_sha256[:12]}…: an edited pairs file or corpus?); "
-                                f"restore them, or start over with --no-resume")
+                                f"restore them, resume with them anyway (--resume-changed-data), or start over with --no-resume")
+    return None
 
 
 def examples_sha256(data: list, held: list) -> str:
@@ -349,8 +355,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     extra: dict[str, torch.Tensor] = {}
     resume_from = ckpt if (cfg.resume and (ckpt / "trainer_state.json").is_file()) else None
-    if resume_from is not None:
-        check_resumable(resume_from, cfg, data_sha)
+    data_then = check_resumable(resume_from, cfg, data_sha) if resume_from is not None else None
     if resume_from is not None:
         peft_model, extra, _ = load_trainable_adapter(model, resume_from)
     elif cfg.init_adapter:
@@ -405,7 +410,16 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     if start == 0:
         meta["start_weights_sha256"] = trainable_sha256(peft_model, method.extra_tensors())
     elif (resume_from / META_FILE).is_file():
-        meta["start_weights_sha256"] = json.loads((resume_from / META_FILE).read_text()).get("start_weights_sha256")
+        before = json.loads((resume_from / META_FILE).read_text())
+        meta["start_weights_sha256"] = before.get("start_weights_sha256")
+        changes = list(before.get("data_changes", []))
+        if data_then is not None:  # the steps from `start` on drew other examples than the steps before
+            changes.append({"step": start, "from_sha256": data_then, "to_sha256": data_sha})
+            warnings.warn(f"resuming {out} at step {start} with changed training examples "
+                          f"(sha256 {data_then[:12]}… -> {data_sha[:12]}…); recorded in the run's data_changes",
+                          stacklevel=2)
+        if changes:
+            meta["data_changes"] = changes
     log_path = out / "loss_log.jsonl"
     eval_path = out / "eval_log.jsonl"
     if start == 0:

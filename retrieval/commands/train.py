@@ -102,6 +102,9 @@ def register(app: typer.Typer) -> None:
                                               "(its next occurrence, local time), +MINUTES from now or @UNIX_SECONDS "
                                               "(checkpoint saved; the same command continues)"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="resume from OUT/checkpoint if present"),
+        resume_changed_data: bool = typer.Option(False, "--resume-changed-data", help="resume even though the training "
+                                                 "examples differ from the checkpoint's (the data order is kept; the "
+                                                 "change is recorded in the run's data_changes)"),
         eval_examples: int = typer.Option(0, min=0, help="hold out N examples; log their loss (eval_log.jsonl)"),
         eval_every: int = typer.Option(0, min=0, help="held-out loss every N steps (0: before and after only)"),
         threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
@@ -130,6 +133,7 @@ def register(app: typer.Typer) -> None:
             split=split, n_negatives=negatives, data_mix=data_mix, corpora=list(corpus) or None,
             max_examples=max_examples, query_frames=query_frames, seed=seed, device=device, dtype=dtype,
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
+            resume_changed_data=resume_changed_data,
             stop_after=stop_after, stop_at=_parse_stop_at(stop_at),
             eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
         )
