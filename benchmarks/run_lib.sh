@@ -6,7 +6,7 @@ ALIGNIR="$ROOT/.venv/bin/alignir"
 RUNS="${RUNS:-$ROOT/../runs}"
 export ALIGNIR_MODELS="${ALIGNIR_MODELS:-$ROOT/../models}"
 SHARED="${ALIGNIR_SHARED:-$ROOT/../shared}"
-KEEP="$ROOT/benchmarks/results/adapters"
+KEEP="${KEEP:-$ROOT/benchmarks/results/adapters}"
 TEACHER_CACHE="$ROOT/benchmarks/cache/teacher-embeddinggemma-512"
 # a run in flight parked in the repository (its last checkpoint and logs), so that a machine that
 # starts bare resumes it exactly instead of starting over: park_run / unpark_run
@@ -117,4 +117,41 @@ keep_or_park() {  # $1: run name; a finished run is kept, a paused one (STOP_AT)
 
 unpark_done() {  # $1: run name; a finished and kept run needs its parked checkpoint no more
     if [ -d "$PARKED/$1" ]; then rm -rf "${PARKED:?}/$1"; echo "removed $PARKED/$1 (the run is kept): commit that"; fi
+}
+
+# Mining encodes the SciFact corpus with a kept run (about 85 min here for SmolLM2-135M) and does
+# not pause; its embedding cache (EMBED_CACHE, atomic parts of 128 texts) is what a stopped mine
+# keeps. park_embeddings copies the cache folders of one adapter into PARKED/embeddings-RUN
+# (commit it), unpark_embeddings merges them back on a bare machine: the mine then encodes only
+# the texts that are missing.
+EMBED_CACHE="${EMBED_CACHE:-$RUNS/score-work/cache}"
+
+park_embeddings() {  # $1: a kept run; its adapter's embedding-cache folders -> PARKED/embeddings-RUN
+    "$PY" - "$KEEP/$1" "$EMBED_CACHE" "$PARKED/embeddings-$1" <<'PYEOF'
+import json, shutil, sys
+from pathlib import Path
+
+from alignir.encoders.embedders.adapters import adapter_hash
+
+adapter, cache, dest = (Path(a) for a in sys.argv[1:])
+sha = adapter_hash(adapter)
+ours = [d for d in sorted(cache.iterdir()) if (d / "fingerprint.json").is_file()
+        and json.loads((d / "fingerprint.json").read_text()).get("adapter_sha256") == sha] if cache.is_dir() else []
+if not ours:
+    sys.exit(f"{cache} holds no embeddings of {adapter}")
+tmp = dest.with_name(dest.name + ".tmp")
+shutil.rmtree(tmp, ignore_errors=True)
+for d in ours:
+    shutil.copytree(d, tmp / d.name)
+shutil.rmtree(dest, ignore_errors=True)
+tmp.rename(dest)
+print(f"parked {sum(1 for _ in dest.rglob('part-*.npz'))} embedding parts of {adapter.name} in {dest}: commit that")
+PYEOF
+}
+
+unpark_embeddings() {  # $1: a kept run; merges PARKED/embeddings-RUN into EMBED_CACHE (parts never collide)
+    [ -d "$PARKED/embeddings-$1" ] || return 0
+    mkdir -p "$EMBED_CACHE"
+    cp -rn "$PARKED/embeddings-$1/." "$EMBED_CACHE/"
+    echo "restored the parked embeddings of $1 into $EMBED_CACHE"
 }

@@ -379,3 +379,47 @@ def test_the_long_run_chain_knows_what_is_scored_and_fixes_its_deadline_once(tmp
     assert float(fixed[0][1:]) == pytest.approx(__import__("time").time() + 1800, abs=60)
     with pytest.raises(subprocess.CalledProcessError):
         run('echo "the step would start"', STOP_AT="tonight")
+
+
+def test_a_stopped_mine_parks_the_embeddings_of_its_adapter_only(tmp_path):
+    """``park_embeddings RUN`` copies the embedding-cache folders whose fingerprint names RUN's
+    adapter (not another model's) into PARKED/embeddings-RUN; on a bare machine
+    ``unpark_embeddings RUN`` merges them back, parts byte for byte, and keeps parts already there."""
+    import os
+    import subprocess
+    import sys
+
+    from alignir.encoders.embedders.adapters import adapter_hash
+
+    keep, cache, parked = tmp_path / "keep", tmp_path / "runs" / "cache", tmp_path / "parked"
+    (keep / "r").mkdir(parents=True)
+    (keep / "r" / "adapter_config.json").write_text('{"r": 16}')
+    (keep / "r" / "adapter_model.safetensors").write_bytes(b"weights")
+    for fp, sha in (("ours", adapter_hash(keep / "r")), ("other", "0" * 64)):
+        (cache / fp / "document").mkdir(parents=True)
+        (cache / fp / "fingerprint.json").write_text(json.dumps({"adapter_sha256": sha}))
+        (cache / fp / "document" / f"part-all-000001-{fp}.npz").write_bytes(fp.encode() * 10)
+    root = Path(__file__).resolve().parents[1]
+
+    def run(call: str) -> str:
+        env = {**os.environ, "RUNS": str(tmp_path / "runs"), "PARKED": str(parked), "KEEP": str(keep),
+               "EMBED_CACHE": str(cache), "PYTHON": sys.executable}
+        script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; {call}'
+        return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+
+    assert "parked 1 embedding parts" in run("park_embeddings r")
+    assert sorted(p.name for p in (parked / "embeddings-r").iterdir()) == ["ours"]
+    ours = sorted(p.relative_to(cache).as_posix() for p in (cache / "ours").rglob("*") if p.is_file())
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")  # the machine starts bare
+    (cache / "ours" / "document").mkdir(parents=True)
+    (cache / "ours" / "document" / "part-all-000002-new.npz").write_bytes(b"encoded here")
+    assert "restored" in run("unpark_embeddings r")
+    got = sorted(p.relative_to(cache).as_posix() for p in (cache / "ours").rglob("*") if p.is_file())
+    assert got == sorted(ours + ["ours/document/part-all-000002-new.npz"])
+    assert (cache / "ours" / "document" / "part-all-000001-ours.npz").read_bytes() == b"ours" * 10
+    assert not (cache / "other").exists()
+    with pytest.raises(subprocess.CalledProcessError):
+        run("park_embeddings missing")  # no adapter
+    assert run("unpark_embeddings missing") == ""  # nothing parked: nothing to do
