@@ -14,6 +14,7 @@
 #                                                   rebuild can draw other texts and a resume would refuse them
 #   benchmarks/cache/in-flight/RUN/                 a run in flight, parked: its last checkpoint and logs
 #                                                   (park RUN; the next `base`/`mined` of RUN resumes from it)
+#   benchmarks/cache/in-flight/embeddings-RUN/      a stopped mine's embeddings of the SciFact corpus (park-mine RUN)
 # EmbeddingGemma and the runs' working folders are rebuilt or kept outside the checkout
 # (ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
@@ -43,6 +44,9 @@
 #                                         # does not pause)
 #   bash benchmarks/long_run.sh park RUN  # the same after a run was stopped by hand (SIGTERM: it checkpoints
 #                                         # the step in flight)
+#   bash benchmarks/long_run.sh park-mine RUN  # after a mine with RUN was stopped by hand: its embeddings so
+#                                         # far into benchmarks/cache/in-flight/embeddings-RUN (commit that);
+#                                         # the next mine with RUN encodes only the rest
 #   bash benchmarks/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -118,10 +122,14 @@ mine)
     # with stage 1 by default; with RUN, any kept run (its base model is read from its adapter)
     from="${2:-long-s1}"; out="$MINED"; [ "$from" = long-s1 ] || out="$(mined_pairs "$from")"
     [ -f "$KEEP/$from/adapter_model.safetensors" ] || { echo "$from is not kept in $KEEP (train it first)" >&2; exit 1; }
+    unpark_embeddings "$from"  # what a stopped mine encoded (park-mine)
     "$PY" scripts/mine_negatives.py --model "$(base_model "$from")" --adapter "$KEEP/$from" \
         --data "$SHARED/datasets/scifact" --split train --out "$out" --depth 30 --skip 3 --per-query 1 --threads 2 \
-        --cache-dir "$RUNS/score-work/cache"  # the embedding cache of `score`: one encoding when they match
+        --cache-dir "$EMBED_CACHE"  # the embedding cache of `score`: one encoding when they match
     teacher_vectors "$out"
+    if [ -d "$PARKED/embeddings-$from" ]; then
+        rm -rf "${PARKED:?}/embeddings-$from"; echo "removed $PARKED/embeddings-$from (mined): commit that"
+    fi
     ;;
 mined)
     # a second stage for any kept run: from its adapter, on the mix with its own mined negatives
@@ -174,6 +182,9 @@ base)
     ;;
 park)
     park_run "${2:?usage: long_run.sh park RUN}"
+    ;;
+park-mine)
+    park_embeddings "${2:?usage: long_run.sh park-mine RUN}"
     ;;
 budget)
     # the 3,000-step budget on MODEL: STEPS=1500 base, ADI scored, mine, STEPS=1500 mined, then the
