@@ -119,7 +119,7 @@ unpark_done() {  # $1: run name; a finished and kept run needs its parked checkp
     if [ -d "$PARKED/$1" ]; then rm -rf "${PARKED:?}/$1"; echo "removed $PARKED/$1 (the run is kept): commit that"; fi
 }
 
-# Mining encodes the SciFact corpus with a kept run (about 85 min here for SmolLM2-135M) and does
+# Mining encodes the SciFact corpus with a kept run (47 min here for SmolLM2-135M) and does
 # not pause; its embedding cache (EMBED_CACHE, atomic parts of 128 texts) is what a stopped mine
 # keeps. park_embeddings copies the cache folders of one adapter into PARKED/embeddings-RUN
 # (commit it), unpark_embeddings merges them back on a bare machine: the mine then encodes only

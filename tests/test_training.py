@@ -195,22 +195,29 @@ def test_resume_refuses_a_changed_config(tmp_path, tiny_model, data_files):
     assert train(fresh, loaded=tiny_model)["steps"] == 6  # --no-resume starts over
 
 
+def _paused_then_edited(tmp_path, tiny_model, data_files) -> Path:
+    """A copy of the pairs file, a 4-step run on it paused at step 2 (checkpoint in
+    tmp_path/infonce-contrastive), then the file's first positive edited; returns the file."""
+    import shutil
+
+    pairs = tmp_path / "pairs.jsonl"
+    shutil.copy(data_files["pairs"], pairs)
+    train(train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4, stop_after=2, save_every=1),
+          loaded=tiny_model)
+    rows = pairs.read_text().splitlines()
+    first = json.loads(rows[0])
+    pairs.write_text("\n".join([json.dumps({**first, "positive": first["positive"] + " (edited)"})] + rows[1:]) + "\n")
+    return pairs
+
+
 def test_resume_refuses_changed_training_examples(tmp_path, tiny_model, data_files):
     """The data order comes from the checkpoint: an edited pairs file would silently shift the
     examples of every remaining step, so it is refused; a checkpoint that predates the examples'
     hash still resumes."""
-    import shutil
-
     from alignir.encoders.train.adapter import META_FILE
     from alignir.errors import InvalidInputError
 
-    pairs = tmp_path / "pairs.jsonl"
-    shutil.copy(data_files["pairs"], pairs)
-    cfg = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4, stop_after=2, save_every=1)
-    train(cfg, loaded=tiny_model)
-    rows = pairs.read_text().splitlines()
-    first = json.loads(rows[0])
-    pairs.write_text("\n".join([json.dumps({**first, "positive": first["positive"] + " (edited)"})] + rows[1:]) + "\n")
+    pairs = _paused_then_edited(tmp_path, tiny_model, data_files)
     again = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4)
     with pytest.raises(InvalidInputError, match="training examples changed since the checkpoint"):
         train(again, loaded=tiny_model)
@@ -224,19 +231,11 @@ def test_resume_refuses_changed_training_examples(tmp_path, tiny_model, data_fil
 def test_resume_with_changed_examples_when_asked_records_the_change(tmp_path, tiny_model, data_files):
     """``resume_changed_data`` resumes a run whose examples changed (the checkpoint's data order
     kept) and records at which step the examples changed, from which hash to which."""
-    import shutil
-
     from alignir.encoders.train.adapter import META_FILE
 
-    pairs = tmp_path / "pairs.jsonl"
-    shutil.copy(data_files["pairs"], pairs)
-    first_cfg = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4, stop_after=2, save_every=1)
-    train(first_cfg, loaded=tiny_model)
     out = tmp_path / "infonce-contrastive"
+    pairs = _paused_then_edited(tmp_path, tiny_model, data_files)
     sha_before = json.loads((out / "checkpoint" / META_FILE).read_text())["data_sha256"]
-    rows = pairs.read_text().splitlines()
-    first = json.loads(rows[0])
-    pairs.write_text("\n".join([json.dumps({**first, "positive": first["positive"] + " (edited)"})] + rows[1:]) + "\n")
     again = train_config(tmp_path, "infonce", "contrastive", str(pairs), steps=4, resume_changed_data=True)
     with pytest.warns(UserWarning, match="changed training examples"):
         assert train(again, loaded=tiny_model)["steps"] == 4
