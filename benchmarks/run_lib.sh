@@ -39,12 +39,13 @@ keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with 
     unpark_done "$1"
 }
 
-score_run() {  # $1: run name, then the collections; scores KEEP/NAME, recorded in gpu_train.json
+score_run() {  # $1: run name, then the collections; scores KEEP/NAME, recorded in gpu_train.json and the pages
     local name="$1" sets=() d
     shift
     for d in "$@"; do sets+=(--score "$SHARED/datasets/$d"); done
     "$PY" -m benchmarks.gpu_train --out "$RUNS/score-$name" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
         --score-adapter "trained=$KEEP/$name" --record "$name" --kept-adapter "benchmarks/results/adapters/$name"
+    "$PY" scripts/gen_results.py  # the results pages follow the record they print (CI checks they agree)
 }
 
 park_run() {  # $1: run name; copies RUNS/NAME's last checkpoint and its logs into PARKED/NAME (commit it)
