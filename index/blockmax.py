@@ -67,7 +67,7 @@ class BlockMaxima(NamedTuple):
                    + self.hi_max.nbytes)
 
 
-@njit(inline="always")
+@njit
 def _key_weight(ptr, docs, weights, lo, scale, quantized, dense_off, dense, key, dj, lt, st,
                 out_d, out_w):
     """Local docs and decoded weights of one (term, block) list into out_d / out_w; count."""
@@ -177,7 +177,7 @@ def block_maxima(ptr, docs, weights, lo, scale, quantized, dense_keys, dense_off
     return cap, hi_ptr, hi_sub, hi_max, med
 
 
-@njit(inline="always")
+@njit
 def _score_sub(acc, qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                dense_off, dense, dcol, nb, seg_terms, b, s0, s1):
     """Add the query's exact contributions to the documents [s0, s1) of block ``b`` in
@@ -211,7 +211,7 @@ def _score_sub(acc, qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantiz
             j += 1
 
 
-@njit(inline="always")
+@njit
 def _scan(acc, acc_bits, s0, s1, base, floor, excluded, has_excluded, buf, m, k, thr,
           thr_s):
     """Offer the documents [s0, s1) of the block with acc >= floor; clear the range."""
@@ -230,7 +230,7 @@ def _scan(acc, acc_bits, s0, s1, base, floor, excluded, has_excluded, buf, m, k,
     return m, thr, thr_s
 
 
-@njit(inline="always")
+@njit
 def _tighten(buf, m, k, thr, thr_s):
     """With at least k entries, keep the k best and make the k-th the threshold."""
     if m >= k and m > 0:

@@ -23,6 +23,10 @@ unchanged). A document is a candidate when it shares at least one term with the 
 (structural overlap). Top-k is a linear-time partial selection on 64-bit keys ordered by
 (score descending, document ascending), so ties break by document number; the cross-segment
 merge uses a small bounded heap with the same order.
+
+The small helpers are plain ``@njit`` functions, not ``inline="always"``: LLVM inlines them into
+the kernels anyway, while inlining them in Numba's own IR first made every caller compile them
+again, and a fresh install's first search wait for it (``benchmarks/bench_jit.py``).
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ def n_blocks(n_rows):
     return max(1, (n_rows + BLOCK - 1) >> BLOCK_BITS)
 
 
-@njit(inline="always")
+@njit
 def _weight(weights, j, quantized, lt, st):
     if quantized:
         return lt + st * np.float32(weights[j])
@@ -174,7 +178,7 @@ def densify(ptr, docs, weights, n_terms, nb, n_rows, shift, min_density):
     return ptr2, docs2, weights2, dense_keys, dense_off, dense
 
 
-@njit(inline="always")
+@njit
 def _dense_find(dense_keys, key):
     """Index of ``key`` in the sorted ``dense_keys``, or -1."""
     lo = 0
@@ -190,7 +194,7 @@ def _dense_find(dense_keys, key):
     return -1
 
 
-@njit(inline="always")
+@njit
 def _dense_weight(v, quantized, lt, st):
     """Decoded weight of a non-zero dense entry ``v`` (codes are stored as q + 1)."""
     if quantized:
@@ -327,12 +331,12 @@ def doc_terms(ptr, docs, weights, lo, scale, quantized, dense_keys, dense_off, d
 # a.score < b.score, or the scores are equal and a.doc > b.doc.
 
 
-@njit(inline="always")
+@njit
 def _worse(s1, d1, s2, d2):
     return s1 < s2 or (s1 == s2 and d1 > d2)
 
 
-@njit(inline="always")
+@njit
 def _sift_down(hs, hd, m, s, d):
     i = 0
     while True:
@@ -352,7 +356,7 @@ def _sift_down(hs, hd, m, s, d):
     hd[i] = d
 
 
-@njit(inline="always")
+@njit
 def _offer(hs, hd, m, k, s, d):
     """Offer (score s, doc d) to a heap of size m <= k; returns the new size."""
     if m < k:
@@ -373,7 +377,7 @@ def _offer(hs, hd, m, k, s, d):
     return m
 
 
-@njit(inline="always")
+@njit
 def _drain(hs, hd, m, out_d, out_s, offset):
     """Write the heap best-first into out_d/out_s; pad the rest with -1 / -inf."""
     k = out_d.shape[0]
@@ -399,12 +403,12 @@ _LOW = np.uint64(0xFFFFFFFF)
 _NEG_INF_BITS = np.uint32(0xFF800000)
 
 
-@njit(inline="always")
+@njit
 def _f32_bits(x):
     return np.float32(x).view(np.uint32)
 
 
-@njit(inline="always")
+@njit
 def _key(bits, doc):
     if bits == _SIGN:  # -0.0 ranks as +0.0
         bits = np.uint32(0)
@@ -415,7 +419,7 @@ def _key(bits, doc):
     return (np.uint64(asc ^ _ALL) << np.uint64(32)) | np.uint64(doc)
 
 
-@njit(inline="always")
+@njit
 def _unkey(key):
     asc = np.uint32((key >> np.uint64(32)) ^ _LOW)
     if asc & _SIGN:
@@ -425,7 +429,7 @@ def _unkey(key):
     return bits, np.int64(key & _LOW)
 
 
-@njit(inline="always")
+@njit
 def _push(buf, m, k, key, thr, thr_s):
     """Append key (already < thr); on a full buffer keep the k best (in place) and make the
     k-th the new admission threshold. Returns (m, thr, thr_s)."""
@@ -441,7 +445,7 @@ def _push(buf, m, k, key, thr, thr_s):
     return m, thr, thr_s
 
 
-@njit(inline="always")
+@njit
 def _emit(buf, m, k, out_d, out_bits):
     """Best-first (doc, score bits) of the buffer into the output row; pad -1 / -inf."""
     n = min(m, k)
@@ -463,7 +467,7 @@ HIST_MIN_K = 64
 _HIST_BINS = 2048
 
 
-@njit(inline="always")
+@njit
 def _block_floor(acc_bits, blen, floor, k, excluded, has_excluded, base, hist):
     """A score below which no document of this block can be in the top-k: the lower edge of
     the highest histogram bin (over the non-negative scores' bits, which order like the
@@ -501,7 +505,7 @@ def _block_floor(acc_bits, blen, floor, k, excluded, has_excluded, base, hist):
     return max(floor, edge.view(np.float32))
 
 
-@njit(inline="always")
+@njit
 def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, untracked):
     """acc[d] += qw * w[d] over a dense column (absent entries add nothing); marks ``seen``
     unless ``untracked`` (no touched-set is kept). Branch-free so that LLVM vectorises it."""
@@ -520,7 +524,7 @@ def _dense_add(acc, seen, col, blen, qw, quantized, lt, st, untracked):
                 seen[d] = 1
 
 
-@njit(inline="always")
+@njit
 def _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                       dense_keys, dense_off, dense, n_local, seg_terms, excluded,
                       has_excluded, nonneg, positive, k, acc, seen, touched, dcol, hist, buf,
@@ -638,7 +642,7 @@ def _query_exhaustive(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quant
     _emit(buf, m, k, out_d, out_bits)
 
 
-@njit(inline="always")
+@njit
 def _query_topk(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                 dense_keys, dense_off, dense, n_local, seg_terms, excluded,
                 has_excluded, nonneg, k, acc, seen, touched, dcol, hist, buf, out_d, out_bits):
@@ -665,7 +669,7 @@ def _query_topk(qs, qe, q_terms, q_w, ptr, docs, weights, lo, scale, quantized,
                       out_d, out_bits)
 
 
-@njit(inline="always")
+@njit
 def _exhaustive_scratch(q_ptr, n_local, k):
     nq = q_ptr.shape[0] - 1
     qmax = 1
