@@ -60,8 +60,8 @@ def child(package: str, postings: str, n_docs: int, repeats: int, out_npz: str) 
     row["first_filtered_s"], (fdocs, _) = _timed(lambda: idx.search(Q, 10, threads=1, allowed=allowed))
     row["first_two_threads_s"], (tdocs, _) = _timed(lambda: idx.search(Q, 10, threads=2))
     for kernel, prune in (("pruned", "on"), ("exhaustive", "off")):
-        times = [_timed(lambda p=prune: idx.search(Q, 10, threads=1, prune=p))[0] for _ in range(repeats)]
-        row[f"qps_{kernel}"] = round(Q.shape[0] / min(times), 1)
+        best, _, _ = base.best_time(lambda p=prune: idx.search(Q, 10, threads=1, prune=p), repeats)
+        row[f"qps_{kernel}"] = round(Q.shape[0] / best, 1)
     np.savez(out_npz, docs=docs, bits=scores.view(np.uint32), fdocs=fdocs, tdocs=tdocs)
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
 
@@ -124,16 +124,11 @@ def main(argv=None) -> None:
                     ref = reference.setdefault(postings, res)
                     got["equal"] = all(np.array_equal(res[k], ref[k]) for k in ref)
                     print(rev, postings, got, flush=True)
-                    key = (rev, postings)
-                    best = rows.get(key)
-                    if best is None:
-                        rows[key] = {"rev": rev, "commit": commit, "postings": postings, "docs": a.docs,
-                                     "rounds": [got]}
-                    else:
-                        best["rounds"].append(got)
+                    rows.setdefault((rev, postings), {"rev": rev, "commit": commit, "postings": postings,
+                                                      "docs": a.docs, "rounds": []})["rounds"].append(got)
     results = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {"rows": []}
     keep = {(r["commit"], r["postings"]): r for r in results["rows"]}
-    for key, row in rows.items():
+    for row in rows.values():
         rounds = row["rounds"]
         for field in ("first_search_s", "first_filtered_s", "first_two_threads_s"):
             row[field] = float(np.median([r[field] for r in rounds]))
