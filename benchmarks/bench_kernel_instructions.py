@@ -15,7 +15,7 @@ change in memory behaviour or vectorisation width shows only partly.
 Rows go to benchmarks/results/kernel_instructions.json (keyed by commit and posting type, with
 ``instructions_pruned`` / ``instructions_exhaustive`` per batch of 200 queries and ``command``).
 
-    nice -n 10 .venv/bin/python benchmarks/bench_kernel_instructions.py --rev HEAD~1 --rev WORKTREE
+    nice -n 10 .venv/bin/python -m benchmarks.bench_kernel_instructions --rev HEAD~1 --rev WORKTREE
 """
 from __future__ import annotations
 
@@ -30,10 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.bench_jit import POSTINGS, _package
 
-from bench_jit import POSTINGS, _package  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks/results/kernel_instructions.json"
 KERNELS = (("pruned", "on"), ("exhaustive", "off"))
@@ -94,13 +93,13 @@ def measure(rev: str, package: str, postings: str, a, tmp: Path, lib: Path) -> d
     cache = tmp / f"numba-{re.sub(r'[^A-Za-z0-9]', '_', rev)}"
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0",
            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}
-    args = [__file__, "--docs", str(a.docs), "--repeats", str(a.repeats), "--child", package or "-", postings]
+    args = ["-m", "benchmarks.bench_kernel_instructions", "--docs", str(a.docs), "--repeats", str(a.repeats), "--child", package or "-", postings]
     # 1. compile into the cache natively (compiling under valgrind would take ~50x as long)
-    subprocess.run([sys.executable, *args, "-"], env=env, check=True)
+    subprocess.run([sys.executable, *args, "-"], env=env, cwd=ROOT, check=True)
     # 2. count, loading the kernels from that cache
     prefix = str(tmp / f"cg-{cache.name}-{postings}")
     subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}",
-                    sys.executable, *args, str(lib)], env=env, check=True, capture_output=True)
+                    sys.executable, *args, str(lib)], env=env, cwd=ROOT, check=True, capture_output=True)
     counts = _dumps(prefix)
     missing = [k for k, _ in KERNELS if k not in counts]
     if missing:
@@ -122,7 +121,7 @@ def main(argv=None) -> None:
         child(package, postings, a.docs, a.repeats, lib)
         return
     revs = a.rev or ["WORKTREE"]
-    command = "python benchmarks/bench_kernel_instructions.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.bench_kernel_instructions " + " ".join(sys.argv[1:] if argv is None else argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

@@ -8,7 +8,7 @@ alignir's SparseIndex searching the *same* integers: per query, equal score list
 top-k up to ties; nDCG@10 of both runs. The float (unquantised) alignir run is reported too,
 so the cost of quantisation is visible.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_pyserini_compat.py \
+    nice -n 10 .venv/bin/python -m benchmarks.bench_pyserini_compat \
         --dataset /work/shared/datasets/adi --index /tmp/alignir-adi
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=100.0, help="document (and non-binary query) weight scale")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pyserini_compat.json"))
     args = ap.parse_args()
-    command = "python " + " ".join(shlex.quote(a) for a in ["benchmarks/bench_pyserini_compat.py", *sys.argv[1:]])
+    command = "python -m " + " ".join(shlex.quote(a) for a in ["benchmarks.bench_pyserini_compat", *sys.argv[1:]])
 
     from alignir.index.sparse import SparseIndex
     from alignir.retrieval.searcher import Searcher
