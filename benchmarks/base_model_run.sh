@@ -9,6 +9,10 @@
 #   bash benchmarks/base_model_run.sh train gemma3-270m    # resumes its checkpoint when re-run
 #   bash benchmarks/base_model_run.sh train smollm2-135m
 #   bash benchmarks/base_model_run.sh score gemma3-270m    # the five collections, recorded in gpu_train.json
+#   BATCH=32 GC=16 STEPS=50 bash benchmarks/base_model_run.sh gradcache smollm2-135m
+#       # the same recipe at batch BATCH through gradient caching (sub-batches of GC texts): run
+#       # base-MODEL-STEPS-bBATCH; its held-out loss is taken in chunks of 8 like the batch-8 runs'
+#       # (score it with RUN=base-MODEL-STEPS-bBATCH ... score MODEL)
 #
 # A finished run keeps its fp16 adapter and logs in benchmarks/results/adapters/base-MODEL-STEPS/.
 set -euo pipefail
@@ -21,18 +25,26 @@ DISTILL="${DISTILL:-4.0}"
 DTYPE="${DTYPE:-fp32}"
 
 model="${2:?usage: base_model_run.sh train|score MODEL}"
-name="base-$model-$STEPS"
+name="${RUN:-base-$model-$STEPS}"
 case "${1:-}" in
 train)
     "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" "${TRAIN_SHARED[@]}" \
         --lr 1e-4 --steps "$STEPS" --dtype "$DTYPE" --set "distill=$DISTILL" --out "$RUNS/$name"
     keep_run "$name"
     ;;
+gradcache)
+    name="base-$model-$STEPS-b${BATCH:-32}"
+    unpark_run "$name"
+    "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" "${TRAIN_SHARED[@]}" \
+        --lr 1e-4 --steps "$STEPS" --dtype "$DTYPE" --set "distill=$DISTILL" --batch-size "${BATCH:-32}" \
+        --set "grad_cache=${GC:-16}" --eval-batch-size 8 --eval-every 25 --out "$RUNS/$name"
+    keep_or_park "$name"
+    ;;
 score)
     score_run "$name" ${SETS:-scifact med cisi cran adi}
     ;;
 *)
-    sed -n '2,12p' "$0"
+    sed -n '2,16p' "$0"
     exit 2
     ;;
 esac

@@ -414,3 +414,26 @@ def test_cli_exits_143_after_sigterm_and_says_how_to_continue(tiny_model, data_f
                                    "--batch-size", "3", "--set", "K=2", "--max-length", "32"])
     assert res.exit_code == 143, res.output
     assert "stopped by SIGTERM at step 1 of gircse/icr" in res.output and "rerun the same command" in res.output
+
+
+def test_held_out_loss_in_chunks_of_eval_batch_size(tiny_model, data_files, tmp_path):
+    """``eval_batch_size`` sets the chunks of the held-out loss: at step 0 (the same LoRA
+    initialisation, the same held-out pairs) a batch-3 run evaluated in chunks of 2 logs what a
+    batch-2 run logs, and not what chunks of 3 give (other in-batch candidates, another loss)."""
+    kw = dict(steps=1, eval_examples=4)
+    pairs = data_files["pairs"]
+    two = train(_cfg(tmp_path / "two", "infonce", "contrastive", pairs, batch_size=2, **kw), loaded=tiny_model)
+    three_in_two = train(_cfg(tmp_path / "32", "infonce", "contrastive", pairs, batch_size=3, eval_batch_size=2, **kw),
+                         loaded=tiny_model)
+    three = train(_cfg(tmp_path / "three", "infonce", "contrastive", pairs, batch_size=3, **kw), loaded=tiny_model)
+    first = [train_log(run["out"], "eval_log.jsonl")[0] for run in (two, three_in_two, three)]
+    assert first[0]["step"] == first[1]["step"] == 0
+    assert first[1]["loss"] == pytest.approx(first[0]["loss"], rel=1e-6)
+    assert abs(first[2]["loss"] - first[0]["loss"]) > 1e-4
+
+
+def test_eval_batch_size_must_not_be_negative(data_files, tmp_path):
+    from alignir.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="eval_batch_size"):
+        _cfg(tmp_path, "infonce", "contrastive", data_files["pairs"], eval_batch_size=-1).validate()

@@ -24,7 +24,7 @@ __all__ = ["run_stages", "stage_configs", "split_stage_hp", "STAGE_FIELDS"]
 #: TrainConfig fields a stage may override (the others describe the whole run)
 STAGE_FIELDS = ("steps", "lr", "batch_size", "grad_accum", "weight_decay", "warmup_ratio", "data", "data_mix", "corpora",
                 "split", "n_negatives", "max_examples", "max_length", "target_length", "eval_examples", "eval_every",
-                "save_every")
+                "eval_batch_size", "save_every")
 
 
 def split_stage_hp(method: str, stages: list[str], hp: dict[str, Any]) -> dict[str, dict[str, Any]]:

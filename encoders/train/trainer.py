@@ -106,6 +106,9 @@ class TrainConfig:
     stop_at: float | None = None  # pause before a step that would end past this Unix time (checkpoint saved)
     eval_examples: int = 0  # hold out this many examples (seeded); their loss is logged without gradients
     eval_every: int = 0  # steps between held-out evaluations (0: only before the first and after the last step)
+    #: examples per chunk of the held-out loss (0: batch_size). A contrastive loss depends on how many
+    #: candidates a chunk holds, so runs of different batch sizes compare at one chunk size
+    eval_batch_size: int = 0
     hp: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -140,8 +143,9 @@ class TrainConfig:
         if self.query_frames and cls.STAGES[self.stage] != "pairs":
             raise InvalidInputError(f"stage {self.method}/{self.stage} trains on raw texts; query framing applies "
                                     f"to pair stages only")
-        if self.eval_examples < 0 or self.eval_every < 0:
-            raise InvalidInputError(f"eval_examples and eval_every must be >= 0, got {self.eval_examples}, {self.eval_every}")
+        if self.eval_examples < 0 or self.eval_every < 0 or self.eval_batch_size < 0:
+            raise InvalidInputError(f"eval_examples, eval_every and eval_batch_size must be >= 0, got "
+                                    f"{self.eval_examples}, {self.eval_every}, {self.eval_batch_size}")
 
 
 def negative_candidates(batch: list[Pair]) -> int:
@@ -256,7 +260,7 @@ def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, fl
 #: settings that may change between a run and its resumption (where output goes, how often to
 #: save / evaluate, progress bars); every other TrainConfig field must match the checkpoint's
 RESUME_FREE = frozenset({"out", "resume", "resume_changed_data", "progress", "save_every", "eval_every", "stop_after", "stop_at",
-                         "device"})
+                         "device", "eval_batch_size"})
 
 
 def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None) -> str | None:
@@ -436,7 +440,7 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
     def run_eval(step: int) -> None:
         if not held:
             return
-        row = {"step": step, **heldout_loss(method, held, cfg.batch_size, cfg.seed)}
+        row = {"step": step, **heldout_loss(method, held, cfg.eval_batch_size or cfg.batch_size, cfg.seed)}
         evals.append(row)
         with open(eval_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")

@@ -107,6 +107,8 @@ def register(app: typer.Typer) -> None:
                                                  "change is recorded in the run's data_changes)"),
         eval_examples: int = typer.Option(0, min=0, help="hold out N examples; log their loss (eval_log.jsonl)"),
         eval_every: int = typer.Option(0, min=0, help="held-out loss every N steps (0: before and after only)"),
+        eval_batch_size: int = typer.Option(0, min=0, help="held-out loss in chunks of N examples (0: --batch-size); "
+                                            "one N for runs of different batch sizes makes their losses comparable"),
         threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
         set_: list[str] = typer.Option([], "--set", help="method hyper-parameter KEY=VALUE (tau, beta, lam, K, k, ...); "
                                        "with --stages, STAGE.KEY=VALUE sets one stage's"),
@@ -135,7 +137,8 @@ def register(app: typer.Typer) -> None:
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
             resume_changed_data=resume_changed_data,
             stop_after=stop_after, stop_at=_parse_stop_at(stop_at),
-            eval_examples=eval_examples, eval_every=eval_every, hp=_parse_set(set_),
+            eval_examples=eval_examples, eval_every=eval_every, eval_batch_size=eval_batch_size,
+            hp=_parse_set(set_),
         )
         names: list[str] | None = None
         try:
