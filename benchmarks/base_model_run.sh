@@ -9,7 +9,7 @@
 #   bash benchmarks/base_model_run.sh train gemma3-270m    # resumes its checkpoint when re-run
 #   bash benchmarks/base_model_run.sh train smollm2-135m
 #   bash benchmarks/base_model_run.sh score gemma3-270m    # the five collections, recorded in gpu_train.json
-#   BATCH=32 GC=16 STEPS=50 bash benchmarks/base_model_run.sh gradcache smollm2-135m
+#   BATCH=32 GC=16 STEPS=30 bash benchmarks/base_model_run.sh gradcache smollm2-135m
 #       # the same recipe at batch BATCH through gradient caching (sub-batches of GC texts): run
 #       # base-MODEL-STEPS-bBATCH; its held-out loss is taken in chunks of 8 like the batch-8 runs'
 #       # (score it with RUN=base-MODEL-STEPS-bBATCH ... score MODEL)
@@ -26,18 +26,19 @@ DTYPE="${DTYPE:-fp32}"
 
 model="${2:?usage: base_model_run.sh train|score MODEL}"
 name="${RUN:-base-$model-$STEPS}"
+train_recipe() {  # the recipe from MODEL's base into RUNS/NAME; "$@": options that override TRAIN_SHARED's
+    "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" "${TRAIN_SHARED[@]}" \
+        --lr 1e-4 --steps "$STEPS" --dtype "$DTYPE" --set "distill=$DISTILL" --out "$RUNS/$name" "$@"
+}
 case "${1:-}" in
 train)
-    "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" "${TRAIN_SHARED[@]}" \
-        --lr 1e-4 --steps "$STEPS" --dtype "$DTYPE" --set "distill=$DISTILL" --out "$RUNS/$name"
+    train_recipe
     keep_run "$name"
     ;;
 gradcache)
     name="base-$model-$STEPS-b${BATCH:-32}"
     unpark_run "$name"
-    "$ALIGNIR" train infonce --model "$model" --data "$SHARED/datasets/scifact" "${TRAIN_SHARED[@]}" \
-        --lr 1e-4 --steps "$STEPS" --dtype "$DTYPE" --set "distill=$DISTILL" --batch-size "${BATCH:-32}" \
-        --set "grad_cache=${GC:-16}" --eval-batch-size 8 --eval-every 25 --out "$RUNS/$name"
+    train_recipe --batch-size "${BATCH:-32}" --set "grad_cache=${GC:-16}" --eval-batch-size 8 --eval-every 25
     keep_or_park "$name"
     ;;
 score)

@@ -59,7 +59,7 @@ def child(package: str, postings: str, n_docs: int, repeats: int, lib: str) -> N
 
     if package:
         alignir.index.__path__ = [package]
-    import bench_sparse_index as base
+    from benchmarks import bench_sparse_index as base
     from alignir.index.sparse import SparseIndex
 
     toggle = ctypes.CDLL(lib) if lib else None
@@ -92,8 +92,9 @@ def _dumps(prefix: str) -> dict[str, int]:
 def measure(rev: str, package: str, postings: str, a, tmp: Path, lib: Path) -> dict[str, int]:
     cache = tmp / f"numba-{re.sub(r'[^A-Za-z0-9]', '_', rev)}"
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0",
-           "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}
-    args = ["-m", "benchmarks.bench_kernel_instructions", "--docs", str(a.docs), "--repeats", str(a.repeats), "--child", package or "-", postings]
+           "PYTHONPATH": str(ROOT)}
+    args = ["-m", "benchmarks.bench_kernel_instructions", "--docs", str(a.docs), "--repeats", str(a.repeats),
+            "--child", package or "-", postings]
     # 1. compile into the cache natively (compiling under valgrind would take ~50x as long)
     subprocess.run([sys.executable, *args, "-"], env=env, cwd=ROOT, check=True)
     # 2. count, loading the kernels from that cache

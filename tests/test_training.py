@@ -423,7 +423,7 @@ def test_held_out_loss_in_chunks_of_eval_batch_size(tiny_model, data_files, tmp_
     kw = dict(steps=1, eval_examples=4)
     pairs = data_files["pairs"]
     two = train(_cfg(tmp_path / "two", "infonce", "contrastive", pairs, batch_size=2, **kw), loaded=tiny_model)
-    three_in_two = train(_cfg(tmp_path / "32", "infonce", "contrastive", pairs, batch_size=3, eval_batch_size=2, **kw),
+    three_in_two = train(_cfg(tmp_path / "three-in-two", "infonce", "contrastive", pairs, batch_size=3, eval_batch_size=2, **kw),
                          loaded=tiny_model)
     three = train(_cfg(tmp_path / "three", "infonce", "contrastive", pairs, batch_size=3, **kw), loaded=tiny_model)
     first = [train_log(run["out"], "eval_log.jsonl")[0] for run in (two, three_in_two, three)]
