@@ -432,6 +432,27 @@ def test_held_out_loss_in_chunks_of_eval_batch_size(tiny_model, data_files, tmp_
     assert abs(first[2]["loss"] - first[0]["loss"]) > 1e-4
 
 
+def test_resume_keeps_the_held_out_chunk_size(tmp_path, tiny_model, data_files):
+    """The held-out log of a resumed run continues the one before it, so its chunk size may not
+    change on resume; "0" (the batch size) and the batch size itself are the same chunks, and a
+    checkpoint written before the setting existed resumes as its default."""
+    from alignir.encoders.train.adapter import META_FILE
+    from alignir.errors import InvalidInputError
+
+    pairs = data_files["pairs"]
+    kw = dict(steps=4, batch_size=2, eval_examples=4, eval_every=1)
+    train(train_config(tmp_path, "infonce", "contrastive", pairs, stop_after=2, save_every=1, **kw), loaded=tiny_model)
+    other = train_config(tmp_path, "infonce", "contrastive", pairs, eval_batch_size=3, **kw)
+    with pytest.raises(InvalidInputError, match=r"eval_batch_size: 2 -> 3"):
+        train(other, loaded=tiny_model)
+    meta_file = tmp_path / "infonce-contrastive" / "checkpoint" / META_FILE
+    meta = json.loads(meta_file.read_text())
+    assert meta["config"].pop("eval_batch_size") == 0
+    meta_file.write_text(json.dumps(meta))  # as written before the setting existed
+    same = train_config(tmp_path, "infonce", "contrastive", pairs, eval_batch_size=2, **kw)
+    assert train(same, loaded=tiny_model)["steps"] == 4
+
+
 def test_eval_batch_size_must_not_be_negative(data_files, tmp_path):
     from alignir.errors import InvalidInputError
 

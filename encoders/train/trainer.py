@@ -23,7 +23,7 @@ import random
 import shutil
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -260,7 +260,23 @@ def heldout_loss(method, held: list, batch_size: int, seed: int) -> dict[str, fl
 #: settings that may change between a run and its resumption (where output goes, how often to
 #: save / evaluate, progress bars); every other TrainConfig field must match the checkpoint's
 RESUME_FREE = frozenset({"out", "resume", "resume_changed_data", "progress", "save_every", "eval_every", "stop_after", "stop_at",
-                         "device", "eval_batch_size"})
+                         "device"})
+
+
+def _as_resumed(config: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's (or a run's) config as the resume check compares it: a setting the
+    checkpoint predates counts as its default (added settings default to the behaviour before
+    them), and the held-out chunk size as the one used (0 means batch_size), so that the held-out
+    log of a resumed run never mixes chunk sizes while "0" and the batch size itself both match."""
+    defaults: dict[str, Any] = {}
+    for f in fields(TrainConfig):
+        if f.default is not MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            defaults[f.name] = f.default_factory()
+    out = {**json.loads(json.dumps(defaults, default=str)), **config}
+    out["eval_batch_size"] = out.get("eval_batch_size") or out.get("batch_size")
+    return out
 
 
 def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None) -> str | None:
@@ -277,7 +293,7 @@ def check_resumable(ckpt: Path, cfg: TrainConfig, data_sha256: str | None = None
     if saved is None:
         raise InvalidInputError(f"{ckpt} holds no training config, so it cannot be checked for resuming; "
                                 f"start over with --no-resume")
-    now = json.loads(json.dumps(asdict(cfg), default=str))
+    saved, now = _as_resumed(saved), _as_resumed(json.loads(json.dumps(asdict(cfg), default=str)))
     diff = sorted(k for k in set(saved) | set(now) if k not in RESUME_FREE and saved.get(k) != now.get(k))
     lr_then = meta.get("lr")
     lr_now = cfg.lr or DEFAULT_LR.get((cfg.method, cfg.stage), 1e-4)
