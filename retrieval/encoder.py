@@ -109,14 +109,19 @@ class Encoder:
         and text; ``loaded``: an already loaded ``LoadedModel`` of ``name_or_path``;
         ``runtime``: what runs the transformer, "auto" (default, or ``$ALIGNIR_RUNTIME``: ONNX
         Runtime fp32 where it applies, else torch), "torch" or "onnx" (encoders.onnx_runtime);
-        ``embedder_options``: more options of the family (``max_length``, ``batch_tokens``...)."""
+        ``embedder_options``: more options of the family (``max_length``, ``batch_tokens``...);
+        ``model=`` is taken for ``name_or_path``, as ``build_index`` and ``Searcher.open`` name it."""
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
         from alignir.encoders.quantize import check_precision
         from alignir.encoders.shipped import DEFAULT_MODEL, resolve_shipped
 
-        name = str(name_or_path) if name_or_path is not None else DEFAULT_MODEL
         opts = dict(embedder_options)
+        if "model" in opts:  # the keyword build_index and Searcher.open take: the same thing here
+            if name_or_path is not None:
+                raise InvalidInputError(f"two models given: {str(name_or_path)!r} and model={opts['model']!r}")
+            name_or_path = opts.pop("model")
+        name = str(name_or_path) if name_or_path is not None else DEFAULT_MODEL
         if adapter is not None:
             opts["adapter"] = str(adapter)
         if instruction is not None:

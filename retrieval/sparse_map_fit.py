@@ -47,7 +47,9 @@ def _pc1_shift(config: Any, H: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.float32(lam) * u1.astype(np.float32))
 
 
-def _pair_rows(corpus_file: Path, n: int, seed: int) -> list[tuple[str, str]]:
+def _pair_rows(corpus_file: Path, n: int, seed: int, skip: int = 0) -> list[tuple[str, str]]:
+    """(title, text) pairs of a corpus in one seeded order: rows ``skip`` to ``skip + n``, so the
+    pairs after the first ``skip`` are disjoint from those of a call with ``skip=0, n=skip``."""
     from alignir.retrieval.beir import read_corpus_jsonl
 
     corpus = read_corpus_jsonl(corpus_file, skip_bad=True, empty="skip")
@@ -56,32 +58,72 @@ def _pair_rows(corpus_file: Path, n: int, seed: int) -> list[tuple[str, str]]:
     if not rows:
         raise InvalidInputError(f"{corpus_file}: no document has both a title and a text to pair")
     random.Random(seed).shuffle(rows)
-    return rows[:n]
+    if skip and len(rows) - skip < 2:
+        raise InvalidInputError(f"{corpus_file}: {len(rows)} title/text pairs, too few to hold out pairs beyond "
+                                f"the first {skip}")
+    return rows[skip:skip + n]
+
+
+def _sparse_ndcg(sparsifier: Any, Hq: np.ndarray, surface: Sequence[np.ndarray], Hd: np.ndarray,
+                 qids: Sequence[str], doc_ids: Sequence[str], qrels: dict[str, dict[str, int]]) -> float:
+    """nDCG@10 of the aligned-token leg alone: queries ``Hq`` against every document ``Hd``."""
+    from alignir.retrieval.metrics import evaluate
+
+    S = (sparsifier.queries(Hq, surface) @ sparsifier.documents(Hd).T).toarray()
+    run = {}
+    for r, q in enumerate(qids):
+        top = np.argsort(-S[r], kind="stable")[:100]
+        run[q] = {doc_ids[j]: float(S[r, j]) for j in top}
+    return round(float(evaluate(qrels, run, ("ndcg@10",))["ndcg@10"]), 4)
+
+
+def _transfer_sets(enc: Any, corpora: Sequence[str | Path], skip: int, n: int, seed: int) -> list[tuple]:
+    """Held-out title→text sets of the ``corpora``: ``n`` pairs each beyond the ``skip`` the map
+    trains or is held by, encoded once, with a sparsifier whose u1 and λ (eq.14) are fitted on
+    that set's texts as an index over them would fit them."""
+    from alignir.retrieval.sparsify import fit_corpus_pc1, resolve_lambda
+
+    sets = []
+    for c in corpora:
+        rows = _pair_rows(Path(c) / "corpus.jsonl" if Path(c).is_dir() else Path(c), n, seed, skip=skip)
+        titles, texts = [r[0] for r in rows], [r[1] for r in rows]
+        hd = enc.dense(texts, "document")
+        hq = enc.dense(titles, "query")
+        u1 = fit_corpus_pc1(hd)
+        sp = replace(enc.sparsifier, config=resolve_lambda(enc.config, hd, u1), pc1=u1)
+        ids = [str(i) for i in range(len(rows))]
+        sets.append((Path(c).name, sp, hq, enc.embedder.surface_token_ids(titles), hd, ids,
+                     {i: {i: 1} for i in ids}))
+    return sets
 
 
 def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = None, family: str | None = None,
                    adapter: str | None = None, split: str = "train", corpora: Sequence[str | Path] = (),
-                   pairs_per_corpus: int = 400, held_out: float = 0.1, eval_every: int = 100,
+                   pairs_per_corpus: int = 400, held_out: float = 0.1, transfer_pairs: int = 0,
+                   eval_every: int = 100,
                    config: "SparseMapConfig | None" = None, cache_dir: str | Path | None = None, device: str = "auto",
                    progress: bool = True, **embedder_options: Any) -> dict[str, Any]:
     """Train the aligned-token map of ``adapter`` (or of the shipped ``model``, default the
     shipped default) on the qrels ``split`` of the BEIR folder ``data``, with title→text pairs of
     each ``corpora`` folder when ``config.breadth`` > 0 and their texts as the reference of
-    ``config.function_weight``; write the adapter with its map to ``out``.
+    ``config.function_weight``; write the adapter with its map to ``out``. ``transfer_pairs`` > 0
+    also measures what the map does away from ``data``: the aligned-token leg's title→text
+    nDCG@10 on that many further pairs of each corpus (never seen by the fit), before and after.
     Returns the training record (also ``out/alignir_sparse_map.json``)."""
     from alignir.encoders.embedders.adapters import SPARSE_MAP_FILE, SPARSE_MAP_KEY, SPARSE_MAP_META, adapter_dir
     from alignir.encoders.train.sparse_map import (MapExamples, SparseMapConfig, dense_hard_negatives,
                                                    train_sparse_map)
     from alignir.retrieval.beir import load_beir
     from alignir.retrieval.encoder import Encoder
-    from alignir.retrieval.metrics import evaluate
 
     cfg = config if config is not None else SparseMapConfig()
     if not 0.0 <= held_out < 1.0:
         raise InvalidInputError(f"held_out must be in [0, 1), got {held_out}")
-    if (cfg.breadth > 0 or cfg.function_weight > 0) and not corpora:
-        raise InvalidInputError("breadth > 0 and function_weight > 0 need at least one --corpus folder (title→text "
-                                "pairs, reference texts)")
+    if (cfg.breadth > 0 or cfg.function_weight > 0 or transfer_pairs > 0) and not corpora:
+        raise InvalidInputError("breadth > 0, function_weight > 0 and transfer_pairs > 0 need at least one --corpus "
+                                "folder (title→text pairs, reference texts)")
+    if transfer_pairs < 0:
+        raise InvalidInputError(f"transfer_pairs must be >= 0, got {transfer_pairs}")
     out = Path(out)
     if (out / SPARSE_MAP_FILE).exists():
         raise InvalidInputError(f"{out} already holds a sparse map; choose another --out")
@@ -133,17 +175,20 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
     W = enc.embedder.lm_head  # E_g itself: a map the source adapter may carry is replaced, not compounded
     qrels = {str(qids[i]): {d: int(r) for d, r in ds.qrels[qids[i]].items()} for i in held}
 
-    def held_ndcg(A: torch.Tensor) -> float:
-        sp = replace(fitted, lm_head=(W.float() @ A.float()).to(W.dtype))
-        D = sp.documents(Hd)
-        Q = sp.queries(Hq[held], [surface[i] for i in held])
-        S = (Q @ D.T).toarray()
-        run = {}
-        for r, i in enumerate(held):
-            top = np.argsort(-S[r], kind="stable")[:100]
-            run[str(qids[i])] = {doc_ids[j]: float(S[r, j]) for j in top}
-        return round(float(evaluate(qrels, run, ("ndcg@10",))["ndcg@10"]), 4)
+    def mapped(sparsifier: Any, A: torch.Tensor) -> Any:
+        return replace(sparsifier, lm_head=(W.float() @ A.float()).to(W.dtype))
 
+    def held_ndcg(A: torch.Tensor) -> float:
+        return _sparse_ndcg(mapped(fitted, A), Hq[held], [surface[i] for i in held], Hd,
+                            [str(qids[i]) for i in held], doc_ids, qrels)
+
+    transfer = _transfer_sets(enc, corpora, pairs_per_corpus, transfer_pairs, cfg.seed) if transfer_pairs else []
+
+    def transfer_ndcg(A: torch.Tensor) -> dict[str, float]:
+        got = {name: _sparse_ndcg(mapped(sp, A), hq, sf, hd, ids, ids, qr) for name, sp, hq, sf, hd, ids, qr in transfer}
+        return {**got, "mean": round(float(np.mean(list(got.values()))), 4)}
+
+    transfer_before = transfer_ndcg(torch.eye(W.shape[1])) if transfer else None
     A, log = train_sparse_map([supervised], W, np.asarray(enc.sparsifier.special_ids), cfg, breadth,
                               evaluate=held_ndcg if n_held else None, eval_every=eval_every, progress=progress,
                               reference=torch.cat(reference) if reference else None)
@@ -159,6 +204,8 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
               "corpora": [str(c) for c in corpora], "pairs_per_corpus": pairs_per_corpus,
               "train_queries": int(len(train_rows)), "held_out_queries": int(n_held), "config": cfg.to_dict(),
               "held_out_ndcg@10": {"before": evals[0]["eval"], "after": evals[-1]["eval"]} if evals else None,
+              "transfer_ndcg@10": {"pairs_per_corpus": transfer_pairs, "before": transfer_before,
+                                   "after": transfer_ndcg(A)} if transfer else None,
               "seconds": round(time.perf_counter() - t0, 1), "identity_distance": round(float(
                   (A - torch.eye(A.shape[0])).norm()), 4)}
     atomic_write_json(out / SPARSE_MAP_META, record, indent=1)

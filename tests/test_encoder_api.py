@@ -118,6 +118,16 @@ def test_bad_input_is_one_clear_error(tiny_model):
         Encoder.from_pretrained("smollm2-135m-alignir-v3", adapter="/some/adapter", loaded=tiny_model)
     with pytest.raises(InvalidInputError, match="trained 'infonce' embedder"):
         Encoder.from_pretrained("smollm2-135m-alignir-v3", family="mean", loaded=tiny_model)
+    with pytest.raises(InvalidInputError, match="two models given"):
+        Encoder.from_pretrained("tiny", model="smollm2-135m", loaded=tiny_model)
+
+
+def test_model_is_taken_as_the_name_as_build_index_takes_it(tiny_model):
+    by_keyword = Encoder.from_pretrained(model="tiny", loaded=tiny_model, sparse=SPARSE)
+    positional = Encoder.from_pretrained("tiny", loaded=tiny_model, sparse=SPARSE)
+    assert by_keyword.model == positional.model == "tiny"
+    np.testing.assert_array_equal(by_keyword.encode_documents(TINY_CORPUS).dense,
+                                  positional.encode_documents(TINY_CORPUS).dense)
 
 
 @pytest.mark.model

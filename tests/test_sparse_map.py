@@ -263,3 +263,41 @@ def test_the_function_penalty_keeps_the_reference_logits_closer():
     assert logit_shift_penalty(held, gram, moment) < 0.5 * logit_shift_penalty(free, gram, moment)
     with pytest.raises(InvalidInputError, match="reference"):
         train_sparse_map([ex], W, None, SparseMapConfig(**base, function_weight=1.0))
+
+
+def test_the_transfer_measure_is_the_sparse_leg_of_an_index_over_the_held_out_pairs(tiny_adapter, tiny_folder,
+                                                                                     tiny_train_beir, tmp_path):
+    """The fit's title→text transfer nDCG@10, before and after, is what the aligned-token leg of
+    an encoder fitted on those texts scores, through the plain adapter and through the map."""
+    from alignir.retrieval.encoder import Encoder
+    from alignir.retrieval.metrics import evaluate
+    from alignir.retrieval.sparse_map_fit import _pair_rows, fit_sparse_map
+
+    cfg = SparseMapConfig(steps=6, lr=0.05, batch_size=3, random_negatives=4, function_weight=1e-3)
+    kw = dict(model=str(tiny_folder), family="infonce", max_length=32, cache_dir=tmp_path / "cache")
+    record = fit_sparse_map(tiny_train_beir, tmp_path / "mapped", adapter=str(tiny_adapter), split="train",
+                            corpora=[tiny_train_beir], pairs_per_corpus=2, transfer_pairs=4, held_out=0.34,
+                            config=cfg, progress=False, **kw)
+    transfer = record["transfer_ndcg@10"]
+    assert transfer["pairs_per_corpus"] == 4
+
+    rows = _pair_rows(tiny_train_beir / "corpus.jsonl", 4, cfg.seed, skip=2)
+    assert len(rows) == 4 and not set(rows) & set(_pair_rows(tiny_train_beir / "corpus.jsonl", 2, cfg.seed))
+    titles, texts = [r[0] for r in rows], [r[1] for r in rows]
+    qrels = {str(i): {str(i): 1} for i in range(4)}
+    for when, adapter in (("before", tiny_adapter), ("after", tmp_path / "mapped")):
+        enc = Encoder.from_pretrained(str(tiny_folder), adapter=str(adapter), family="infonce", max_length=32,
+                                      cache_dir=tmp_path / "cache").fit(texts)
+        S = (enc.sparse_queries(enc.dense(titles, "query"), titles) @ enc.sparse_documents(
+            enc.dense(texts, "document")).T).toarray()
+        run = {str(i): {str(j): float(S[i, j]) for j in range(4)} for i in range(4)}
+        want = evaluate(qrels, run, ("ndcg@10",))["ndcg@10"]
+        assert transfer[when]["beir"] == pytest.approx(want, abs=1e-4), when
+        assert transfer[when]["mean"] == transfer[when]["beir"]
+    with pytest.raises(InvalidInputError, match="too few"):
+        fit_sparse_map(tiny_train_beir, tmp_path / "again", adapter=str(tiny_adapter), split="train",
+                       corpora=[tiny_train_beir], pairs_per_corpus=6, transfer_pairs=4, held_out=0.34,
+                       config=cfg, progress=False, **kw)
+    with pytest.raises(InvalidInputError, match="transfer_pairs"):
+        fit_sparse_map(tiny_train_beir, tmp_path / "again", adapter=str(tiny_adapter), split="train",
+                       transfer_pairs=4, held_out=0.34, config=SparseMapConfig(steps=1), progress=False, **kw)

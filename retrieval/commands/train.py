@@ -153,13 +153,17 @@ def register(app: typer.Typer) -> None:
         _report_pause(summary, names)
 
 
+#: ``--set`` keys of ``alignir train sparse-map`` that belong to the fit, not to SparseMapConfig
+FIT_KEYS = ("pairs_per_corpus", "held_out", "transfer_pairs")
+
+
 def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], split: str, corpora: list[str], steps: int,
                 lr: Optional[float], seed: int, eval_every: int, device: str, threads: Optional[int],
                 hp: dict) -> None:
     """``alignir train sparse-map``: retrieval.sparse_map_fit on the adapter of --init-adapter
     (a folder or builtin:NAME) over --model, the base model it was trained on; --set takes
     SparseMapConfig fields (batch_size, hard_negatives, random_negatives, identity_weight,
-    function_weight, breadth, spread) and pairs_per_corpus / held_out."""
+    function_weight, breadth, spread) and pairs_per_corpus / held_out / transfer_pairs."""
     from dataclasses import fields
 
     import torch
@@ -172,12 +176,12 @@ def _sparse_map(data: str, out: str, model: str, init_adapter: Optional[str], sp
         raise typer.BadParameter("sparse-map trains the map of an adapter: give --init-adapter DIR or builtin:NAME")
     if threads:
         torch.set_num_threads(threads)
-    fit_keys = {k: hp.pop(k) for k in ("pairs_per_corpus", "held_out") if k in hp}
+    fit_keys = {k: hp.pop(k) for k in FIT_KEYS if k in hp}
     known = {f.name for f in fields(SparseMapConfig)} - {"steps", "seed", "lr"}
     unknown = sorted(set(hp) - known)
     if unknown:
         raise typer.BadParameter(f"sparse-map does not take --set {', '.join(unknown)}; it takes "
-                                 f"{', '.join(sorted(known | {'pairs_per_corpus', 'held_out'}))} "
+                                 f"{', '.join(sorted(known | set(FIT_KEYS)))} "
                                  "(and --steps, --lr, --seed)")
     try:
         family = read_meta(adapter_dir(init_adapter)).get("method") or "infonce"
