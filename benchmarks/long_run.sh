@@ -44,7 +44,7 @@
 #                                         # does not pause)
 #   PAIRS=benchmarks/cache/mined-long-base-gemma3-270m-1500.jsonl bash benchmarks/long_run.sh bio \
 #       long-base-gemma3-270m-1500-mined-1500   # STEPS (200) more steps with the biomedical ontologies
-#                                         # in the mix: run RUN-bio-STEPS
+#                                         # in the mix: run RUN-bio-STEPS (`more`: without them, RUN-more-STEPS)
 #   bash benchmarks/long_run.sh park RUN  # the same after a run was stopped by hand (SIGTERM: it checkpoints
 #                                         # the step in flight)
 #   bash benchmarks/long_run.sh park-mine RUN  # after a mine with RUN was stopped by hand: its embeddings so
@@ -215,15 +215,16 @@ budget)
         esac
     done
     ;;
-bio)
-    # STEPS (200) more steps from the kept run RUN on the mix with the biomedical ontologies as an
-    # eighth corpus (diseases, anatomy, cell types: the medical ground no other corpus covers), on
-    # PAIRS (default: the pairs mined with RUN), its model, DISTILL 4.0, lr LR (5e-5), DTYPE fp32:
-    # run RUN-bio-STEPS; the new texts' teacher vectors are added to the cache first
-    from="${2:?usage: long_run.sh bio RUN}"; pairs="${PAIRS:-$(mined_pairs "$from")}"; name="$from-bio-${STEPS:-200}"
+bio|more)
+    # STEPS (200) more steps from the kept run RUN on the mix, on PAIRS (default: the pairs mined with
+    # RUN), its model, DISTILL 4.0, lr LR (5e-5), DTYPE fp32; `bio` with the biomedical ontologies as
+    # an eighth corpus (diseases, anatomy, cell types: the medical ground no other corpus covers),
+    # run RUN-bio-STEPS; `more` without them, its control, run RUN-more-STEPS. The new texts'
+    # teacher vectors are added to the cache first
+    from="${2:?usage: long_run.sh bio|more RUN}"; pairs="${PAIRS:-$(mined_pairs "$from")}"; name="$from-$1-${STEPS:-200}"
     [ -f "$pairs" ] || { echo "no pairs $pairs: mine with $from first, or give PAIRS" >&2; exit 1; }
     [ -f "$KEEP/$from/adapter_model.safetensors" ] || { echo "$from is not kept in $KEEP" >&2; exit 1; }
-    BREADTH+=(biomedical-ontologies); CORPUS_ARGS+=(--corpus "$CORPORA/biomedical-ontologies")
+    if [ "$1" = bio ]; then BREADTH+=(biomedical-ontologies); CORPUS_ARGS+=(--corpus "$CORPORA/biomedical-ontologies"); fi
     teacher_vectors "$pairs"
     unpark_run "$name"
     "$ALIGNIR" train infonce --model "$(base_model "$from")" --init-adapter "$KEEP/$from" --data "$pairs" \
