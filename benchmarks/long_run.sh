@@ -93,7 +93,7 @@ corpora() {  # every breadth corpus in CORPORA: the repository's snapshot where 
 teacher_vectors() {  # $1: the pairs data (BEIR folder or mined .jsonl)
     corpora
     "$PY" scripts/precompute_teacher.py --teacher embeddinggemma-300m --cache "$TEACHER_CACHE" --data "$1" \
-        --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --seeds 1 --max-length 512 --threads 2
+        --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --seeds "${SEED:-1}" --max-length 512 --threads 2
 }
 
 mined_pairs() { echo "$ROOT/benchmarks/cache/mined-$1.jsonl"; }  # $1: the kept run that mined them
@@ -219,9 +219,10 @@ bio|more)
     # STEPS (200) more steps from the kept run RUN on the mix, on PAIRS (default: the pairs mined with
     # RUN), its model, DISTILL 4.0, lr LR (5e-5), DTYPE fp32; `bio` with the biomedical ontologies as
     # an eighth corpus (diseases, anatomy, cell types: the medical ground no other corpus covers),
-    # run RUN-bio-STEPS; `more` without them, its control, run RUN-more-STEPS. The new texts'
+    # run RUN-bio-STEPS; `more` without them, its control, run RUN-more-STEPS (SEED=N: another
+    # seed, the name ending -seedN). The new texts'
     # teacher vectors are added to the cache first
-    from="${2:?usage: long_run.sh bio|more RUN}"; pairs="${PAIRS:-$(mined_pairs "$from")}"; name="$from-$1-${STEPS:-200}"
+    from="${2:?usage: long_run.sh bio|more RUN}"; pairs="${PAIRS:-$(mined_pairs "$from")}"; name="$from-$1-${STEPS:-200}${SEED:+-seed$SEED}"
     [ -f "$pairs" ] || { echo "no pairs $pairs: mine with $from first, or give PAIRS" >&2; exit 1; }
     [ -f "$KEEP/$from/adapter_model.safetensors" ] || { echo "$from is not kept in $KEEP" >&2; exit 1; }
     if [ "$1" = bio ]; then BREADTH+=(biomedical-ontologies); CORPUS_ARGS+=(--corpus "$CORPORA/biomedical-ontologies"); fi

@@ -28,7 +28,7 @@ except Exception as e:
     export STOP_AT="@$deadline"
 fi
 TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --eval-examples 64 --eval-every 100
-              --threads 2 --seed 1 ${STOP_AT:+--stop-at "$STOP_AT"} ${RESUME_CHANGED_DATA:+--resume-changed-data}
+              --threads 2 --seed "${SEED:-1}" ${STOP_AT:+--stop-at "$STOP_AT"} ${RESUME_CHANGED_DATA:+--resume-changed-data}
               --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
 
 keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with its logs
