@@ -151,16 +151,20 @@ def adapter_base_model(adapter: str) -> str:
     return (read_meta(adapter).get("base_model") or {}).get("name") or SHIPPED[SHIPPED_NAME].base_model
 
 
-def score(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> dict:
-    """One collection through the product's build + search + pytrec_eval, as ``alignir beir`` does,
-    on the base model the adapter was trained on."""
+def index_folder(folder: Path, adapter: str, work: Path) -> Path:
+    """Where :func:`score` builds a collection's index for an adapter: one folder per collection
+    and adapter path (as given), so a re-score of the same adapter rebuilds in place."""
+    return work / f"{folder.name}-{hashlib.sha256(adapter.encode()).hexdigest()[:10]}"
+
+
+def build_scored_index(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> Path:
+    """Build one collection's index as ``alignir beir`` does for the shipped model whose harness
+    scores the adapters (its family, 512 tokens, its fusion defaults), on the base model the
+    adapter was trained on; the dense vectors are cached in ``work/cache``."""
     from alignir.encoders.models import load_model
     from alignir.encoders.shipped import SHIPPED
-    from alignir.retrieval.beir import load_beir
     from alignir.retrieval.config import IndexConfig
-    from alignir.retrieval.evaluation import timed_eval
     from alignir.retrieval.indexer import build_index
-    from alignir.retrieval.searcher import Searcher
 
     shipped = SHIPPED[SHIPPED_NAME]
     cfg = IndexConfig()
@@ -168,12 +172,25 @@ def score(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> di
                                                                 alpha=shipped.hybrid[1])
     cfg = replace(cfg, fusion=replace(fusion, leg_sets=dict(shipped.leg_sets)))
     base = adapter_base_model(adapter)
-    target = work / f"{folder.name}-{hashlib.sha256(adapter.encode()).hexdigest()[:10]}"
-    t0 = time.perf_counter()
+    target = index_folder(folder, adapter, work)
     build_index(folder, target, model=base, embedder=shipped.family,
                 embedder_options={"adapter": adapter, "max_length": 512}, config=cfg, device=device,
                 loaded=load_model(base, device=device, dtype=dtype), cache_dir=work / "cache",
                 progress=False)
+    return target
+
+
+def score(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> dict:
+    """One collection through the product's build + search + pytrec_eval, as ``alignir beir`` does,
+    on the base model the adapter was trained on."""
+    from alignir.encoders.models import load_model
+    from alignir.retrieval.beir import load_beir
+    from alignir.retrieval.evaluation import timed_eval
+    from alignir.retrieval.searcher import Searcher
+
+    base = adapter_base_model(adapter)
+    t0 = time.perf_counter()
+    target = build_scored_index(folder, adapter, work, device, dtype)
     built = time.perf_counter() - t0
     data = load_beir(folder, split="test")
     # a fresh copy of the base model: the build's copy carries the adapter's LoRA layers

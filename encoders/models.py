@@ -104,6 +104,8 @@ class _Registered:
     gguf: Callable[[Path], Path]  # cache root -> path of the GGUF file (may assemble it)
     sha256: Callable[[], str | None]  # known sha256 of the GGUF without touching it (or None)
     description: str
+    #: the licence notice a model derivative (an adapter trained on it) must carry, or None
+    derivative_notice: str | None = None
 
 
 def _smollm2_gguf(_root: Path) -> Path:
@@ -148,6 +150,13 @@ REGISTERED_MODELS: dict[str, _Registered] = {
         gguf=_gemma_gguf,
         sha256=_gemma_sha,
         description="Gemma 3 270M base, Q4_K_M GGUF, Gemma terms, vocab 262,144, d=640",
+        # the Gemma Terms of Use (section 3.1) ask every distributed Model Derivative to carry it
+        derivative_notice=(
+            "This adapter is a LoRA adapter trained on Gemma 3 270M, and so a Model Derivative of Gemma.\n\n"
+            "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms\n"
+            "(use restrictions: the Gemma Prohibited Use Policy, ai.google.dev/gemma/prohibited_use_policy).\n"
+            "The Gemma Terms of Use apply to this adapter and to anything it is merged into; alignir's own\n"
+            "code is under its own license.\n"),
     ),
 }
 

@@ -199,6 +199,9 @@ def fit_sparse_map(data: str | Path, out: str | Path, *, model: str | None = Non
     from safetensors.torch import save_file
 
     save_file({SPARSE_MAP_KEY: A.float().contiguous()}, str(out / SPARSE_MAP_FILE))
+    from alignir.encoders.train.adapter import write_derivative_notice
+
+    write_derivative_notice(out)  # the base model's licence notice, now naming the map too
     evals = [r for r in log if "eval" in r]
     record = {"method": "sparse_map", "source_adapter": str(source), "data": str(data), "split": split,
               "corpora": [str(c) for c in corpora], "pairs_per_corpus": pairs_per_corpus,

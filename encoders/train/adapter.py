@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from alignir.encoders.embedders.adapters import (EXTRA_FILE, META_FILE, adapter_dir, adapter_hash, load_adapter,
-                                                 read_extra, read_meta)
+from alignir.encoders.embedders.adapters import (EXTRA_FILE, META_FILE, SPARSE_MAP_FILE, adapter_dir, adapter_hash,
+                                                 load_adapter, read_extra, read_meta)
 from alignir.errors import InvalidInputError
 
 __all__ = [
@@ -125,4 +126,39 @@ def package_adapter(src: str | Path, dest: str | Path, dtype: torch.dtype = torc
                             "training weights for shipping)"
     meta["packaged_from_sha256"] = adapter_hash(p)
     (out / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    write_derivative_notice(out)
     return out
+
+
+NOTICE_FILE = "NOTICE"
+
+
+def derivative_notice(folder: str | Path) -> str | None:
+    """The NOTICE an adapter folder must carry when its base model's licence asks derivatives for
+    one (Gemma), naming what was modified (from its adapter_config.json and whether a map before
+    the LM head is beside it); None for a base model without such terms."""
+    from alignir.encoders.models import REGISTERED_MODELS
+
+    folder = Path(folder)
+    base = (read_meta(folder).get("base_model") or {}).get("name")
+    registered = REGISTERED_MODELS.get(base or "")
+    if registered is None or registered.derivative_notice is None:
+        return None
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    modules = ", ".join(sorted(cfg.get("target_modules") or []))
+    modified = (f"Modified from the base model: LoRA weights (r {cfg.get('r')}, alpha {cfg.get('lora_alpha')}) "
+                f"on {modules}, trained by alignir")
+    if (folder / SPARSE_MAP_FILE).is_file():
+        modified += f"; a map before the LM head ({SPARSE_MAP_FILE}), fitted by alignir"
+    modified += " (how: the alignir_*.json records beside this file; docs/training.md of the alignir repository)."
+    return registered.derivative_notice + "\n" + textwrap.fill(modified, width=100) + "\n"
+
+
+def write_derivative_notice(folder: str | Path) -> Path | None:
+    """Write :func:`derivative_notice` into ``folder/NOTICE`` where one is due; its path, or None."""
+    text = derivative_notice(folder)
+    if text is None:
+        return None
+    path = Path(folder) / NOTICE_FILE
+    path.write_text(text)
+    return path
