@@ -56,7 +56,7 @@ def sign_flip_p(a: Sequence[float], b: Sequence[float], resamples: int = 100_000
         return 1.0
     res = permutation_test((a, b), lambda x, y, axis: np.mean(x - y, axis=axis), permutation_type="samples",
                            vectorized=True, n_resamples=resamples, alternative="two-sided",
-                           rng=np.random.default_rng(seed))
+                           random_state=np.random.default_rng(seed))  # (`rng` only from SciPy 1.15)
     return float(res.pvalue)
 
 
@@ -186,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
             for side, name in (("recorded_mean", args.run), ("recorded_against_mean", args.against)):
                 value = recorded_mean(gpu_train, training, name, collection, leg)
                 row[side] = None if value is None else round(value, 4)
+                mean = row["mean" if side == "recorded_mean" else "against_mean"]
+                if value is not None and abs(value - mean) > 1e-3:  # a stale index, or another adapter
+                    print(f"warning: {name} {collection} {leg}: {mean:.4f} here, {value:.4f} on file",
+                          file=sys.stderr)
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k not in ("command", "per_query")}), flush=True)
     if args.record:
