@@ -183,12 +183,11 @@ def main(argv: list[str] | None = None) -> int:
                    **compare(mine[leg], theirs[leg], args.resamples), "resamples": args.resamples, "command": command,
                    # [query id, this run's nDCG@10, the other's], so the summary can be recomputed
                    "per_query": [[q, round(mine[leg][q], 6), round(theirs[leg][q], 6)] for q in sorted(mine[leg])]}
-            for side, name in (("recorded_mean", args.run), ("recorded_against_mean", args.against)):
+            for name, here in ((args.run, "mean"), (args.against, "against_mean")):
                 value = recorded_mean(gpu_train, training, name, collection, leg)
-                row[side] = None if value is None else round(value, 4)
-                mean = row["mean" if side == "recorded_mean" else "against_mean"]
-                if value is not None and abs(value - mean) > 1e-3:  # a stale index, or another adapter
-                    print(f"warning: {name} {collection} {leg}: {mean:.4f} here, {value:.4f} on file",
+                row[f"recorded_{here}"] = None if value is None else round(value, 4)
+                if value is not None and abs(value - row[here]) > 1e-3:  # a stale index, or another adapter
+                    print(f"warning: {name} {collection} {leg}: {row[here]:.4f} here, {value:.4f} on file",
                           file=sys.stderr)
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k not in ("command", "per_query")}), flush=True)
