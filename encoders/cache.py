@@ -1,5 +1,10 @@
 """Embedding cache: dense vectors keyed by (encoder fingerprint, role, text sha1).
 
+The text is the one the transformer reads (``Embedder.read_texts``: runs of capitals in
+sentence case under ``text_form="auto"``, encoders.text_form), and the fingerprint leaves the
+text form out: a natural text reads the same either way and keeps its cached vector, and a
+text in capitals shares the vector of its sentence-case form.
+
 Encoding is the dominant cost on CPU (DESIGN §1), so a corpus is encoded once per encoder and
 every later K / M / λ / weighting is a re-sparsify of cached vectors.
 
@@ -66,6 +71,13 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
     except TypeError as e:
         raise InvalidInputError(f"embedder fingerprint is not JSON-serialisable: {e}") from None
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def read_texts(embedder: Any, texts: list[str]) -> list[str]:
+    """The texts as ``embedder`` reads them (the cache's keys); unchanged for an embedder
+    without a text form."""
+    fn = getattr(embedder, "read_texts", None)
+    return texts if fn is None else fn(texts)
 
 
 def text_key(text: str) -> bytes:
@@ -222,7 +234,7 @@ class EmbeddingCache:
     def lookup(self, embedder: Embedder, texts: Sequence[str], role: str) -> tuple[np.ndarray, np.ndarray]:
         """(vectors [n, d] float32 with NaN rows where missing, found bool [n]) — no encoding."""
         _check_role(role)
-        texts = check_texts(texts)
+        texts = read_texts(embedder, check_texts(texts))
         fp = fingerprint_key(dense_fingerprint(embedder))
         idx = self._index(fp, role)
         keys = [text_key(t) for t in texts]
@@ -254,7 +266,7 @@ class EmbeddingCache:
         :meth:`merge` roots first) to read the whole input from the cache.
         """
         _check_role(role)
-        texts = check_texts(texts)
+        texts = read_texts(embedder, check_texts(texts))
         if shard_size is None:
             on_gpu = getattr(getattr(getattr(embedder, "loaded", None), "device", None), "type", "cpu") == "cuda"
             shard_size = GPU_SHARD_TEXTS if on_gpu else CPU_SHARD_TEXTS

@@ -119,8 +119,13 @@ def resolve_adapter(path: str | Path) -> Path:
 def resolve_shipped(model: str, embedder: str, options: dict[str, Any] | None,
                     default_embedder: str = "prompteol") -> tuple[str, str, dict[str, Any]]:
     """(model spec to load, embedder family, embedder options) for ``model``; a shipped name
-    becomes its base model, family and ``adapter=builtin:NAME``. Other models pass unchanged."""
+    becomes its base model, family and ``adapter=builtin:NAME``. Other models pass unchanged.
+    Every new encoder reads runs of capitals in sentence case unless told otherwise
+    (``text_form``, default :data:`encoders.text_form.DEFAULT_TEXT_FORM`)."""
+    from alignir.encoders.text_form import DEFAULT_TEXT_FORM, check_text_form
+
     opts = dict(options or {})
+    opts["text_form"] = check_text_form(opts.get("text_form") or DEFAULT_TEXT_FORM)
     shipped = SHIPPED.get(model) if isinstance(model, str) else None
     if shipped is None:
         return _resolve_pretrained(model, embedder, opts, default_embedder)

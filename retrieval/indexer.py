@@ -96,6 +96,7 @@ def build_index(
     legs: str | Sequence[str] | None = None,
     batch_size: int = DEFAULT_BATCH_DOCS,
     runtime: str | None = None,
+    text_form: str | None = None,
 ) -> dict[str, Any]:
     """Index ``source`` into ``index_dir`` and return the manifest.
 
@@ -125,6 +126,9 @@ def build_index(
     fp32 where it applies, else torch), "torch" or "onnx" (encoders.onnx_runtime); not part of
     the fingerprint (the vectors are the same within float rounding), recorded in
     ``manifest["build"]["runtime"]``.
+    ``text_form``: how the LLM reads a text, "auto" (default: runs of capitals in sentence case)
+    or "off" (as given); BM25 and the stored text keep the original (encoders.text_form). An
+    embedder option: recorded with the index, in its fingerprint when not "off".
     ``wait``: when another process is writing the same index, wait for it instead of failing
     (index.lock: one writer at a time; resparsify and add_lexical take the same option).
     ``passages``: how long documents are split (a :class:`PassageConfig`, or its ``--passages``
@@ -137,6 +141,8 @@ def build_index(
     fingerprint + text hash, so a rebuild (or a resumed build after a kill) re-encodes only
     what is new.
     """
+    if text_form is not None:
+        embedder_options = {**(embedder_options or {}), "text_form": text_form}
     cfg = _build_config(config, sparse, dense_kind, dense_options, lexical, passages)
     chosen, cfg = _legs(legs, cfg, lexical)
     uses_model = any(leg in MODEL_LEGS for leg in chosen)

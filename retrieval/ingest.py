@@ -61,6 +61,8 @@ class PassagePlanner:
         self.budget = embedder.text_budget("document") if hasattr(embedder, "text_budget") else None
         self.window = cfg.window or self.budget
         self.tokenizer = embedder.tokenizer
+        #: the texts as the encoder reads them (encoders.text_form): tokens are counted on those
+        self.read = getattr(embedder, "read_texts", None)
         self.stride = cfg.stride
         if self.window is None:  # an encoder without a known window: nothing to split by
             if cfg.split == "on":
@@ -78,7 +80,8 @@ class PassagePlanner:
         """The plan of the next documents (its ``texts`` are the rows to encode)."""
         from alignir.retrieval.passages import plan_passages
 
-        plan = plan_passages(texts, self.tokenizer, self.split, self.window, self.stride, budget=self.budget)
+        plan = plan_passages(texts, self.tokenizer, self.split, self.window, self.stride, budget=self.budget,
+                             read=self.read)
         self.counts.extend(plan.counts)
         self.starts.extend(plan.starts)
         self.ends.extend(plan.ends)

@@ -66,20 +66,29 @@ def get_embedder(name: str, model: Any, **options: Any) -> Embedder:
     transformer, adapter merged first, LM head fp32 (encoders.quantize); the caller's model is
     not changed, and the precision is part of the encoder fingerprint.
 
+    ``text_form`` (option, every family): "off" (default here: an index that records none reads
+    texts as given) or "auto" (runs of capitals read in sentence case; what new encoders get
+    through encoders.shipped.resolve_shipped); part of the fingerprint when not "off"
+    (encoders.text_form).
+
     The embedder runs on torch; ``encoders.onnx_runtime.apply_runtime`` moves its transformer
     to ONNX Runtime (what ``alignir.Encoder``, ``build_index`` and ``Searcher`` do by default on
     a CPU)."""
     cls = embedder_class(name)
     from alignir.encoders.models import LoadedModel, load_model
     from alignir.encoders.quantize import apply_precision, check_precision
+    from alignir.encoders.text_form import check_text_form
 
     precision = check_precision(options.pop("precision", None))  # a bad value fails before any load
+    text_form = check_text_form(options.pop("text_form", "off"))
     if isinstance(model, str):
         model = load_model(model, device=options.pop("device", "auto"), dtype=options.pop("dtype", None))
     elif not isinstance(model, LoadedModel):
         raise InvalidInputError(f"model must be a LoadedModel or a model spec string, got {type(model).__name__}")
     _check_options(name, cls, model, options)
-    return apply_precision(cls(model, **options), precision)
+    embedder = apply_precision(cls(model, **options), precision)
+    embedder.text_form = text_form
+    return embedder
 
 
 def _check_options(name: str, cls: type, model: Any, options: dict[str, Any]) -> None:

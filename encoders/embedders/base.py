@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from alignir.checks import check_texts
+from alignir.encoders.text_form import read_texts
 
 #: the truncation warning, with (truncated, total, role, max_length): logged per call by an
 #: embedder, or once per corpus by encoders.cache when it encodes the corpus in parts
@@ -47,6 +48,9 @@ class Embedder(ABC):
     #: carries one, encoders.train.sparse_map); None: the LM head alone
     sparse_map: torch.Tensor | None = None
     sparse_map_sha: str | None = None
+    #: the form in which the transformer reads a text (encoders.text_form): "off" reads it as
+    #: given, "auto" reads runs of capitals in sentence case; get_embedder's ``text_form`` option
+    text_form: str = "off"
 
     @property
     def tokenizer(self):
@@ -75,11 +79,16 @@ class Embedder(ABC):
     def dim(self) -> int:
         return int(self.lm_head.shape[1])
 
+    def read_texts(self, texts: Sequence[str]) -> list[str]:
+        """What the transformer reads of each text under :attr:`text_form` (same length, only
+        letter case changed; encoders.text_form)."""
+        return read_texts(texts, self.text_form)
+
     def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
-        return self._encode(check_texts(texts), role="query", **kw)
+        return self._encode(self.read_texts(check_texts(texts)), role="query", **kw)
 
     def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
-        return self._encode(check_texts(texts), role="document", **kw)
+        return self._encode(self.read_texts(check_texts(texts)), role="document", **kw)
 
     @abstractmethod
     def _encode(self, texts: list[str], role: str, **kw) -> np.ndarray:
@@ -89,7 +98,13 @@ class Embedder(ABC):
     def fingerprint(self) -> dict[str, Any]:
         """Everything that changes the vectors: model identity + file hash/revision,
         family, pooling, template, instruction, max length, adapter hash, options.
-        Must be JSON-serialisable and stable across processes."""
+        Must be JSON-serialisable and stable across processes; a family adds
+        :meth:`text_form_fingerprint` to it."""
+
+    def text_form_fingerprint(self) -> dict[str, Any]:
+        """``{"text_form": ...}`` when the text form is not "off" (an encoder that reads texts as
+        given keeps the fingerprint it had before the option existed), else nothing."""
+        return {} if self.text_form == "off" else {"text_form": self.text_form}
 
     def dense_fingerprint(self) -> dict[str, Any]:
         """:meth:`fingerprint` without what changes the aligned tokens only (a sparse map): the key
@@ -97,6 +112,7 @@ class Embedder(ABC):
         sparse map share."""
         fp = dict(self.fingerprint())
         fp.pop("sparse_map_sha256", None)
+        fp.pop("text_form", None)  # the cache keys vectors by the text read (EmbeddingCache)
         return fp
 
     def text_budget(self, role: str = "document") -> int | None:
@@ -106,10 +122,11 @@ class Embedder(ABC):
         return int(n) if n else None
 
     def surface_token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Deduplicated tokenizer ids of each raw text (no template, no special tokens):
-        the surface token set T_q of “A Text is Worth Several Tokens” eq.16."""
+        """Deduplicated tokenizer ids of each text as the transformer reads it (:meth:`read_texts`;
+        no template, no special tokens): the surface token set T_q of “A Text is Worth Several
+        Tokens” eq.16."""
         out = []
-        for t in check_texts(texts):
+        for t in self.read_texts(check_texts(texts)):
             ids = self.tokenizer(clean_text(t), add_special_tokens=False)["input_ids"]
             out.append(np.unique(np.asarray(ids, dtype=np.int64)).astype(np.int32))
         return out

@@ -160,4 +160,5 @@ class PretrainedEmbedder(PromptEmbedder):
             "attention": "bidirectional" if self.bidirectional else "causal",
             "max_length": self.max_length,
             "empty": self.empty,
+            **self.text_form_fingerprint(),
         }

@@ -199,6 +199,7 @@ class PromptEmbedder(Embedder):
             "instruction_separator": INSTRUCTION_SEPARATOR,
             "max_length": self.max_length,
             "empty": self.empty,
+            **self.text_form_fingerprint(),
         }
 
     # ------------------------------------------------------------------ prompt preparation

@@ -138,4 +138,5 @@ class TrainedEmbedder(Embedder):
             fp["dtype"] = dtype
         if self.sparse_map_sha:
             fp["sparse_map_sha256"] = self.sparse_map_sha
+        fp.update(self.text_form_fingerprint())
         return fp

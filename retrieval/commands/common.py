@@ -21,7 +21,7 @@ EMBEDDER_OPTION_HELP = 'KEY=VALUE option of the embedder family, repeatable (e.g
 #: options the commands set from their own flags: --embedder-option may not give them
 _OWN_FLAGS = {"max_length": "--max-length", "batch_tokens": "--batch-tokens", "adapter": "--adapter",
               "instruction": "--instruction", "precision": "--precision", "progress": "(always set)",
-              "lm_head_from": "--lm-head-from"}
+              "lm_head_from": "--lm-head-from", "text_form": "--text-form"}
 
 #: --lm-head-from of the commands that load a model for an index
 LM_HEAD_HELP = "The model whose LM head gives the aligned tokens, for an untied embedder saved without one ('input': its input embeddings). See docs/models.md."
@@ -161,6 +161,9 @@ DEVICE_OPT = typer.Option("auto", help="auto | cpu | cuda (the query encoder; FA
 RUNTIME_OPT = typer.Option(None, "--runtime", help="auto | torch | onnx: what runs the encoder's transformer "
                            "(default auto, or $ALIGNIR_RUNTIME: ONNX Runtime fp32 on a CPU where it applies, "
                            "else torch; same vectors within float rounding). See docs/indexing.md.")
+TEXT_FORM_OPT = typer.Option(None, "--text-form", help="auto | off: how the LLM reads a text; auto (default) reads "
+                             "runs of capitals in sentence case, off reads the text as given (BM25 and the stored "
+                             "text keep the original). Stored with the index.")
 COLLECTION_OPT = typer.Option(None, help="Milvus collection (default: alignir_ + folder name + 8 hex of its path).")
 
 

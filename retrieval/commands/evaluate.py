@@ -11,7 +11,7 @@ import typer
 
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, RUNTIME_OPT, EMBEDDER_OPTION_HELP,
-                                               LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
+                                               LM_HEAD_HELP, PRECISION_HELP, TEXT_FORM_OPT, URI_OPT, backend_options, echo_json, embedder_options,
                                                setup_logging, user_errors)
 
 MODES_HELP = "hybrid | sparse | dense | bm25 | a '+'-joined set (dense+sparse+bm25 ...) | all; comma-separated list allowed."
@@ -206,6 +206,7 @@ def beir_cmd(
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder (default $ALIGNIR_CACHE/embeddings)."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
     runtime: Optional[str] = RUNTIME_OPT,
+    text_form: Optional[str] = TEXT_FORM_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Build an index over a BEIR folder with the default model, then evaluate it: the
@@ -231,8 +232,11 @@ def beir_cmd(
         from alignir.encoders.runtimes import check_runtime
         from alignir.encoders.quantize import check_precision
 
+        from alignir.encoders.text_form import check_text_form
+
         precision = check_precision(precision)
         runtime = check_runtime(runtime)
+        text_form = None if text_form is None else check_text_form(text_form)
         tag = embedder if adapter is None else f"{embedder}-{Path(adapter).name}"
         tag += "".join(f"-{key}{value}" for key, value in sorted(family_options.items()))
         tag += "" if instruction is None else "-instr-" + (instruction if instruction.isidentifier() else
@@ -240,6 +244,7 @@ def beir_cmd(
         tag += "" if lm_head_from is None else f"-head-{Path(lm_head_from).name}"
         tag += "" if precision == "fp32" else f"-{precision}"
         tag += "" if max_length == 512 else f"-len{max_length}"
+        tag += "" if text_form in (None, "auto") else f"-text{text_form}"
         tag += "" if passage_cfg.split == "auto" and passage_cfg.window is None else (
             "-nopassages" if passage_cfg.split == "off" else f"-p{passage_cfg.window}-{passage_cfg.stride}")
         target = index or Path("indexes") / f"{folder.name}-{model.replace('/', '_')}-{tag}"
@@ -250,6 +255,8 @@ def beir_cmd(
             options["instruction"] = instruction
         if lm_head_from is not None:  # moves into the model spec (encoders.shipped.resolve_shipped)
             options["lm_head_from"] = lm_head_from
+        if text_form is not None:
+            options["text_form"] = text_form
         build_index(folder, target, model=model, embedder=embedder, cache_dir=cache_dir,
                     embedder_options=options, lexical=lexical, precision=precision, passages=passage_cfg,
                     runtime=runtime, on_stage=lambda s: typer.secho(f"• {s}", err=True))

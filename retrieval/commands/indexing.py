@@ -12,7 +12,7 @@ import typer
 from alignir.encoders.shipped import DEFAULT_MODEL
 from alignir.retrieval.ingest import DEFAULT_BATCH_DOCS
 from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, RUNTIME_OPT, EMBEDDER_OPTION_HELP,
-                                               LM_HEAD_HELP, PRECISION_HELP, URI_OPT, backend_options, echo_json, embedder_options,
+                                               LM_HEAD_HELP, PRECISION_HELP, TEXT_FORM_OPT, URI_OPT, backend_options, echo_json, embedder_options,
                                                renamed_flag,
                                                setup_logging, user_errors)
 from alignir.retrieval.commands.evaluate import FUSION_HELP, PASSAGE_AGG_HELP, PASSAGES_HELP, WEIGHTS_HELP
@@ -97,6 +97,7 @@ def build_index_cmd(
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
     runtime: Optional[str] = RUNTIME_OPT,
+    text_form: Optional[str] = TEXT_FORM_OPT,
     store_text: bool = typer.Option(False, "--store-text", help="Keep each document's title and text in "
                                     "the index (Searcher.doc; add and calibrate without the corpus file)."),
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
@@ -118,7 +119,8 @@ def build_index_cmd(
         legs = None if legs is None else parse_legs(legs)  # ... and so does a bad --legs
         k, m, lam = _sparse_flags(doc_k, query_m, pc1_lambda, old_k, old_m, old_lambda)
         cfg = _sparse_config(k, m, lam, remove, doc_weighting, query_weighting, fold, quantize)
-        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
+        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from,
+                                text_form)
         dense_opts = {"center": center or whiten is not None, "whiten": whiten, "normalize": normalize}
         manifest = build_index(source, index, model=model, embedder=embedder, sparse=cfg,
                                dense_kind=dense, dense_options=dense_opts, embedder_options=opts,
@@ -137,7 +139,8 @@ def build_index_cmd(
 
 
 def _encoder_options(embedder_option: list[str], max_length: int, batch_tokens: Optional[int], adapter: Optional[Path],
-                     instruction: Optional[str], lm_head_from: Optional[str] = None) -> dict:
+                     instruction: Optional[str], lm_head_from: Optional[str] = None,
+                     text_form: Optional[str] = None) -> dict:
     """The embedder options of build-index's (and encode's) flags: the same flags give the same
     encoder fingerprint, so build-index finds what encode cached."""
     opts = {**embedder_options(embedder_option), "max_length": max_length}
@@ -149,6 +152,10 @@ def _encoder_options(embedder_option: list[str], max_length: int, batch_tokens: 
         opts["instruction"] = instruction
     if lm_head_from is not None:  # moves into the model spec (encoders.shipped.resolve_shipped)
         opts["lm_head_from"] = lm_head_from
+    if text_form is not None:  # unset: the default of a new encoder (encoders.shipped.resolve_shipped)
+        from alignir.encoders.text_form import check_text_form
+
+        opts["text_form"] = check_text_form(text_form)
     return opts
 
 
@@ -517,13 +524,14 @@ def encode_cmd(
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
     runtime: Optional[str] = RUNTIME_OPT,
+    text_form: Optional[str] = TEXT_FORM_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Encode a corpus (or one shard of it) into the embedding cache.
 
     Pyserini-style: run shards in separate processes or machines, `alignir cache-merge` their cache folders, then
     `alignir build-index` with the same model/embedder/max-length finds every vector cached.
-    Use the same --max-length/--batch-tokens/--passages/--adapter/--embedder-option/--instruction
+    Use the same --max-length/--batch-tokens/--passages/--adapter/--embedder-option/--instruction/--text-form
     here as in build-index (they make the encoder fingerprint, or the texts encoded: long
     documents are split into passages as build-index splits them)."""
     setup_logging(verbose)
@@ -540,7 +548,8 @@ def encode_cmd(
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         runtime = check_runtime(runtime)  # ... and so does a bad --runtime
-        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from)
+        opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from,
+                                text_form)
         texts = read_source(source, skip_bad=skip_bad).texts()
         model, embedder, opts = resolve_shipped(model, embedder, opts, DEFAULT_EMBEDDER)
         enc = apply_runtime(get_embedder(embedder, load_model(model, device=device), precision=precision, **opts),
