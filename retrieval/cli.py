@@ -15,9 +15,9 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
-    from alignir.retrieval.commands import analyze, evaluate, export, indexing, train
+    from alignir.retrieval.commands import analyze, evaluate, export, indexing, serve, train
 
-    for module in (indexing, evaluate, export, analyze, train):
+    for module in (indexing, evaluate, export, analyze, train, serve):
         module.register(app)
     _one_line_summaries(app)
 

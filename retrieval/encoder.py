@@ -89,6 +89,9 @@ class Encoder:
         #: what rebuilds this encoder: the model spec loaded, the embedder family, its options
         self.model, self.family, self.options = model, family, dict(options)
         self.cache_dir, self.use_cache = cache_dir, bool(use_cache)
+        #: encodes uncached texts elsewhere (``EmbeddingCache.encode_cached``'s runner: a Ray pool,
+        #: encoders.ray_pool); None: this process's embedder
+        self.runner: Any = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -178,14 +181,28 @@ class Encoder:
     def for_stored(cls, stored: Any, path: str | Path, *, model: str | None = None, loaded: Any = None,
                    instruction: str | None = None, precision: str | None = None, device: str = "auto",
                    allow_precision_mismatch: bool = False, progress: bool = False,
-                   runtime: str | None = None) -> "Encoder":
-        """:meth:`from_index` of an index already opened (``index.store.StoredIndex``)."""
+                   runtime: str | None = None, reuse: "Encoder | None" = None) -> "Encoder":
+        """:meth:`from_index` of an index already opened (``index.store.StoredIndex``).
+        ``reuse``: the encoder of another version of this index (or of an index built by the same
+        encoder): its loaded model and embedder (and so its ONNX Runtime session) are used as they
+        are, after the fingerprint check; only the sparse part (config, u1/λ, term map) is this
+        index's. A server that follows an index through its versions holds one model this way."""
         from alignir.encoders.embedders import get_embedder
         from alignir.encoders.models import load_model
         from alignir.encoders.shipped import SHIPPED
         from alignir.retrieval.manifest import check_encoder, embedder_spec, term_map_from_arrays
+        from alignir.retrieval.sparsify import Sparsifier
 
         spec = embedder_spec(stored.manifest, path)
+        if reuse is not None:
+            check_encoder(stored, reuse.embedder, allow_precision_mismatch)
+            params = stored.params
+            term_map = (term_map_from_arrays(stored.extra, params.get("term_map", "identity"))
+                        if "token_to_term" in stored.extra else None)
+            sparsifier = Sparsifier.for_model(reuse.loaded, SparseConfig.from_dict(params.get("sparse", {})),
+                                              pc1=stored.pc1, term_map=term_map, embedder=reuse.embedder)
+            return cls(reuse.embedder, sparsifier, reuse.loaded, model=spec["model"], family=spec["family"],
+                       options=dict(reuse.options))
         if loaded is None:
             model = SHIPPED[model].base_model if model in SHIPPED else model
             loaded = load_model(model or spec["model"], device=device)
@@ -261,7 +278,7 @@ class Encoder:
         if self.use_cache:
             return self._embedding_cache().encode_cached(self.embedder, texts, role,
                                                          shard_size=checkpoint_every(self.embedder),
-                                                         progress=progress)
+                                                         progress=progress, runner=self.runner)
         if role == "query":
             return self.embedder.encode_queries(texts)
         return self.embedder.encode_documents(texts)

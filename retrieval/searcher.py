@@ -37,7 +37,7 @@ FAISS searches only read.
 from __future__ import annotations
 
 from alignir.checks import check_texts
-from alignir.errors import InvalidInputError
+from alignir.errors import DocumentNotFoundError, InvalidInputError
 
 import importlib
 import threading
@@ -253,7 +253,7 @@ class Searcher:
              fusion: FusionConfig | None = None, verify: bool = True, backend: str = "folder",
              uri: str | None = None, collection: str | None = None, precision: str | None = None,
              allow_precision_mismatch: bool = False, passage_agg: str | None = None,
-             runtime: str | None = None) -> "Searcher":
+             runtime: str | None = None, encoder: Any = None) -> "Searcher":
         """Open ``path`` and load its query encoder.
 
         ``backend="milvus"``: the legs are searched in the Milvus collection ``collection``
@@ -275,6 +275,10 @@ class Searcher:
         ``runtime``: what runs the query encoder's transformer: "auto" (default, or
         ``$ALIGNIR_RUNTIME``: ONNX Runtime fp32 where it applies, else torch), "torch" or "onnx"
         (encoders.onnx_runtime; the vectors are the same within float rounding).
+        ``encoder``: the loaded query encoder of another searcher of this index
+        (:attr:`query_encoder`, e.g. of its previous version) to use instead of loading the
+        model again: its model and runtime session are shared, the sparse part is this
+        version's; it must pass the same fingerprint check.
         """
         from alignir.encoders.runtimes import check_runtime
 
@@ -297,22 +301,33 @@ class Searcher:
             # what can be checked without the model is checked before it loads (or converts)
             check_before_loading(stored.manifest, embedder_spec(stored.manifest, path),
                                  model if loaded is None else None, precision)
+            if encoder is not None:
+                return Encoder.for_stored(stored, path, allow_precision_mismatch=allow_precision_mismatch,
+                                          reuse=encoder)
             return Encoder.for_stored(stored, path, model=model, loaded=loaded, instruction=instruction,
                                       precision=precision, device=device,
                                       allow_precision_mismatch=allow_precision_mismatch, runtime=runtime)
 
         # the query encoder loads on the first query that needs it (a bm25 search needs none);
         # a model given by the caller (or another precision) is checked against the index now
-        encoder = _LazyEncoder(load)
-        searcher = cls(stored, _Deferred(encoder, "embedder"), _Deferred(encoder, "sparsifier"),
+        encoder_holder = _LazyEncoder(load)
+        searcher = cls(stored, _Deferred(encoder_holder, "embedder"), _Deferred(encoder_holder, "sparsifier"),
                        fusion or IndexConfig.from_manifest(stored.manifest).fusion, passage_agg=passage_agg)
+        searcher._query_encoder = encoder_holder
         if remote is not None:  # the backend serves these legs, its collection is this index: before the model
             remote.check(searcher, uri, collection)
-        if loaded is not None or model is not None or precision is not None:
-            encoder.get()
+        if loaded is not None or model is not None or precision is not None or encoder is not None:
+            encoder_holder.get()
         if stored.dense is not None:
             stored.dense.use_gpu(dense_on_gpu(device))
         return searcher if remote is None else remote.wrap(searcher, uri, collection)
+
+    @property
+    def query_encoder(self) -> Any:
+        """The loaded query encoder (retrieval.encoder.Encoder) of a searcher made by :meth:`open`,
+        to pass as ``Searcher.open(encoder=...)``; None before it has loaded."""
+        holder = getattr(self, "_query_encoder", None)
+        return holder.get() if holder is not None and holder.loaded else None
 
     def close(self) -> None:
         """Release what the searcher holds beyond the mmapped folder (the Milvus connection of a
@@ -333,7 +348,7 @@ class Searcher:
                                     f"--store-text (build_index(store_text=True)) or read the corpus")
         number = self._numbers.get(doc_id) if isinstance(doc_id, str) else None
         if number is None:
-            raise InvalidInputError(f"no document {doc_id!r} in {self.index.path}")
+            raise DocumentNotFoundError(f"no document {doc_id!r} in {self.index.path}")
         title, text = texts.get(number)
         return {"_id": doc_id, "title": title, "text": text}
 

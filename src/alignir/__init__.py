@@ -79,6 +79,11 @@ _EXPORTS: dict[str, str] = {
     "CollectionMismatch": "alignir.errors",
     "IncompleteCollection": "alignir.errors",
     "LegNotServedError": "alignir.errors",
+    "RayEncodeError": "alignir.errors",
+    "DocumentNotFoundError": "alignir.errors",
+    "UnauthorizedError": "alignir.errors",
+    "BodyTooLargeError": "alignir.errors",
+    "NotReadyError": "alignir.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

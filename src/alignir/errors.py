@@ -19,7 +19,7 @@ __all__ = ["AlignirError", "InvalidInputError", "BeirFormatError", "DownloadErro
            "QrelsError", "ModelNotFoundError", "CorpusOverlapError", "IndexStoreError", "NotAnIndexError", "CorruptIndexError",
            "UnsupportedFormatError", "FingerprintMismatch", "PrecisionMismatch", "IndexWriteError", "IndexReadError",
            "IndexChangedError", "IndexBusyError", "MilvusError", "CollectionMismatch", "IncompleteCollection",
-           "LegNotServedError"]
+           "LegNotServedError", "RayEncodeError", "DocumentNotFoundError", "UnauthorizedError", "BodyTooLargeError", "NotReadyError"]
 
 _MAX_SHOWN = 25
 
@@ -157,6 +157,14 @@ class IncompleteCollection(MilvusError):
     """The collection is not whole: an interrupted export, or storage that lost rows."""
 
 
+# ---------------------------------------------------------------- Ray
+
+
+class RayEncodeError(AlignirError):
+    """Encoding on Ray cannot go on: ray is not installed, the cluster cannot be reached, its
+    actors cannot load the encoder, or every actor is gone (one line)."""
+
+
 # ---------------------------------------------------------------- search backends
 
 
@@ -171,3 +179,23 @@ class LegNotServedError(InvalidInputError):
         super().__init__(f"the {backend} backend cannot search the leg {leg!r}{serves}: search it on the folder "
                          f"backend, or open the searcher without that leg (retrieval.legs.unregister_leg, or "
                          f"Searcher(..., legs=...) then MilvusSearcher.from_searcher)")
+
+
+# ---------------------------------------------------------------- serving (alignir serve)
+
+
+class DocumentNotFoundError(InvalidInputError):
+    """No document with this id in the index (HTTP 404 from ``alignir serve``)."""
+
+
+class UnauthorizedError(AlignirError):
+    """An admin request without the server's admin token (HTTP 401)."""
+
+
+class BodyTooLargeError(InvalidInputError):
+    """A request body over the server's size limit (HTTP 413), refused before it is read whole."""
+
+
+class NotReadyError(AlignirError):
+    """The server cannot answer yet: its query encoder is loading, or its index could not be
+    opened (HTTP 503)."""
