@@ -3,9 +3,12 @@ names it), then hand it to uvicorn, which on SIGTERM or SIGINT stops accepting a
 requests in flight finish (up to ``drain_seconds``) before the process exits."""
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
 import sys
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 #: how long SIGTERM waits for requests in flight
 DRAIN_SECONDS = 30
@@ -22,13 +25,34 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _draining_server_class() -> Any:
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server, exiting with status 0 after a drain (uvicorn re-raises the signal)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return DrainingServer
+
+
 def serve(app: Any, sock: socket.socket, *, drain_seconds: float = DRAIN_SECONDS, log_level: str = "warning") -> None:
     """Serve ``app`` on ``sock`` until SIGTERM/SIGINT, then drain."""
     import uvicorn
 
     config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=drain_seconds,
                             server_header=False, proxy_headers=False, lifespan="on")
-    server = uvicorn.Server(config)
+    server = _draining_server_class()(config)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"alignir serve: listening on http://{shown}:{port}", file=sys.stderr, flush=True)
@@ -40,8 +64,6 @@ class ServerThread:
     load benchmark); ``url`` once started; :meth:`stop` drains and joins."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", log_level: str = "warning") -> None:
-        import threading
-
         import uvicorn
 
         self.sock = bind(host, 0)
