@@ -21,6 +21,9 @@ Precedence (the first that applies wins):
 - gate: "calibrated" multiplies each LLM leg's weight by the gate (:data:`LEG_SET_CALIBRATED`)
   of its stored agreement with BM25 (retrieval/calibration.py); "agree" gates every query by
   its own agreement (:data:`LEG_SET_AGREE`, fusion.agree).
+- guard: "calibrated" also fades, on each query, an LLM leg whose agreement with BM25 on that
+  query falls below a share of its stored agreement (:data:`CALIBRATED_GUARD`,
+  retrieval/fusion_guard.py): queries unlike the pseudo-queries the index was calibrated on.
 - depth (each leg's list length before fusion): the call's, else the config's.
 """
 from __future__ import annotations
@@ -34,6 +37,7 @@ from alignir.errors import InvalidInputError
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
 from alignir.retrieval.config import FusionConfig
+from alignir.retrieval.fusion_guard import CALIBRATED_GUARD, FusionGuard
 from alignir.retrieval.legs import LEGS
 
 if TYPE_CHECKING:
@@ -41,17 +45,17 @@ if TYPE_CHECKING:
 
 __all__ = ["FusionPlan", "Choice", "resolve_plan", "fuse_legs", "calibrated_weights", "calibrated_gate",
            "SOURCES", "LEG_SET_WEIGHTS", "LEG_SET_AGREE", "LEG_SET_CALIBRATED", "CALIBRATED_GATE",
-           "LEG_SET_FUSION", "LEG_SET_DEFAULTS"]
+           "LEG_SET_FUSION", "LEG_SET_DEFAULTS", "CALIBRATED_GUARD"]
 
 #: Base weights of the leg sets with the BM25 leg per fusion method, used when a call gives no
 #: ``weights`` or ``alpha``. "zscore": the fixed weights chosen leave-one-collection-out on ADI,
-#: MED, Cranfield and CISI (benchmarks/fusion_transfer.py; BM25 at 0.6; the default before the
+#: MED, Cranfield and CISI (benchmarks/archive/fusion_transfer.py; BM25 at 0.6; the default before the
 #: calibrated fusion). "calibrated" (the default, below) gates them once per collection; "agree" (the default
 #: of an index without a calibration): the same z-score fusion with every LLM leg's weight gated per
 #: query by its chance-corrected top-k agreement with the BM25 leg (fusion.agree), so a leg
 #: that is noise for a query (a truncated long document, a model unfit for the domain) drops
 #: out and the fused order falls back to BM25's; weights and gate chosen on dumped leg lists,
-#: with the LLM legs also deliberately degraded (benchmarks/fusion_rules.py: safe within 0.005
+#: with the LLM legs also deliberately degraded (benchmarks/defaults/fusion_rules.py: safe within 0.005
 #: of BM25 everywhere, then the best worst gain retention; the dense+sparse+bm25 weights are
 #: the z-score ones, so legs that agree get exactly the fixed z-score fusion).
 LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
@@ -67,7 +71,7 @@ LEG_SET_WEIGHTS: dict[str, dict[tuple[str, ...], dict[str, float]]] = {
     },
 }
 #: The agreement gate of each leg set under "agree" (fusion.AgreeParams), chosen per leg set
-#: with the weights above (benchmarks/fusion_rules.py). dense+sparse+bm25 and dense+bm25: each
+#: with the weights above (benchmarks/defaults/fusion_rules.py). dense+sparse+bm25 and dense+bm25: each
 #: LLM leg's top 10 against BM25's top 50 and back, corrected for chance with the collection
 #: size, full weight at half of the way from chance to full agreement (AgreeParams()).
 #: fusion.AGREE_TOP10 with weights 0.3/0.3/0.6 is the gate before (plain top-10 overlap).
@@ -80,7 +84,7 @@ LEG_SET_WEIGHTS["calibrated"] = LEG_SET_WEIGHTS["zscore"]
 #: The gate of each leg set under "calibrated" (retrieval/calibration.py): every LLM leg's
 #: z-score weight times gate(ā), ā its mean chance-corrected agreement with BM25 on the
 #: index's pseudo-queries, for every query; chosen leave-one-collection-out with the LLM legs
-#: also degraded (benchmarks/fusion_rules.py, rule "calibrated").
+#: also degraded (benchmarks/defaults/fusion_rules.py, rule "calibrated").
 #: dense+sparse+bm25: full weight from agreement 0.2 down linearly to 0 (pseudo-query
 #: agreement on the shipped collections 0.22-0.31 with the shipped model, 0.08-0.13 with the
 #: documents cut to 16 tokens, ~0.02 for shuffled legs). CALIBRATED_GATE: other leg sets.
@@ -110,7 +114,8 @@ SOURCES = (USER, INDEX, INDEX_LEG_SET, MODEL, DEFAULT, CALIBRATION, FALLBACK, MO
 RULES = {"none": "one leg: its own ranking", "minmax": "min-max normalised scores, weighted sum",
          "zscore": "z-scored scores, weighted sum", "rrf": "reciprocal rank fusion",
          "agree": "z-score with each LLM leg gated per query by its agreement with bm25",
-         "calibrated": "z-score with each LLM leg gated by its stored agreement with bm25"}
+         "calibrated": "z-score with each LLM leg gated by its stored agreement with bm25, "
+                       "guarded per query"}
 
 
 @dataclass(frozen=True)
@@ -135,9 +140,11 @@ class FusionPlan:
     rules, after the calibration's gate (``base_weights`` before it); ``rrf_weights``: RRF's
     (None: plain RRF). ``alpha``: the α on the dense leg when it set the weights. ``gate``: the
     agreement gate of "calibrated" / "agree". ``calibration``: the stored calibration the gate
-    read ("calibrated" only). ``depth``: each leg's list length before fusion; ``rrf_k``: RRF's
+    read ("calibrated" only). ``guard``: the per-query guard of "calibrated"
+    (retrieval/fusion_guard.py; ``weights`` are before it, :meth:`query_weights` after it).
+    ``depth``: each leg's list length before fusion; ``rrf_k``: RRF's
     k. ``sources``: {choice: :class:`Choice`} for "rule", "weights" (or "alpha"), "gate",
-    "calibration", "depth"."""
+    "calibration", "guard", "depth"."""
 
     mode: str
     legs: tuple[str, ...]
@@ -153,6 +160,7 @@ class FusionPlan:
     depth: int = 100
     rrf_k: int = 60
     sources: Mapping[str, Choice] = field(default_factory=dict)
+    guard: FusionGuard | None = None
 
     def fuse(self, lists: Sequence[Mapping[int, float]], n_docs: int | None = None) -> Mapping[int, float]:
         """One query's fused {doc number: score} from its legs' lists (in :attr:`legs` order);
@@ -162,9 +170,17 @@ class FusionPlan:
             return lists[0]
         method = "zscore" if self.rule == "calibrated" else self.rule
         rrf_w = None if self.rrf_weights is None else [self.rrf_weights[leg] for leg in self.legs]
-        return _fuse(lists, [self.weights[leg] for leg in self.legs], method, self.rrf_k, rrf_w,
+        return _fuse(lists, self.query_weights(lists, n_docs), method, self.rrf_k, rrf_w,
                      anchor=self.legs.index("bm25") if "bm25" in self.legs else None,
                      agree_params=self.gate if self.rule == "agree" else None, n_docs=n_docs)
+
+    def query_weights(self, lists: Sequence[Mapping[int, float]], n_docs: int | None = None) -> list[float]:
+        """Each leg's weight (in :attr:`legs` order) on the query of ``lists``: :attr:`weights`,
+        times the guard's factor under "calibrated" (retrieval/fusion_guard.py)."""
+        w = [self.weights[leg] for leg in self.legs]
+        if self.rule != "calibrated" or self.guard is None or self.calibration is None:
+            return w
+        return [x * f for x, f in zip(w, self.guard.factors(self.legs, lists, self.calibration, n_docs))]
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (what ``alignir eval`` stores under ``plan``)."""
@@ -173,6 +189,7 @@ class FusionPlan:
                 "rrf_weights": None if self.rrf_weights is None else dict(self.rrf_weights), "alpha": self.alpha,
                 "gate": None if self.gate is None else self.gate.to_dict(),
                 "calibration": None if self.calibration is None else self.calibration.to_dict(),
+                "guard": None if self.guard is None else self.guard.to_dict(),
                 "depth": self.depth, "rrf_k": self.rrf_k,
                 "sources": {k: {"source": c.source, "reason": c.reason} for k, c in self.sources.items()}}
 
@@ -198,6 +215,12 @@ class FusionPlan:
                 "" if self.rule == "calibrated" else f", top {self.gate.k} vs top {self.gate.anchor_depth}")
         if name == "calibration":
             return f"fused with {_legs_text(self.weights)}"
+        if name == "guard" and self.guard is not None:
+            g = self.guard
+            if not g.active:
+                return "off"
+            return (f"per query, each LLM leg at full weight while its agreement with bm25 is >= {g.ratio:g} x "
+                    f"the stored one, 0 at <= {g.floor:g} x" + ("" if g.power == 1 else f", power {g.power:g}"))
         if name == "depth":
             return f"top {self.depth} of each leg" + (f", rrf_k {self.rrf_k}" if self.rule == "rrf" else "")
         return ""
@@ -253,7 +276,7 @@ def resolve_plan(mode: str, legs: Sequence[str], *, fusion: str | None = None, a
         sources["alpha"] = Choice(USER, "alpha given") if alpha is not None else _alpha_choice(from_config)
     else:
         sources["weights"] = _weights_choice(legs, rule, weights, alpha, own, chosen, config, config_source, model)
-    gate, fused, used, fallback = None, base, None, None
+    gate, fused, used, fallback, guard = None, base, None, None, None
     if rule == "calibrated":
         gate = calibrated_gate(legs, None if own is None else own[1])
         fused, used = calibrated_weights(legs, base, calibration, None if own is None else own[1]), calibration
@@ -263,6 +286,9 @@ def resolve_plan(mode: str, legs: Sequence[str], *, fusion: str | None = None, a
         shown = ", ".join(f"{leg} {a:.3f}" for leg, a in calibration.agreement.items() if leg in legs)
         sources["calibration"] = Choice(CALIBRATION, f"the index's agreement with bm25 on {calibration.queries} "
                                                      f"pseudo-queries: {shown or 'none of these legs'}")
+        guard = CALIBRATED_GUARD
+        sources["guard"] = Choice(DEFAULT, "queries unlike the pseudo-queries: a leg that agrees less with bm25 "
+                                           "on a query fades on it (CALIBRATED_GUARD)")
     elif rule == "agree":
         gate = LEG_SET_AGREE.get(legs) or fusion_mod.AgreeParams()
         sources["gate"] = Choice(DEFAULT, "the per-query agreement gate of this leg set (LEG_SET_AGREE)")
@@ -275,7 +301,7 @@ def resolve_plan(mode: str, legs: Sequence[str], *, fusion: str | None = None, a
     return FusionPlan(mode, legs, rule, requested, dict(zip(legs, fused)), dict(zip(legs, base)),
                       None if rrf_w is None else dict(zip(legs, rrf_w)),
                       a if rule != "rrf" and _alpha_sets(mode, legs, alpha) else None,
-                      gate, used, fallback, fcfg.depth, fcfg.rrf_k, sources)
+                      gate, used, fallback, fcfg.depth, fcfg.rrf_k, sources, guard)
 
 
 def _alpha_sets(mode: str, legs: tuple[str, ...], alpha: float | None) -> bool:

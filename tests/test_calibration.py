@@ -4,6 +4,7 @@ resparsify) and the "calibrated" fusion falling back to BM25 when a leg is noise
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from alignir.retrieval import fusion
 from alignir.retrieval.calibration import (MEASURE, FusionCalibration, calibrate, mean_agreement,
                                            pseudo_queries)
 from alignir.retrieval.config import SparseConfig
+from alignir.retrieval.fusion_guard import FusionGuard
 from alignir.retrieval.indexer import build_index, calibrate_index, resparsify
 from alignir.retrieval.searcher import Searcher
 from alignir.retrieval.fusion_plan import CALIBRATED_GATE, calibrated_weights
@@ -112,8 +114,9 @@ def test_calibrate_needs_the_corpus(built, tiny_model, tmp_path):
 
 def test_calibrated_fusion_falls_back_to_bm25_when_the_legs_are_noise(built, tiny_model):
     """With the LLM legs' stored agreement at 0 (a leg that is noise on the collection) the
-    default dense+sparse+bm25 ranking is BM25's; at or above the gate's tau it is exactly the
-    fixed z-score fusion."""
+    default dense+sparse+bm25 ranking is BM25's; at or above the gate's tau it is the fixed
+    z-score fusion with each leg's weight times this query's guard (fusion_guard), which is
+    z-score exactly when the guard is off."""
     s = Searcher.open(built, loaded=tiny_model)
     q = "boundary layer of a wing"
     n = s.index.n_docs
@@ -121,8 +124,18 @@ def test_calibrated_fusion_falls_back_to_bm25_when_the_legs_are_noise(built, tin
     s.calibration = FusionCalibration(agreement={"dense": 0.0, "sparse": 0.0}, queries=8)
     assert [h.doc_number for h in s.search(q, k=len(bm25), mode="dense+sparse+bm25", depth=n)] == bm25
     s.calibration = FusionCalibration(agreement={"dense": 0.9, "sparse": CALIBRATED_GATE.tau}, queries=8)
-    assert (s.search(q, k=n, mode="dense+sparse+bm25", depth=n)
-            == s.search(q, k=n, mode="dense+sparse+bm25", depth=n, fusion="zscore"))
+    p = s.plan("dense+sparse+bm25", depth=n)
+    lists = s.leg_lists([q], p.legs, k=n)
+    w = p.query_weights([lists[leg][0] for leg in p.legs], n)
+    assert w == pytest.approx([0.2 * f for f in p.guard.factors(p.legs, [lists[leg][0] for leg in p.legs],
+                                                                  s.calibration, n)[:2]] + [0.6])
+    got = s.search(q, k=n, mode="dense+sparse+bm25", depth=n)
+    want = s.search(q, k=n, mode="dense+sparse+bm25", depth=n, fusion="zscore", weights=dict(zip(p.legs, w)))
+    assert [h.doc_number for h in got] == [h.doc_number for h in want]
+    assert [h.score for h in got] == pytest.approx([h.score * sum(w) for h in want])  # weights given are normalised
+    unguarded = replace(p, guard=FusionGuard(ratio=0)).fuse([lists[leg][0] for leg in p.legs], n)
+    zscore = s.search(q, k=n, mode="dense+sparse+bm25", depth=n, fusion="zscore")
+    assert fusion.ranked(unguarded, n) == [(h.doc_number, h.score) for h in zscore]
 
 
 def test_cli_calibrate(built, tmp_path):

@@ -191,8 +191,9 @@ def test_search_explain_prints_the_plan_and_eval_records_it(env, tiny_folder):
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     assert lines[0].startswith("fusion plan for dense+sparse+bm25: calibrated (")
-    shown = {line.split()[0]: line for line in lines[1:6]}
-    assert set(shown) == {"rule", "weights", "gate", "calibration", "depth"}
+    shown = {line.split()[0]: line for line in lines[1:7]}
+    assert set(shown) == {"rule", "weights", "gate", "calibration", "guard", "depth"}
+    assert "agreement with bm25 is >= " in shown["guard"] and "[alignir default:" in shown["guard"]
     assert "[alignir default:" in shown["rule"] and "dense 0.2, sparse 0.2, bm25 0.6" in shown["weights"]
     assert "[calibration: the index's agreement with bm25 on 5 pseudo-queries" in shown["calibration"]
     r = invoke("search", "plants light", "--index", idx, "--mode", "dense+bm25", "--fusion", "rrf",

@@ -37,7 +37,7 @@ def test_a_leg_set_with_bm25_defaults_to_calibrated_gated_by_the_index_calibrati
     assert p.weights == pytest.approx({"dense": 0.1, "sparse": 0.2, "bm25": 0.6})  # dense gated by 0.5
     assert p.gate == CALIBRATED_GATE and p.calibration is CAL
     assert sources(p) == {"rule": "alignir default", "weights": "alignir default", "gate": "alignir default",
-                          "calibration": "calibration", "depth": "index config"}
+                          "calibration": "calibration", "guard": "alignir default", "depth": "index config"}
     two = plan("sparse+bm25", calibration=CAL)
     assert two.gate == LEG_SET_CALIBRATED[("sparse", "bm25")]
     assert two.weights == pytest.approx({"sparse": 0.4, "bm25": 0.6})  # agreement 0.9 > tau 0.4: full weight
@@ -167,7 +167,7 @@ def test_the_plan_records_and_summarises_itself():
     assert all(c.source in SOURCES for c in p.sources.values())
     text = p.describe().splitlines()
     assert text[0] == "fusion plan for dense+sparse+bm25: calibrated (z-score with each LLM leg gated by its " \
-                      "stored agreement with bm25)"
+                      "stored agreement with bm25, guarded per query)"
     assert any(line.split()[:1] == ["weights"] and "dense 0.3, sparse 0.3, bm25 0.4" in line
                and "[index leg-set default:" in line for line in text)
     assert any(line.split()[:1] == ["calibration"] and "dense 0.075" in line and "8 pseudo-queries" in line
@@ -180,7 +180,9 @@ def test_the_plan_records_and_summarises_itself():
 def test_the_plan_fuses_as_fuse_legs_does():
     lists = [{0: 3.0, 1: 1.0, 2: 0.5}, {1: 2.0, 3: 1.0}, {0: 9.0, 3: 4.0, 4: 1.0}]
     p = plan("dense+sparse+bm25", calibration=CAL)
-    assert p.fuse(lists) == fuse_legs(lists, [p.weights[leg] for leg in THREE], FusionConfig(method="zscore"))
+    guarded = [p.weights[leg] * f for leg, f in zip(THREE, p.guard.factors(THREE, lists, CAL))]
+    assert p.query_weights(lists) == guarded
+    assert p.fuse(lists) == fuse_legs(lists, guarded, FusionConfig(method="zscore"))
     a = plan("dense+sparse+bm25", fusion="agree")
     assert a.fuse(lists, n_docs=50) == F.agree(lists, weights=[a.weights[leg] for leg in THREE], anchor=2,
                                                params=LEG_SET_AGREE[THREE], n_docs=50)

@@ -271,10 +271,12 @@ def test_leg_sets_with_bm25_zscore_option_keeps_the_fixed_weights(built, tiny_mo
 
 def test_leg_sets_with_bm25_default_to_calibrated_else_agree(built, tiny_model):
     """The default: "calibrated" (z-score, each LLM leg's weight gated by the index's stored
-    agreement with BM25, fusion_plan.calibrated_weights) on an index with a calibration; on one
+    agreement with BM25, fusion_plan.calibrated_weights, times each query's guard,
+    fusion_guard.CALIBRATED_GUARD) on an index with a calibration; on one
     without (built before it) "agree", each LLM leg gated per query by its agreement with the
     BM25 leg (fusion.agree over the leg lists with LEG_SET_WEIGHTS["agree"] and LEG_SET_AGREE)."""
     from alignir.index.store import update_params
+    from alignir.retrieval.fusion_guard import CALIBRATED_GUARD
     from alignir.retrieval.fusion_plan import LEG_SET_AGREE, LEG_SET_DEFAULTS, LEG_SET_WEIGHTS, calibrated_weights
 
     s = Searcher.open(built, loaded=tiny_model)
@@ -287,6 +289,7 @@ def test_leg_sets_with_bm25_default_to_calibrated_else_agree(built, tiny_model):
             assert LEG_SET_DEFAULTS[names] == ("calibrated", base)
             runs = [legs[leg][0] for leg in names]
             w = calibrated_weights(names, [base[leg] / sum(base.values()) for leg in names], s.calibration)
+            w = [x * f for x, f in zip(w, CALIBRATED_GUARD.factors(names, runs, s.calibration, s.index.n_docs))]
             hits = s.search(q, k=s.index.n_docs, mode=mode, depth=s.index.n_docs)
             keep = [i for i, r in enumerate(runs) if r]
             manual = (dict(fusion.ranked(runs[keep[0]])) if len(keep) == 1  # one list: as it is

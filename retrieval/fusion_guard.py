@@ -1,0 +1,98 @@
+"""The per-query guard of the calibrated fusion: a leg that stops agreeing with BM25 on a query
+fades out of that query's fusion.
+
+The calibrated fusion (retrieval/calibration.py) weighs each LLM leg once per index, from its
+mean agreement ``ā`` with the BM25 leg on pseudo-queries cut from the corpus. Real queries can
+differ from those pseudo-queries in form (capitals, no punctuation) or distribution, and a leg
+that agreed on the pseudo-queries may be noise on them; the stored weight would keep it in. The
+guard measures every query's own agreement ``o`` of the leg with BM25, the same way the
+calibration measured ``ā`` (chance-corrected top 10 against the other's top 50, both ways), and
+multiplies the leg's calibrated weight by
+
+    guard(o, ā) = clip((o / ā - floor) / (ratio - floor), 0, 1) ** power
+
+full weight while the query agrees at least ``ratio`` times as well as the pseudo-queries did,
+none at ``floor`` times or below (0: chance), a ramp between. The BM25 leg, legs without a stored
+agreement, and queries whose BM25 list is empty are left alone. ``ratio`` 0 turns the guard
+off. The default (:data:`CALIBRATED_GUARD`) was chosen on dumped leg lists with real, shuffled
+and query-shifted queries (benchmarks/defaults/fusion_guard.py).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from alignir.errors import InvalidInputError
+from alignir.retrieval.calibration import FusionCalibration
+from alignir.retrieval.fusion import AgreeParams
+
+__all__ = ["FusionGuard", "CALIBRATED_GUARD", "ANCHOR"]
+
+ANCHOR = "bm25"
+
+
+def _number(name: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or v in (float("inf"), -float("inf")):
+        raise InvalidInputError(f"fusion guard {name} must be a finite number, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class FusionGuard:
+    """``ratio``: the share of the stored agreement at which a leg keeps its full weight (0: no
+    guard); ``floor``: the share at or below which it drops out (< ratio); ``power``: the ramp's
+    shape between them."""
+
+    ratio: float = 0.75
+    floor: float = 0.0
+    power: float = 1.0
+
+    def __post_init__(self) -> None:
+        if _number("ratio", self.ratio) < 0:
+            raise InvalidInputError(f"fusion guard ratio must be >= 0, got {self.ratio}")
+        if self.ratio > 0 and not 0 <= _number("floor", self.floor) < self.ratio:
+            raise InvalidInputError(f"fusion guard floor must be in [0, ratio={self.ratio}), got {self.floor}")
+        if not _number("power", self.power) > 0:
+            raise InvalidInputError(f"fusion guard power must be > 0, got {self.power}")
+
+    @property
+    def active(self) -> bool:
+        return self.ratio > 0
+
+    def factor(self, o: float, a: float) -> float:
+        """The weight factor of a leg whose agreement with BM25 is ``o`` on this query and ``a``
+        on the pseudo-queries (1 when off or ``a`` is 0: nothing to compare with)."""
+        if not self.active or a <= 0:
+            return 1.0
+        x = (o / a - self.floor) / (self.ratio - self.floor)
+        return min(1.0, max(0.0, x)) ** self.power
+
+    def factors(self, legs: Sequence[str], lists: Sequence[Mapping[Any, float]], calibration: FusionCalibration,
+                n_docs: int | None = None) -> list[float]:
+        """Each leg's factor on one query (``lists`` in ``legs`` order; ``n_docs``: the number
+        of documents searched, for the chance correction; None: the union of the lists)."""
+        if not self.active or ANCHOR not in legs or not lists[legs.index(ANCHOR)]:
+            return [1.0] * len(legs)
+        anchor = lists[legs.index(ANCHOR)]
+        measure = measure_of(calibration)
+        population = n_docs if n_docs else len({d for run in lists for d in run})
+        out = []
+        for leg, run in zip(legs, lists):
+            a = calibration.agreement.get(leg)
+            if leg == ANCHOR or a is None or not run:
+                out.append(1.0)
+            else:
+                out.append(self.factor(measure.agreement(run, anchor, population), a))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure_of(calibration: FusionCalibration) -> AgreeParams:
+    """How the calibration measured agreement (its stored settings), to measure a query alike."""
+    return AgreeParams(**{k: v for k, v in calibration.measure.items() if k in ("k", "depth", "symmetric", "chance")})
+
+
+#: The default guard of the calibrated fusion (benchmarks/defaults/fusion_guard.py).
+CALIBRATED_GUARD = FusionGuard()
