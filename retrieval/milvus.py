@@ -27,7 +27,9 @@ exact document top-k as the folder computes it.
 
 The index's manifest (encoder fingerprint, sparse config, term-map hash, dense transform,
 lexical parameters) is stored as the collection property ``alignir.manifest``; a searcher
-compares it with the folder it encodes queries with and refuses a mismatch.
+compares it with the folder it encodes queries with and refuses a mismatch. Where collection
+properties are not kept (the Milvus 2.5 engine, retrieval/milvus_engine.py), the same entries
+go in a metadata collection and are read back and checked the same way (retrieval/milvus_meta.py).
 
 Milvus takes only non-negative sparse weights. Documents' aligned-token weights are non-negative
 with the relu/log1p weightings (the default); an index with raw (signed) document weights cannot
@@ -54,6 +56,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from alignir.errors import AlignirError, CollectionMismatch, IncompleteCollection, InvalidInputError, MilvusError
+from alignir.retrieval import milvus_meta as meta
 
 __all__ = ["MilvusCollection", "check_uri", "connect", "export_index",
            "index_manifest", "default_collection_name"]
@@ -357,7 +360,8 @@ def _schema(client: Any, dim: int, lexical: bool, store_text: bool, passages: bo
     pm = _milvus()
     dt = pm.DataType
     s = client.create_schema(auto_id=False, enable_dynamic_field=False,
-                             description="alignir index (see the alignir.manifest property)")
+                             description=meta.describe("alignir index (its record: the alignir.manifest property, "
+                                                       f"or the {meta.META} collection)"))
     s.add_field("id", dt.VARCHAR, is_primary=True, max_length=ID_MAX_LENGTH)
     s.add_field("doc_number", dt.INT64)
     if passages:
@@ -443,12 +447,20 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
     client = connect(uri)
     try:
         created = False
-        if client.has_collection(name):
-            _check_owner(client, name, uri, owner, recreate)
-        if recreate and client.has_collection(name):
+        rec = meta.read(client, name) if client.has_collection(name) else None
+        if rec is not None and rec.unrecorded:
+            client.load_collection(name)
+            if _count(client, name) == 0:  # an export stopped between creating the collection and recording it
+                client.drop_collection(name)
+                rec = None
+        if rec is not None:
+            _check_owner(rec.values, name, uri, owner, recreate)
+        if recreate and rec is not None:
             client.drop_collection(name)
-        if client.has_collection(name):
-            _check_manifest(_read_manifest(client, name, uri), manifest, name, uri)
+            meta.forget(client, name)
+            rec = None
+        if rec is not None:
+            _check_manifest(_manifest_of(rec.values, name, uri), manifest, name, uri)
             store_text = "text" in {f["name"] for f in client.describe_collection(name)["fields"]}
             if contents is not None and not store_text:
                 raise InvalidInputError(f"collection {name} was created without texts; use --recreate to add them")
@@ -456,9 +468,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
             store_text = contents is not None
             schema, ip = _schema(client, int(stored.dense.dim), stored.lexical is not None, store_text,
                                  passages=stored.passages is not None)
-            client.create_collection(name, schema=schema, index_params=ip,
-                                     properties={PROPERTY: json.dumps(manifest, sort_keys=True), OWNER: owner},
-                                     **({} if shards is None else {"num_shards": shards}))
+            rec = meta.create(client, name, schema, ip, {PROPERTY: json.dumps(manifest, sort_keys=True), OWNER: owner},
+                              **({} if shards is None else {"num_shards": shards}))
             created = True
         if store_text and contents is None:
             raise InvalidInputError(f"collection {name} stores texts: give the corpus to resume the export")
@@ -470,8 +481,8 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
         bar = tqdm(total=len(live), initial=len(live) - len(todo), desc=f"export to Milvus {name}",
                    unit="doc", disable=not progress)
         clipped: list[str] = []
-        if len(todo) and not created and _properties(client, name).get(COMPLETE) is not None:
-            client.drop_collection_properties(name, [COMPLETE])  # rows went missing: whole again only at the end
+        if len(todo) and not created and COMPLETE in rec.values:
+            rec = meta.update(client, name, rec, drop=[COMPLETE])  # rows went missing: whole again only at the end
         for start in range(0, len(todo), batch_size):
             nums = todo[start:start + batch_size]
             rows = _rows(stored, nums, contents if store_text else None, clipped)
@@ -486,7 +497,7 @@ def export_index(index_dir: Any, uri: str, collection: str | None = None, *, rec
                                        f"{len(live)}: its storage lost or duplicated rows; export it again "
                                        f"with --recreate")
         # last: whole (and owned by this folder, also when an older export recorded no owner)
-        client.alter_collection_properties(name, {COMPLETE: json.dumps({"rows": int(count)}), OWNER: owner})
+        meta.update(client, name, rec, {COMPLETE: json.dumps({"rows": int(count)}), OWNER: owner})
         if clipped:
             warnings.warn(f"{len(clipped)} stored texts were longer than Milvus' {TEXT_MAX_LENGTH:,} bytes and were "
                           f"cut (e.g. {clipped[0]!r}); the index scores them whole", stacklevel=2)
@@ -555,14 +566,9 @@ def _damaged_hint(uri: str, recreate: bool) -> str:
     return "; if its files are damaged, export it again with --recreate (or into another collection: --collection NAME)"
 
 
-def _properties(client: Any, name: str) -> dict[str, Any]:
-    return client.describe_collection(name).get("properties", {}) or {}
-
-
-def _check_owner(client: Any, name: str, uri: str, owner: str, recreate: bool) -> None:
+def _check_owner(props: Mapping[str, str], name: str, uri: str, owner: str, recreate: bool) -> None:
     """Refuse to resume or drop a collection that another index folder exported (its OWNER
-    property names it); with ``recreate``, also one alignir did not export."""
-    props = _properties(client, name)
+    entry names it); with ``recreate``, also one alignir did not export."""
     theirs = props.get(OWNER)
     if theirs is not None and theirs != owner:
         raise CollectionMismatch(f"collection {name} at {uri} belongs to the index folder {theirs}, not {owner}: "
@@ -600,8 +606,8 @@ def _check_whole(client: Any, name: str, uri: str, props: Mapping[str, Any], row
     return count
 
 
-def _read_manifest(client: Any, name: str, uri: str) -> dict[str, Any]:
-    props = _properties(client, name)
+def _manifest_of(props: Mapping[str, str], name: str, uri: str) -> dict[str, Any]:
+    """The manifest a collection's record holds (its PROPERTY entry), parsed."""
     raw = props.get(PROPERTY)
     if raw is None:
         raise CollectionMismatch(f"collection {name} at {uri} was not exported by alignir (no {PROPERTY} property)")
@@ -658,8 +664,8 @@ class MilvusCollection:
         export's and the folder's ``rows`` (else :class:`IncompleteCollection`); load it for search."""
         client = connect(uri, must_exist=True)
         try:
-            count = _open_checked(client, uri, name, expect, rows)
-            manifest = _read_manifest(client, name, uri)
+            count, props = _open_checked(client, uri, name, expect, rows)
+            manifest = _manifest_of(props, name, uri)
         except AlignirError:
             client.close()
             raise
@@ -788,26 +794,32 @@ class MilvusCollection:
                    allowed: Sequence[int] | None = None) -> list[dict[int, float]]:
         """Milvus hybrid search fused by RRFRanker(rrf_k): ``requests`` = [(field, query
         vectors)], each leg's top ``depth``; equals our plain (unweighted) RRF of the legs'
-        top-depth lists (retrieval.fusion.rrf), ties aside."""
+        top-depth lists (retrieval.fusion.rrf), ties aside. One hybrid search per query: the
+        Milvus 2.5 engine's RRF of a batch carries ranks over from one query to the next."""
         pm = _milvus()
         flt = _filter(allowed)
-        reqs = [pm.AnnSearchRequest(data=data, anns_field=field, param=_params(field), limit=int(depth),
-                                    expr=flt or None) for field, data in requests]
-        res = self._call("hybrid search", lambda c: c.hybrid_search(
-            self.name, reqs, pm.RRFRanker(int(rrf_k)), limit=int(limit), output_fields=["doc_number"]))
-        return [{int(h["entity"]["doc_number"]): float(h["distance"]) for h in hits} for hits in res]
+        out = []
+        for i in range(len(requests[0][1]) if requests else 0):
+            reqs = [pm.AnnSearchRequest(data=[data[i]], anns_field=field, param=_params(field), limit=int(depth),
+                                        expr=flt or None) for field, data in requests]
+            res = self._call("hybrid search", lambda c, reqs=reqs: c.hybrid_search(
+                self.name, reqs, pm.RRFRanker(int(rrf_k)), limit=int(limit), output_fields=["doc_number"]))
+            out.append({int(h["entity"]["doc_number"]): float(h["distance"]) for h in res[0]})
+        return out
 
 
-def _open_checked(client: Any, uri: str, name: str, expect: Mapping[str, Any] | None, rows: int | None) -> int:
-    """Check the collection ``name`` (exists, same index as ``expect``, whole) and load it; its row count."""
+def _open_checked(client: Any, uri: str, name: str, expect: Mapping[str, Any] | None,
+                  rows: int | None) -> tuple[int, dict[str, str]]:
+    """Check the collection ``name`` (exists, same index as ``expect``, whole) and load it; its
+    row count and its record's entries."""
     if not client.has_collection(name):
         raise MilvusError(f"no collection {name!r} at {uri}: export the index first "
                           f"(alignir export milvus --index DIR --uri {uri} --collection {name})")
-    props = _properties(client, name)
-    if expect is not None:
-        _check_manifest(_read_manifest(client, name, uri), expect, name, uri)
+    rec = meta.read(client, name)
+    if expect is not None and not rec.unrecorded:  # unrecorded: refused below as an interrupted export
+        _check_manifest(_manifest_of(rec.values, name, uri), expect, name, uri)
     client.load_collection(name)
-    return _check_whole(client, name, uri, props, rows)
+    return _check_whole(client, name, uri, rec.values, rows), rec.values
 
 
 def _params(field: str) -> dict[str, Any]:
