@@ -34,7 +34,7 @@ import uuid
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 __all__ = ["EmbeddingCache", "encode_cached", "fingerprint_key", "text_key", "shard_rows"]
 
 ROLES = ("query", "document")
+#: encodes texts elsewhere: ``(texts, role)`` -> ``(rows, vectors, n_truncated)`` per finished chunk
+Runner = Callable[[list[str], str], Iterable[tuple[Sequence[int], np.ndarray, int]]]
 #: texts per written part: on a CPU a part is minutes of work; beside a GPU a part is one step of
 #: the embedder's tokenizer/GPU pipeline, and a small part would leave the GPU idle
 CPU_SHARD_TEXTS = 256
@@ -253,6 +255,7 @@ class EmbeddingCache:
         shard_id: int | None = None,
         shard_num: int | None = None,
         progress: bool = True,
+        runner: Runner | None = None,
     ) -> np.ndarray:
         """Vectors of ``texts`` (float32 [n, d], input order), encoding only what is not cached.
 
@@ -264,6 +267,9 @@ class EmbeddingCache:
         With ``shard_id``/``shard_num`` only the rows ``shard_rows(n, shard_id, shard_num)`` are
         encoded and returned (in that order); run every shard, then call without them (or
         :meth:`merge` roots first) to read the whole input from the cache.
+        ``runner``: encodes the uncached texts elsewhere instead of with ``embedder`` (a callable
+        ``(texts, role)`` yielding ``(rows, vectors, n_truncated)`` per finished chunk, in any
+        order, each written as a part: encoders.ray_pool); ``shard_size`` is then the runner's.
         """
         _check_role(role)
         texts = read_texts(embedder, check_texts(texts))
@@ -303,28 +309,29 @@ class EmbeddingCache:
             seq = len([p for p in idx.parts if p.startswith(f"part-{tag}-")])
             stats["n_truncated"] = 0
             with _one_truncation_warning(embedder, role, len(pending), stats):
-                seq = self._encode_parts(embedder, role, pending, shard_size, folder, tag, seq, stats, bar)
+                seq = self._encode_parts(embedder, role, pending, shard_size, folder, tag, seq, stats, bar,
+                                         runner)
             bar.close()
             idx.refresh()
         self.last_stats = stats
         return idx.gather(keys, embedder.dim) if keys else np.zeros((0, embedder.dim), dtype=np.float32)
 
     def _encode_parts(self, embedder: Embedder, role: str, pending: list[tuple[bytes, str]], shard_size: int,
-                      folder: Path, tag: str, seq: int, stats: dict[str, int], bar: Any) -> int:
-        """Encode ``pending`` (key, text) in parts of ``shard_size``, each written as it is done;
-        returns the next part number."""
-        for start in range(0, len(pending), shard_size):
-            chunk = pending[start : start + shard_size]
-            ctexts = [t for _, t in chunk]
-            vec = embedder.encode_queries(ctexts) if role == "query" else embedder.encode_documents(ctexts)
+                      folder: Path, tag: str, seq: int, stats: dict[str, int], bar: Any,
+                      runner: Runner | None = None) -> int:
+        """Encode ``pending`` (key, text) in parts of ``shard_size`` (or as ``runner`` cuts them),
+        each written as it is done; returns the next part number."""
+        texts = [t for _, t in pending]
+        pieces = runner(texts, role) if runner is not None else _in_process(embedder, texts, role, shard_size)
+        for rows, vec, truncated in pieces:
             vec = np.asarray(vec, dtype=np.float32)
-            if vec.shape != (len(chunk), embedder.dim):
-                raise InvalidInputError(f"embedder returned shape {vec.shape}, expected {(len(chunk), embedder.dim)}")
-            self._write_part(folder, tag, seq, [k for k, _ in chunk], vec)
+            if vec.shape != (len(rows), embedder.dim):
+                raise InvalidInputError(f"embedder returned shape {vec.shape}, expected {(len(rows), embedder.dim)}")
+            self._write_part(folder, tag, seq, [pending[i][0] for i in rows], vec)
             seq += 1
             stats["n_parts_written"] += 1
-            stats["n_truncated"] += int(getattr(embedder, "last_stats", {}).get("n_truncated", 0))
-            bar.update(len(chunk))
+            stats["n_truncated"] += int(truncated)
+            bar.update(len(rows))
         return seq
 
     def merge(self, sources: Sequence[str | os.PathLike]) -> int:
@@ -395,6 +402,15 @@ class EmbeddingCache:
                 if f.is_file():
                     out[p.name] = json.loads(f.read_text())
         return out
+
+
+def _in_process(embedder: Embedder, texts: list[str], role: str,
+                shard_size: int) -> Iterator[tuple[range, np.ndarray, int]]:
+    """The default runner: ``embedder`` in this process, ``shard_size`` texts at a time."""
+    for start in range(0, len(texts), shard_size):
+        chunk = texts[start : start + shard_size]
+        vec = embedder.encode_queries(chunk) if role == "query" else embedder.encode_documents(chunk)
+        yield range(start, start + len(chunk)), vec, int(getattr(embedder, "last_stats", {}).get("n_truncated", 0))
 
 
 def encode_cached(

@@ -40,6 +40,7 @@ from alignir.retrieval.ingest import DEFAULT_BATCH_DOCS, PassagePlanner, ingest
 from alignir.retrieval.manifest import (check_encoder, doc_encoder_fingerprint, embedder_spec,
                                        term_map_arrays, term_map_from_arrays)
 from alignir.retrieval.encoder import Encoder
+from alignir.retrieval.ray_encode import ray_pool
 from alignir.retrieval.sources import DocSource, DocumentStream, read_source
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ def build_index(
     store_text: bool = False,
     legs: str | Sequence[str] | None = None,
     batch_size: int = DEFAULT_BATCH_DOCS,
+    ray: Any = None,
     runtime: str | None = None,
     text_form: str | None = None,
 ) -> dict[str, Any]:
@@ -140,6 +142,10 @@ def build_index(
     and the spool folder is removed either way. The dense vectors are cached by encoder
     fingerprint + text hash, so a rebuild (or a resumed build after a kill) re-encodes only
     what is new.
+
+    ``ray``: encode on a Ray cluster ("auto", "local", a cluster address, or
+    ``encoders.ray_pool.RayOptions``): actors holding the model encode what the cache lacks,
+    and their vectors go into the cache as this process's would (retrieval/ray_encode.py).
     """
     if text_form is not None:
         embedder_options = {**(embedder_options or {}), "text_form": text_form}
@@ -172,7 +178,10 @@ def build_index(
         if uses_model:
             encoder, loaded = _document_encoder(model, embedder, opts, precision, cfg, loaded, device, progress,
                                                 cache_dir, use_cache, stage, runtime)
-        with spool_folder(index_dir) as folder:
+        with ray_pool(encoder and encoder.embedder, ray, model=model, family=embedder, options=opts, device=device,
+                      runtime=runtime, use_cache=use_cache, stage=stage) as pool, spool_folder(index_dir) as folder:
+            if pool is not None:
+                encoder.runner = pool.encode_chunks  # type: ignore[union-attr]
             stage(f"reading{', encoding' if uses_model else ''} and analysing the documents, "
                   f"{batch_size} at a time")
             got = ingest(stream, folder, encoder=encoder, passages=cfg.passages, lexical=cfg.lexical,
@@ -208,6 +217,8 @@ def build_index(
                                  "skipped_lines": [[sk.line, sk.reason] for sk in got.skipped],
                                  "passages": got.passage_stats or None,
                                  "runtime": None if encoder is None else encoder.runtime}
+            if pool is not None:
+                manifest["build"]["ray"] = pool.summary()
             stage(f"writing {index_dir}")
             write_index(index_dir, manifest, got.doc_ids, got.rows, parts=parts, pc1=pc1, extra_arrays=extra)
             if calibrates:

@@ -22,6 +22,19 @@ INDEX_OPT = typer.Option(..., "--index", "-i", help="Index folder.")
 OLD_K_OPT = typer.Option(None, "--k", hidden=True)
 OLD_M_OPT = typer.Option(None, "--m", hidden=True)
 OLD_LAMBDA_OPT = typer.Option(None, "--lambda", hidden=True)
+RAY_OPT = typer.Option(None, "--ray", help="Encode on a Ray cluster: auto (the running one), local (start one "
+                       "here) or HOST:PORT; one actor per GPU, else per --ray-cpus-per-actor cores (pip install "
+                       "'alignir[ray]'; docs/scaling.md).")
+RAY_CPUS_OPT = typer.Option(1, "--ray-cpus-per-actor", help="Cores per Ray actor on a cluster without GPUs.")
+
+
+def _ray(address: Optional[str], cpus_per_actor: int):
+    """The --ray flags as build_index's ``ray`` (None: no Ray)."""
+    if address is None:
+        return None
+    from alignir.encoders.ray_pool import RayOptions
+
+    return RayOptions(address=address, cpus_per_actor=cpus_per_actor)
 
 
 def _sparse_flags(doc_k, query_m, pc1_lambda, old_k, old_m, old_lambda) -> tuple:
@@ -101,6 +114,8 @@ def build_index_cmd(
     store_text: bool = typer.Option(False, "--store-text", help="Keep each document's title and text in "
                                     "the index (Searcher.doc; add and calibrate without the corpus file)."),
     wait: bool = typer.Option(False, "--wait", help="If another process is writing this index, wait for it instead of failing."),
+    ray: Optional[str] = RAY_OPT,
+    ray_cpus_per_actor: int = RAY_CPUS_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Encode a corpus once and build its sparse (aligned-token) + dense index (and BM25 leg).
@@ -127,7 +142,8 @@ def build_index_cmd(
                                skip_bad=skip_bad, cache_dir=cache_dir, use_cache=resume,
                                device=device, lexical=lexical, wait=wait, precision=precision,
                                passages=passage_cfg, store_text=store_text, legs=legs, batch_size=batch_size,
-                               runtime=runtime, on_stage=lambda s: typer.secho(f"• {s}", err=True))
+                               runtime=runtime, ray=_ray(ray, ray_cpus_per_actor),
+                               on_stage=lambda s: typer.secho(f"• {s}", err=True))
         skipped = manifest.get("build", {}).get("skipped_lines", [])
         for line, reason in skipped[:20]:
             typer.secho(f"skipped line {line}: {reason}", fg=typer.colors.YELLOW, err=True)
@@ -518,6 +534,8 @@ def encode_cmd(
                                                "sized to the free memory on a GPU)."),
     shard_id: Optional[int] = typer.Option(None, help="Encode only this shard (0-based) ..."),
     shard_num: Optional[int] = typer.Option(None, help="... of this many contiguous shards."),
+    ray: Optional[str] = RAY_OPT,
+    ray_cpus_per_actor: int = RAY_CPUS_OPT,
     skip_bad: bool = typer.Option(False, help="Skip malformed corpus lines."),
     cache_dir: Optional[Path] = typer.Option(None, help="Embedding cache folder "
                                              "(default $ALIGNIR_CACHE/embeddings)."),
@@ -533,7 +551,9 @@ def encode_cmd(
     `alignir build-index` with the same model/embedder/max-length finds every vector cached.
     Use the same --max-length/--batch-tokens/--passages/--adapter/--embedder-option/--instruction/--text-form
     here as in build-index (they make the encoder fingerprint, or the texts encoded: long
-    documents are split into passages as build-index splits them)."""
+    documents are split into passages as build-index splits them).
+    --ray encodes on a Ray cluster instead (no shards to merge: the vectors land in this
+    machine's cache)."""
     setup_logging(verbose)
     with user_errors(verbose):
         from alignir.encoders.cache import EmbeddingCache
@@ -545,6 +565,7 @@ def encode_cmd(
         from alignir.retrieval.config import PassageConfig
         from alignir.retrieval.encoder import checkpoint_every
         from alignir.retrieval.indexer import DEFAULT_EMBEDDER, _passages, read_source
+        from alignir.retrieval.ray_encode import ray_pool
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         runtime = check_runtime(runtime)  # ... and so does a bad --runtime
@@ -556,8 +577,12 @@ def encode_cmd(
                             runtime)
         # the rows build-index encodes: the passages of long documents (same plan, same texts)
         plan, pmap = _passages(passage_cfg, texts, enc, lambda s: typer.secho(f"• {s}", err=True))
-        H = EmbeddingCache(cache_dir).encode_cached(enc, plan.texts, "document", shard_size=checkpoint_every(enc),
-                                                    shard_id=shard_id, shard_num=shard_num)
+        with ray_pool(enc, _ray(ray, ray_cpus_per_actor), model=model, family=embedder,
+                      options={**opts, "precision": precision} if precision != "fp32" else opts, device=device,
+                      runtime=runtime, stage=lambda s: typer.secho(f"• {s}", err=True)) as pool:
+            H = EmbeddingCache(cache_dir).encode_cached(enc, plan.texts, "document", shard_size=checkpoint_every(enc),
+                                                        shard_id=shard_id, shard_num=shard_num,
+                                                        runner=pool and pool.encode_chunks)
         what = "passages" if pmap is not None else "documents"
         typer.echo(f"encoded {H.shape[0]} of {len(plan.texts)} {what} into the cache")
 
