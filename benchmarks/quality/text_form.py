@@ -1,0 +1,247 @@
+"""Text-form benchmark: how the default model's legs hold when a collection's text comes in
+capitals or lower case without punctuation, with the LLM's text form "auto" (runs of capitals
+read in sentence case, encoders.text_form) and "off" (text read as given).
+
+Five settings per collection (corpus form / query form):
+
+- ``original``: both as published;
+- ``queries-capitals``: the queries in capitals;
+- ``both-capitals``: corpus and queries in capitals;
+- ``lower-corpus-capital-queries``: the corpus lower-cased without punctuation, the queries in capitals;
+- ``both-lower``: both lower-cased without punctuation.
+
+Each is scored by nDCG@10 of BM25, dense, sparse and the three legs (dense+sparse+bm25, the
+default fusion) through the product: ``build_index`` on the variant corpus (fusion calibrated
+on its pseudo-queries), then ``Searcher``. Goals: three legs >= BM25 and within 0.02 of the
+original; dense within 0.05 of the original (the original of the same text form).
+
+One embedding cache (``--work``/cache) serves every build: the cache keys vectors by the text
+the transformer reads, so a setting whose read text equals an earlier one's encodes nothing
+(the lower-case corpus under either form; the natural corpus under "auto" and "off"). Each
+setting's leg lists (top ``--k`` of each leg, and of the calibration pseudo-queries, in the
+format of benchmarks/quality/dump_leg_lists.py plus ``setting`` and ``text_form``) go to
+``--work``/lists/COLLECTION-SETTING-FORM.json.gz, outside git, for offline fusion rules.
+
+Result file: benchmarks/results/text_form.json (rows merged by collection, form and setting, so
+collections can be run one at a time).
+
+    nice -n 10 python -m benchmarks.quality.text_form --collections adi
+    nice -n 10 python -m benchmarks.quality.text_form --collections med
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULT = ROOT / "benchmarks" / "results" / "text_form.json"
+DATA = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets"
+WORK = Path("/work/scratch/text_form")
+THREE = "dense+sparse+bm25"
+MODES = ("bm25", "dense", "sparse", THREE)
+LEGS = ("dense", "sparse", "bm25")
+#: setting -> (corpus form, query form)
+SETTINGS: dict[str, tuple[str, str]] = {
+    "original": ("natural", "natural"),
+    "queries-capitals": ("natural", "capitals"),
+    "both-capitals": ("capitals", "capitals"),
+    "lower-corpus-capital-queries": ("lower", "capitals"),
+    "both-lower": ("lower", "lower"),
+}
+PASS_ORDER = [("natural", "auto"), ("natural", "off"), ("capitals", "auto"), ("lower", "auto"), ("lower", "off"),
+              ("capitals", "off")]
+GOALS = {"three_legs_vs_bm25": 0.0, "three_legs_vs_original": 0.02, "dense_vs_original": 0.05}
+
+_PUNCT = re.compile(r"[^\w\s]+")
+_SPACES = re.compile(r"[ \t]+")
+
+
+def lower_without_punctuation(text: str) -> str:
+    """Lower case, punctuation replaced by a space, runs of spaces made one."""
+    return _SPACES.sub(" ", _PUNCT.sub(" ", text.lower())).strip()
+
+
+FORMS: dict[str, Callable[[str], str]] = {"natural": lambda t: t, "capitals": str.upper,
+                                          "lower": lower_without_punctuation}
+
+
+def write_variant(src: Path, dst: Path, corpus_form: str, query_form: str) -> Path:
+    """A BEIR folder at ``dst``: ``src`` with its corpus (title and text) and queries in the given forms."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for name, form in (("corpus.jsonl", corpus_form), ("queries.jsonl", query_form)):
+        fn = FORMS[form]
+        with open(src / name, encoding="utf-8") as f, open(dst / name, "w", encoding="utf-8") as out:
+            for line in f:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                for key in ("title", "text"):
+                    if isinstance(rec.get(key), str):
+                        rec[key] = fn(rec[key])
+                out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    if (dst / "qrels").exists():
+        shutil.rmtree(dst / "qrels")
+    shutil.copytree(src / "qrels", dst / "qrels")
+    return dst
+
+
+def cached_rows(cache: Path) -> int:
+    """Document vectors held by the embedding cache (every fingerprint)."""
+    return sum(int(np.load(p)["keys"].shape[0]) for p in cache.glob("*/document/*.npz"))
+
+
+def load_avg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def score_setting(collection: str, setting: str, form: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Build (or reuse from the cache) the index of one setting and score its legs."""
+    from alignir.retrieval.beir import load_beir
+    from alignir.retrieval.evaluation import evaluate_runs, run_queries
+    from alignir.retrieval.indexer import build_index
+    from alignir.retrieval.searcher import Searcher
+
+    from benchmarks.quality.dump_leg_lists import _by_id, _pseudo
+
+    corpus_form, query_form = SETTINGS[setting]
+    work = Path(args.work)
+    folder = write_variant(Path(args.data) / collection, work / "data" / collection / setting, corpus_form, query_form)
+    index = work / "indexes" / f"{collection}-{corpus_form}-{form}"
+    cache = work / "cache"
+    before, t0 = cached_rows(cache) if cache.exists() else 0, time.perf_counter()
+    if index not in args.built:  # settings of one corpus form share its index (queries differ)
+        build_index(folder, index, model=args.model, cache_dir=cache, text_form=form, progress=False,
+                    on_stage=lambda s: print(f"  [{collection} {setting} {form}] {s}", file=sys.stderr, flush=True))
+        args.built.add(index)
+    build_s = time.perf_counter() - t0
+    encoded = cached_rows(cache) - before
+    ds = load_beir(folder)
+    s = Searcher.open(index)
+    try:
+        t1 = time.perf_counter()
+        runs, _ = run_queries(s, ds.queries, MODES, k=100, progress=False)
+        metrics = evaluate_runs(ds.qrels, runs, ("ndcg@10",))
+        qids = list(ds.queries)
+        lists = s.leg_lists([ds.queries[q] for q in qids], LEGS, k=args.k)
+        legs = {leg: {q: _by_id(s, run) for q, run in zip(qids, lists[leg])} for leg in LEGS}
+        dump = {"dataset": collection, "setting": setting, "text_form": form, "corpus_form": corpus_form,
+                "query_form": query_form, "index": str(index), "model": s.index.manifest.get("embedder", {}),
+                "k": args.k, "qrels": ds.qrels, "legs": legs, **_pseudo(s, ds)}
+        plan = s.plan(THREE).to_dict()
+        search_s = time.perf_counter() - t1
+    finally:
+        s.close()
+    out = work / "lists" / f"{collection}-{setting}-{form}.json.gz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(out, "wt") as f:
+        json.dump(dump, f)
+    ndcg = {m: round(float(metrics[m]["ndcg@10"]), 4) for m in MODES}
+    return {"collection": collection, "setting": setting, "text_form": form, "corpus_form": corpus_form,
+            "query_form": query_form, "queries": len(ds.queries), "ndcg@10": ndcg,
+            "new_document_vectors": encoded, "build_seconds": round(build_s, 1),
+            "search_seconds": round(search_s, 1), "load_avg": load_avg(), "lists": str(out), "plan": plan}
+
+
+def goals(row: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
+    """The goals of one row against the original setting of its collection and form."""
+    n = row["ndcg@10"]
+    out: dict[str, Any] = {"three_legs_ge_bm25": n[THREE] >= n["bm25"] - GOALS["three_legs_vs_bm25"]}
+    if original is not None:
+        o = original["ndcg@10"]
+        out["three_legs_within_0.02_of_original"] = n[THREE] >= o[THREE] - GOALS["three_legs_vs_original"]
+        out["dense_within_0.05_of_original"] = n["dense"] >= o["dense"] - GOALS["dense_vs_original"]
+        out["delta_vs_original"] = {m: round(n[m] - o[m], 4) for m in MODES}
+    out["met"] = all(v for k, v in out.items() if isinstance(v, bool))
+    return out
+
+
+def merge(result: dict[str, Any], row: dict[str, Any]) -> None:
+    """Put ``row`` into ``result`` (replacing the row of the same collection, form and setting) and
+    recompute every row's goals."""
+    key = (row["collection"], row["text_form"], row["setting"])
+    rows = [r for r in result["rows"] if (r["collection"], r["text_form"], r["setting"]) != key] + [row]
+    order = list(SETTINGS)
+    rows.sort(key=lambda r: (r["collection"], r["text_form"], order.index(r["setting"])))
+    originals = {(r["collection"], r["text_form"]): r for r in rows if r["setting"] == "original"}
+    for r in rows:
+        r["goals"] = goals(r, originals.get((r["collection"], r["text_form"])))
+    result["rows"] = rows
+
+
+def write_result(out: Path, model: str, run: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Merge this run's rows and command into the result file as it is now on disk (another run
+    may have written other collections meanwhile), atomically."""
+    result = json.loads(out.read_text()) if out.exists() else {}
+    result.update(description=__doc__.split("\n\n")[0].replace("\n", " "), model=model, goals=GOALS,
+                  settings={k: {"corpus": c, "queries": q} for k, (c, q) in SETTINGS.items()})
+    result.setdefault("rows", [])
+    for row in rows:
+        merge(result, row)
+    result["commands"] = [c for c in result.get("commands", []) if c.get("command") != run["command"]] + [run]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(out)
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from alignir.encoders.shipped import DEFAULT_MODEL
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--collections", default="adi", help="comma-separated folders under --data")
+    ap.add_argument("--forms", default="auto,off", help="text forms to score: auto, off")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--work", default=str(WORK), help="variant folders, indexes, cache and leg lists (outside git)")
+    ap.add_argument("--k", type=int, default=1000, help="depth of the leg lists written")
+    ap.add_argument("--out", default=str(RESULT))
+    args = ap.parse_args(argv)
+    args.built = set()
+    settings = [s for s in args.settings.split(",") if s]
+    forms = [f for f in args.forms.split(",") if f]
+    unknown = [s for s in settings if s not in SETTINGS] + [f for f in forms if f not in ("auto", "off")]
+    if unknown:
+        ap.error(f"unknown setting or form: {', '.join(unknown)}")
+    out = Path(args.out)
+    command = "nice -n 10 python -m benchmarks.quality.text_form " + " ".join(argv if argv is not None else sys.argv[1:])
+    run = {"command": command.strip(), "commit": commit(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "load_avg_start": load_avg()}
+    mine: list[dict[str, Any]] = []
+    # one corpus pass per (corpus form, text form), in the order that answers the goals first: the
+    # natural corpus (auto and off read nearly the same), capitals read by "auto", the lower-case
+    # corpus (read the same under both), and last capitals read as given
+    by_corpus = sorted(((c, s, f) for c in args.collections.split(",") if c for s in settings for f in forms),
+                       key=lambda t: (t[0], PASS_ORDER.index((SETTINGS[t[1]][0], t[2])), list(SETTINGS).index(t[1])))
+    for collection, setting, form in by_corpus:
+        row = score_setting(collection, setting, form, args)
+        mine.append(row)
+        run["load_avg_end"] = load_avg()
+        write_result(out, args.model, run, mine)
+        n = row["ndcg@10"]
+        print(f"{collection} {setting:30s} {form:4s} bm25 {n['bm25']:.4f} dense {n['dense']:.4f} "
+              f"sparse {n['sparse']:.4f} three {n[THREE]:.4f} new vectors {row['new_document_vectors']} "
+              f"build {row['build_seconds']}s load {row['load_avg'][0]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
