@@ -225,7 +225,7 @@ class OnnxBackbone:
     session's intra-op threads (default torch's count); ``spinning``: whether an idle thread
     spins for work before it sleeps (off by default: on a shared CPU, or beside torch's own
     threads, a spinning pool takes the cores the other work needs;
-    benchmarks/omp_wait_policy.py measures both)."""
+    benchmarks/archive/omp_wait_policy.py measures both)."""
 
     def __init__(self, path: str | Path, threads: int | None = None, spinning: bool = False) -> None:
         import onnxruntime as ort

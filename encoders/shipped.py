@@ -47,7 +47,7 @@ SHIPPED: dict[str, ShippedEmbedder] = {
         description="SmolLM2-135M-Instruct, PromptEOL read through a LoRA adapter (r 16, fp16, 9.8 MB) trained "
                     "with InfoNCE on SciFact train pairs + BM25 hard negatives (360 steps of batch 8)",
         # its dense leg is the stronger one: z-score, α 0.7, chosen leave-one-collection-out over
-        # ADI/CISI/Cranfield/MED/SciFact (benchmarks/hybrid_alpha.py; +0.000..+0.017 nDCG@10
+        # ADI/CISI/Cranfield/MED/SciFact (benchmarks/defaults/hybrid_alpha.py; +0.000..+0.017 nDCG@10
         # over minmax 0.5, benchmarks/results/fusion_transfer.json "hybrid-alpha" rows)
         hybrid=("zscore", 0.7)),
     # v2: a new name rather than new weights under the old one, so that indexes built with the
@@ -67,10 +67,10 @@ SHIPPED: dict[str, ShippedEmbedder] = {
                     "trained 640 steps more on SciFact train pairs plus title/abstract and crop pairs of the "
                     "SciFact corpus, with all-MiniLM-L6-v2 distillation (1,000 steps of batch 8 in all)",
         # z-score α 0.7: re-chosen for v3 leave-one-collection-out, the same as v1's
-        # (benchmarks/hybrid_alpha.py, fusion_transfer.json "hybrid-alpha" rows of this model)
+        # (benchmarks/defaults/hybrid_alpha.py, fusion_transfer.json "hybrid-alpha" rows of this model)
         hybrid=("zscore", 0.7),
         # three legs: BM25 at 0.5 instead of 0.6, gate power 2: chosen leave-one-collection-out
-        # under the "no-regress" rule (benchmarks/leg_set_weights.py; held out +0.001..+0.019
+        # under the "no-regress" rule (benchmarks/defaults/leg_set_weights.py; held out +0.001..+0.019
         # nDCG@10 on ADI/CISI/Cranfield/MED/SciFact); the two-leg sets keep the searcher's defaults
         leg_sets=V3_LEG_SETS),
     # v4: v3 trained 85 steps more on a GPU (batch 32, 128 tokens) on SciFact train pairs plus
@@ -97,7 +97,7 @@ SHIPPED: dict[str, ShippedEmbedder] = {
 }
 
 #: the model of build-index / beir / encode when none is given: the best shipped trained embedder.
-#: v4 passes the ship rule over v3 (benchmarks/ship_rule.py: three legs above v3 on SciFact,
+#: v4 passes the ship rule over v3 (benchmarks/decisions/ship_rule.py: three legs above v3 on SciFact,
 #: CISI, Cranfield and ADI, 0.002 below on MED) and is above it on dense and aligned-token
 #: nDCG@10 of SciFact, MED, CISI and Cranfield (benchmarks/results/gpu_train.json, gpu-distill-85).
 DEFAULT_MODEL = "smollm2-135m-alignir-v4"

@@ -26,7 +26,7 @@ merge uses a small bounded heap with the same order.
 
 The small helpers are plain ``@njit`` functions, not ``inline="always"``: LLVM inlines them into
 the kernels anyway, while inlining them in Numba's own IR first made every caller compile them
-again, and a fresh install's first search wait for it (``benchmarks/bench_jit.py``).
+again, and a fresh install's first search wait for it (``benchmarks/speed/bench_jit.py``).
 """
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ _ARRAYS = ("map_", "ptr", "docs", "weights", "lo", "scale", "deleted", "dense_ke
 _DENSE_ARRAYS = ("dense_keys", "dense_off", "dense")  # absent from version-1 directories
 #: default share of a block's documents from which a (term, block) list is stored dense:
 #: where dense is no larger (w/(w+2) bytes rule) but at most 1/2, where the vector add
-#: already beats the scatter by far (measured in benchmarks/bench_sparse_index.py)
+#: already beats the scatter by far (measured in benchmarks/speed/bench_sparse_index.py)
 _DENSE_MIN = {None: 0.5, "uint16": 0.5, "uint8": 1 / 3}
 PRUNE_MODES = ("auto", "on", "off")
 #: numba's parallel (workqueue) kernels must not be entered from two threads at once

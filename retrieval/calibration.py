@@ -18,7 +18,7 @@ makes a leg noise on every query — so the calibrated fusion measures it once p
 A search then weighs leg i by ``w_i · gate(ā_i)`` for *every* query (z-score fusion): legs
 that agree with BM25 on the collection keep the fixed z-score weights (all of its gain), a
 leg that is noise on the collection drops out (:data:`alignir.retrieval.fusion_plan.LEG_SET_CALIBRATED`
-holds the gate; chosen leave-one-collection-out in benchmarks/fusion_rules.py). No qrels and
+holds the gate; chosen leave-one-collection-out in benchmarks/defaults/fusion_rules.py). No qrels and
 no user queries are involved; the result is stored in the index manifest
 (``params.fusion_calibration``) by build-index / resparsify / add-lexical and
 ``alignir calibrate``.

@@ -240,7 +240,7 @@ class FusionConfig(_Config):
     alignir's (fusion_plan.LEG_SET_WEIGHTS / LEG_SET_CALIBRATED) for the leg sets named:
     ``{"dense+sparse+bm25": {"weights": {"dense": 0.3, "sparse": 0.3, "bm25": 0.4},
     "gate_power": 2.0}}`` (a shipped trained model brings its own, encoders.shipped; chosen by
-    benchmarks/leg_set_weights.py). Keys are '+'-joined built-in legs (legs.LEGS) in their order.
+    benchmarks/defaults/leg_set_weights.py). Keys are '+'-joined built-in legs (legs.LEGS) in their order.
     Which of these a search uses, and why, is its plan (retrieval/fusion_plan.py).
     """
 

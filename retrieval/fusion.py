@@ -35,7 +35,7 @@ in it (and the missing value) is 0, so it does not move the fused order.
   Combination" (SIGIR 1997: relevant documents are retrieved by more of the systems), used
   here as a per-query reliability weight of each list; the gate's form and parameters were
   chosen on dumped leg lists, leave-one-collection-out, also with the LLM legs deliberately
-  degraded (benchmarks/fusion_rules.py).
+  degraded (benchmarks/defaults/fusion_rules.py).
 
 Rank order inside each input list uses the same deterministic tie-break (score
 descending, doc id ascending), so RRF ranks are well defined.
@@ -200,7 +200,7 @@ AGREE_CHANCES = ("none", "pool", "corpus")
 @dataclass(frozen=True)
 class AgreeParams:
     """The per-query gate of :func:`agree` (validated on creation; the defaults are the
-    dense+sparse+bm25 gate chosen in benchmarks/fusion_rules.py).
+    dense+sparse+bm25 gate chosen in benchmarks/defaults/fusion_rules.py).
 
     A list's agreement with the anchor is ``A = |top_k(list) ∩ top_depth(anchor)| / k`` (its
     top k found among the anchor's top ``depth``); with ``symmetric`` also

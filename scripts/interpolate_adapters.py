@@ -3,7 +3,7 @@
     .venv/bin/python scripts/interpolate_adapters.py builtin:smollm2-135m-alignir-v3 RUN 0.5 OUT
 
 writes OUT, whose update is 0.5·ΔW(v3) + 0.5·ΔW(RUN); score it like any adapter
-(``alignir beir --model smollm2-135m --adapter OUT`` or benchmarks/gpu_train.py --score-adapter).
+(``alignir beir --model smollm2-135m --adapter OUT`` or benchmarks/gpu/gpu_train.py --score-adapter).
 """
 from __future__ import annotations
 

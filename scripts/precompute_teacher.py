@@ -12,7 +12,7 @@ the texts of the shipped recipe's mix for seeds 0 and 1):
         --data-mix supervised,title=2000,crop=2000 --corpus ../shared/datasets/scifact \\
         --negatives 1 --seeds 0,1 --max-length 128 --threads 1
 
-``--seed-from-anchor DIR`` first copies in the document vectors that ``benchmarks/anchors.py
+``--seed-from-anchor DIR`` first copies in the document vectors that ``benchmarks/quality/anchors.py
 --cache DIR`` already computed with the same model and max_length (an anchor reads documents as
 the teacher does: the same model, prompt and cut), so only the rest is computed.
 """
@@ -31,7 +31,7 @@ from alignir.encoders.train.teacher import ST_TEACHERS, CachedTeacher, make_teac
 
 class ReplayTeacher:
     """A sentence-transformers teacher's identity and prompts with its document vectors read
-    from a dense anchor's embedding cache (benchmarks/anchors.py ``--cache``): no model loads."""
+    from a dense anchor's embedding cache (benchmarks/quality/anchors.py ``--cache``): no model loads."""
 
     def __init__(self, name: str, max_length: int | None, vectors: dict[str, np.ndarray]) -> None:
         self.max_length = replay_max_length(name, max_length)  # names a sentence-transformers teacher or exits
@@ -58,7 +58,7 @@ def replay_max_length(name: str, max_length: int | None) -> int:
 
 
 def anchor_vectors(anchor_cache: str, name: str, max_length: int, texts: list[str]) -> dict[str, np.ndarray]:
-    """The vectors of ``texts`` that a dense anchor run cached (benchmarks.anchors.AnchorEmbedder's
+    """The vectors of ``texts`` that a dense anchor run cached (benchmarks.quality.anchors.AnchorEmbedder's
     fingerprint: the anchor's label and max_length), by text."""
     from pathlib import Path
 
@@ -67,7 +67,7 @@ def anchor_vectors(anchor_cache: str, name: str, max_length: int, texts: list[st
     root = str(Path(__file__).resolve().parents[1])  # the checkout: benchmarks/ is beside scripts/
     if root not in sys.path:
         sys.path.insert(0, root)
-    from benchmarks.anchors import ANCHORS, AnchorEmbedder
+    from benchmarks.quality.anchors import ANCHORS, AnchorEmbedder
 
     if name not in {label for label, kind, _, _ in ANCHORS.values() if kind == "dense"}:
         raise SystemExit(f"no dense anchor is {name!r}")
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed-from-anchor", default=None, metavar="DIR",
-                    help="an anchor run's embedding cache (benchmarks/anchors.py --cache) to copy document vectors from")
+                    help="an anchor run's embedding cache (benchmarks/quality/anchors.py --cache) to copy document vectors from")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

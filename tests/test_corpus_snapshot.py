@@ -35,7 +35,7 @@ def test_a_kept_corpus_is_the_one_its_source_file_describes(name):
 
 
 def test_a_kept_corpus_replaces_a_stale_local_build_and_leaves_a_current_one(tmp_path):
-    """benchmarks/run_lib.sh ``unpack_corpus``: a folder holding another build of the corpus (the
+    """benchmarks/training/run_lib.sh ``unpack_corpus``: a folder holding another build of the corpus (the
     archive moved on) is replaced by the kept one; a folder that holds it already is left alone."""
     import os
     import subprocess
@@ -50,7 +50,7 @@ def test_a_kept_corpus_replaces_a_stale_local_build_and_leaves_a_current_one(tmp
     def unpack() -> str:
         env = {**os.environ, "PYTHON": sys.executable, "RUNS": str(tmp_path / "runs")}
         env.pop("STOP_AT", None)
-        script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; unpack_corpus "{kept}" "{dest}"'
+        script = f'ROOT="{root}"; source "{root}/benchmarks/training/run_lib.sh"; unpack_corpus "{kept}" "{dest}"'
         return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
 
     assert "unpacked" in unpack()

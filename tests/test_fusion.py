@@ -272,7 +272,7 @@ def test_default_gate_falls_back_on_noise_and_keeps_the_gain_of_agreeing_legs():
     default (weights 0.2/0.2/0.6, AgreeParams()): noise legs (another query's) cost the fixed
     z-score 0.03-0.04 and leave the default within 0.005 of BM25 (0.0003-0.0014 below over
     seeds 0-2); informative legs keep most of z-score's gain — 86-87 % here, short of the
-    issue's 90 % (as on CISI: the trade-off of benchmarks/fusion_rules.py) — where the plain
+    issue's 90 % (as on CISI: the trade-off of benchmarks/defaults/fusion_rules.py) — where the plain
     top-10 gate before (AGREE_TOP10 at 0.3/0.3/0.6) kept about 57 %."""
     from alignir.retrieval.fusion import AGREE_TOP10
     from alignir.retrieval.metrics import evaluate

@@ -1,10 +1,10 @@
-"""benchmarks/fusion_rules.py: its replay of a rule equals the product code, the shuffled
+"""benchmarks/defaults/fusion_rules.py: its replay of a rule equals the product code, the shuffled
 setting, and the leave-one-collection-out choice."""
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.fusion_rules import MODES, Setting, apply_rule, choose, prepare, product_run, shuffled
+from benchmarks.defaults.fusion_rules import MODES, Setting, apply_rule, choose, prepare, product_run, shuffled
 
 
 def _setting() -> Setting:
@@ -104,7 +104,7 @@ def test_calibrated_replay_equals_the_product_default():
 
 
 def test_rows_name_a_shipped_model_by_its_registered_name():
-    from benchmarks.fusion_rules import model_label
+    from benchmarks.defaults.fusion_rules import model_label
 
     assert model_label({"model": "smollm2-135m", "options": {"adapter": "builtin:smollm2-135m-alignir-v3"}}) \
         == "smollm2-135m-alignir-v3"

@@ -1,4 +1,4 @@
-"""The quality goals (benchmarks/goals.py): each judged on the rows on file, a ratio goal against
+"""The quality goals (benchmarks/decisions/goals.py): each judged on the rows on file, a ratio goal against
 the model's own dense leg, a fused anchor at the better of its two fusions, a missing row
 unmeasured rather than met or missed."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import goals
-from benchmarks.goals import GEMMA, MINILM, SPLADE, Goal, judge
-from benchmarks.ship_rule import COLLECTIONS, RULED_LEG
+from benchmarks.decisions import goals
+from benchmarks.decisions.goals import GEMMA, MINILM, SPLADE, Goal, judge
+from benchmarks.decisions.ship_rule import COLLECTIONS, RULED_LEG
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 

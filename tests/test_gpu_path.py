@@ -1,6 +1,6 @@
 """The parts of the GPU encode path that run the same on a CPU: the batch budget per device,
 the numpy collate, the tokenizer steps run ahead on a thread, the tokenizer-threads switch.
-(benchmarks/gpu_check.py runs the rest on a real GPU: vectors against the CPU's, speed.)"""
+(benchmarks/gpu/gpu_check.py runs the rest on a real GPU: vectors against the CPU's, speed.)"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -96,7 +96,7 @@ def test_tokenizer_threads_follow_the_device_unless_the_user_chose(monkeypatch):
 
 
 def test_gpu_check_tiny_step_runs_on_the_cpu():
-    from benchmarks.gpu_check import check_tiny
+    from benchmarks.gpu.gpu_check import check_tiny
 
     out = check_tiny("cpu", None)
     assert out["float32"]["min_cosine"] > 0.9999
@@ -112,7 +112,7 @@ def test_gpu_check_does_not_take_the_test_suites_tokenizer_setting_for_a_users(p
     import subprocess
     import sys
 
-    code = ("import torch; import benchmarks.gpu_check as g; g._tiny_loaded('cpu', torch.float32); from alignir.encoders import models; "
+    code = ("import torch; import benchmarks.gpu.gpu_check as g; g._tiny_loaded('cpu', torch.float32); from alignir.encoders import models; "
             "models._tokenizer_threads(torch.device('cuda')); import os; print(os.environ.get('TOKENIZERS_PARALLELISM'))")
     env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
     if preset is not None:

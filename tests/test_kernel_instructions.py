@@ -1,4 +1,4 @@
-"""The callgrind counting of benchmarks/bench_kernel_instructions.py, on a real valgrind run."""
+"""The callgrind counting of benchmarks/speed/bench_kernel_instructions.py, on a real valgrind run."""
 from __future__ import annotations
 
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_kernel_instructions import _dumps, build_toggle
+from benchmarks.speed.bench_kernel_instructions import _dumps, build_toggle
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("valgrind") and shutil.which("gcc") and Path("/usr/include/valgrind/callgrind.h").exists()),

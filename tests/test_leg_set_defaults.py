@@ -1,6 +1,6 @@
 """An index's own calibrated leg-set defaults (FusionConfig.leg_sets, which a shipped trained model
 brings): validation, the manifest round trip, the searcher's use of them against the fusion
-computed by hand, and benchmarks/leg_set_weights.py's leave-one-collection-out choice."""
+computed by hand, and benchmarks/defaults/leg_set_weights.py's leave-one-collection-out choice."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
 from alignir.retrieval.indexer import build_index
 from alignir.retrieval.searcher import Searcher
 from alignir.retrieval.fusion_plan import LEG_SET_CALIBRATED
-from benchmarks.leg_set_weights import candidates, choose
+from benchmarks.defaults.leg_set_weights import candidates, choose
 
 from conftest import write_corpus
 from test_calibration import TEXTS

@@ -1,4 +1,4 @@
-"""benchmarks/loss_gradients.py: gradient norms of each InfoNCE loss term with respect to the
+"""benchmarks/archive/loss_gradients.py: gradient norms of each InfoNCE loss term with respect to the
 embeddings, exact on a hand-made function and end to end on the tiny model."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from benchmarks.loss_gradients import gradient_norms
+from benchmarks.archive.loss_gradients import gradient_norms
 
 from conftest import TINY_CORPUS, TRAIN_QUERIES, write_corpus, write_queries
 
@@ -24,7 +24,7 @@ def test_gradient_norms_by_hand():
 
 
 def test_end_to_end_on_the_tiny_model(tiny_folder, tiny_adapter, tmp_path):
-    from benchmarks.loss_gradients import main
+    from benchmarks.archive.loss_gradients import main
 
     data = tmp_path / "beir"
     (data / "qrels").mkdir(parents=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.map_sweep import choose, folder_name, parse_setting, summary_row
+from benchmarks.training.map_sweep import choose, folder_name, parse_setting, summary_row
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 

@@ -2,7 +2,7 @@
 the folder index's ids and scores, the sparse leg equals our kernel on signed queries, an
 export killed mid-insert resumes, a collection of another index or encoder is refused, a bad URI
 or a missing client is one clear line. On a tiny random Llama (fast), and every mode on ADI
-with the real SmolLM2 (marked `model`); benchmarks/bench_milvus.py measures the same on more
+with the real SmolLM2 (marked `model`); benchmarks/milvus/bench_milvus.py measures the same on more
 collections."""
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from benchmarks.fault_milvus import killed_export
+from benchmarks.faults.fault_milvus import killed_export
 
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")

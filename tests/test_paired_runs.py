@@ -1,4 +1,4 @@
-"""The paired comparison of two recorded runs (benchmarks/paired_runs.py): the sign-flip p-value
+"""The paired comparison of two recorded runs (benchmarks/decisions/paired_runs.py): the sign-flip p-value
 against hand enumeration, the summary's counts, and the committed record against its own
 per-query scores and gpu_train.json's means."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.paired_runs import OUT, adapter_of, compare, find_index, merge_rows, recorded_mean, sign_flip_p
+from benchmarks.decisions.paired_runs import OUT, adapter_of, compare, find_index, merge_rows, recorded_mean, sign_flip_p
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks/results"
 GPU_TRAIN = json.loads((RESULTS / "gpu_train.json").read_text())
@@ -53,8 +53,8 @@ def test_a_shipped_model_is_searched_with_its_own_weights_and_a_run_with_its_kep
 
 
 def test_an_index_is_found_under_either_spelling_of_its_adapter_path(tmp_path):
-    from benchmarks.gpu_train import index_folder
-    from benchmarks.paired_runs import ROOT
+    from benchmarks.gpu.gpu_train import index_folder
+    from benchmarks.decisions.paired_runs import ROOT
 
     folder = Path("../shared/datasets/adi")
     assert find_index(folder, "benchmarks/results/adapters/x", tmp_path) is None

@@ -247,10 +247,10 @@ def test_searcher_maxp_equals_brute_force_over_the_stored_rows(long_index, tiny_
 
 
 def test_quality_harness_scores_a_passage_index_by_documents(long_index, tiny_model, tmp_path):
-    """benchmarks/bench_quality.py's Harness (sparse_defaults.py's too) re-sparsifies the stored
+    """benchmarks/quality/bench_quality.py's Harness (sparse_defaults.py's too) re-sparsifies the stored
     rows; on a passage index its runs are documents scored by their best passage, equal to the
     Searcher's MaxP legs."""
-    from benchmarks.bench_quality import Harness
+    from benchmarks.quality.bench_quality import Harness
 
     from alignir.retrieval.config import IndexConfig
     from alignir.retrieval.searcher import Searcher

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from benchmarks.pyserini_support import _impact_index_job, impact_search, pyserini_missing, run_pyserini_jobs  # noqa: E402
+from benchmarks.quality.pyserini_support import _impact_index_job, impact_search, pyserini_missing, run_pyserini_jobs  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
 from alignir.retrieval.metrics import evaluate  # noqa: E402
 from alignir.retrieval.runs import quantize, read_trec, write_json_vector_collection, write_pyserini_queries  # noqa: E402

@@ -1,7 +1,7 @@
 """The README quality table is rendered from results, and its target checks are right."""
 from __future__ import annotations
 
-from benchmarks.quality_table import render
+from benchmarks.decisions.quality_table import render
 
 
 def _rows(dataset: str, model: str, **scores: float) -> list[dict]:

@@ -306,7 +306,7 @@ def test_cli_says_how_to_continue_a_paused_recipe(tiny_model, data_files, tmp_pa
 
 
 def _run_lib(tmp_path, runs: Path, parked: Path, call: str) -> str:
-    """Run one function of benchmarks/run_lib.sh (the long runs' shared steps) against a RUNS and
+    """Run one function of benchmarks/training/run_lib.sh (the long runs' shared steps) against a RUNS and
     a PARKED folder of the test's own."""
     import os
     import subprocess
@@ -314,7 +314,7 @@ def _run_lib(tmp_path, runs: Path, parked: Path, call: str) -> str:
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "RUNS": str(runs), "PARKED": str(parked), "PYTHON": sys.executable}
-    script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; {call}'
+    script = f'ROOT="{root}"; source "{root}/benchmarks/training/run_lib.sh"; {call}'
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
     return done.stdout
 
@@ -367,7 +367,7 @@ def test_the_long_run_chain_knows_what_is_scored_and_fixes_its_deadline_once(tmp
                 "PYTHON": sys.executable, "TRAIN_RESULTS": str(results), **env}
         if "STOP_AT" not in env:
             full.pop("STOP_AT", None)
-        script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; {call}'
+        script = f'ROOT="{root}"; source "{root}/benchmarks/training/run_lib.sh"; {call}'
         return subprocess.run(["bash", "-c", script], env=full, capture_output=True, text=True, check=True).stdout
 
     check = 'for d in adi med cisi; do if unscored r "$d"; then echo "$d"; fi; done; unscored other adi && echo other'
@@ -404,7 +404,7 @@ def test_a_stopped_mine_parks_the_embeddings_of_its_adapter_only(tmp_path):
     def run(call: str) -> str:
         env = {**os.environ, "RUNS": str(tmp_path / "runs"), "PARKED": str(parked), "KEEP": str(keep),
                "EMBED_CACHE": str(cache), "PYTHON": sys.executable}
-        script = f'ROOT="{root}"; source "{root}/benchmarks/run_lib.sh"; {call}'
+        script = f'ROOT="{root}"; source "{root}/benchmarks/training/run_lib.sh"; {call}'
         return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
 
     assert "parked 1 embedding parts" in run("park_embeddings r")

@@ -1,9 +1,9 @@
-"""benchmarks/record_beir_run.py copies an `alignir beir --json` result into training.json's layout."""
+"""benchmarks/training/record_beir_run.py copies an `alignir beir --json` result into training.json's layout."""
 from __future__ import annotations
 
 import json
 
-from benchmarks.record_beir_run import record
+from benchmarks.training.record_beir_run import record
 
 
 def test_a_beir_result_becomes_a_training_run(tmp_path):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from benchmarks.result_rows import merged_rows, replace_rows
+from benchmarks.common import merged_rows, replace_rows
 
 
 def test_merged_rows_replaces_matching_keys_and_keeps_order():

@@ -32,8 +32,11 @@ def test_every_result_file_has_a_section_and_every_script_an_entry(gen):
     for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         assert f"\n## {path.name}\n" in page
     readme = gen.render_bench_readme()
-    for path in sorted((ROOT / "benchmarks").glob("*.py")):
-        assert f"### {path.name}\n" in readme or f"- `{path.name}`: " in readme, path.name
+    scripts = [p for p in sorted((ROOT / "benchmarks").glob("*/*.py")) if p.name != "__init__.py"]
+    assert len(scripts) > 50 and not list((ROOT / "benchmarks").glob("[!_c]*.py")), "scripts live in purpose folders"
+    for path in scripts:
+        assert path.parent.name in gen.FOLDERS, path
+        assert f"### {path.name}\n" in readme or f"- `{path.name}` (" in readme, path.name
 
 
 def test_rows_are_grouped_under_their_commands(gen):

@@ -1,4 +1,4 @@
-"""The ship rule (benchmarks/ship_rule.py): a run replaces the shipped default only if its three
+"""The ship rule (benchmarks/decisions/ship_rule.py): a run replaces the shipped default only if its three
 legs beat the default's on at least four of the five collections and lose nowhere by more than
 0.005; judged on the rows on file."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import ship_rule
-from benchmarks.ship_rule import COLLECTIONS, RULED_LEG, judge
+from benchmarks.decisions import ship_rule
+from benchmarks.decisions.ship_rule import COLLECTIONS, RULED_LEG, judge
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 DEFAULT = {c: {RULED_LEG: 0.5} for c in COLLECTIONS}

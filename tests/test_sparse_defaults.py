@@ -1,4 +1,4 @@
-"""benchmarks/sparse_defaults.py: the held-out choice and the rows it writes."""
+"""benchmarks/defaults/sparse_defaults.py: the held-out choice and the rows it writes."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import pytest
 from conftest import write_corpus, write_queries
 
 from alignir.retrieval.config import SparseConfig
-from benchmarks import sparse_defaults
-from benchmarks.sparse_defaults import grid_configs, label, leave_one_out, main
+from benchmarks.defaults import sparse_defaults
+from benchmarks.defaults.sparse_defaults import grid_configs, label, leave_one_out, main
 
 DOCS = ["the cat sat on the mat", "dogs chase cats in the yard", "stock markets fell sharply today",
         "the central bank raised interest rates", "a recipe for bread with yeast and flour",

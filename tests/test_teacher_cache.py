@@ -227,12 +227,12 @@ def test_a_fully_cached_run_needs_neither_the_teacher_weights_nor_their_package(
 
 def test_a_teacher_cache_seeded_from_an_anchor_run_serves_its_vectors(tmp_path):
     """precompute_teacher.py --seed-from-anchor: the document vectors a dense anchor run cached
-    (benchmarks/anchors.py --cache) go into the teacher cache under the teacher's own identity
+    (benchmarks/quality/anchors.py --cache) go into the teacher cache under the teacher's own identity
     and prompt, so a run with that teacher reads them without the model."""
     import importlib.util
 
     from alignir.encoders.cache import EmbeddingCache
-    from benchmarks.anchors import AnchorEmbedder
+    from benchmarks.quality.anchors import AnchorEmbedder
 
     spec = importlib.util.spec_from_file_location("precompute_teacher", Path(__file__).resolve().parents[1]
                                                   / "scripts" / "precompute_teacher.py")

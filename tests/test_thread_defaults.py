@@ -1,6 +1,6 @@
 """``import alignir`` bounds how long OpenMP's waiting threads spin (GOMP_SPINCOUNT=10000) unless
 the user chose a wait policy or a spin count: threads that spin for long stall a CPU forward pass
-on a machine busier than its cores (benchmarks/omp_wait_policy.py)."""
+on a machine busier than its cores (benchmarks/archive/omp_wait_policy.py)."""
 from __future__ import annotations
 
 import os

@@ -60,7 +60,7 @@ def test_the_shipped_adapter_has_a_readable_cost():
 
 
 def test_record_beir_run_takes_the_cost_from_the_adapter(tmp_path):
-    from benchmarks.record_beir_run import cost_fields
+    from benchmarks.training.record_beir_run import cost_fields
 
     a = _stage(tmp_path / "ctkd", "ctkd", 60, 100.4)
     b = _stage(tmp_path / "scl", "scl", 100, 200.0, init=a)
@@ -72,7 +72,7 @@ def test_record_beir_run_takes_the_cost_from_the_adapter(tmp_path):
 
 
 def test_cost_of_recorded_runs_is_added_in_place(tmp_path):
-    from benchmarks.record_beir_run import add_cost
+    from benchmarks.training.record_beir_run import add_cost
 
     a = _stage(tmp_path / "a", "contrastive", 10, 5.0)
     out = tmp_path / "training.json"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.training_table import checks, collection_runs, render
+from benchmarks.decisions.training_table import checks, collection_runs, render
 
 
 def _run(steps: int, dense: float, sparse: float, **extra) -> dict:
@@ -47,7 +47,7 @@ def test_unknown_collection_is_an_error():
 
 
 def test_product_runs_get_their_own_table():
-    from benchmarks.training_table import product_table
+    from benchmarks.decisions.training_table import product_table
 
     runs = {"adi/prompteol-untrained": {"method": "prompteol", "steps": 0, "train_seconds": 0,
                                         "ndcg@10_dense": 0.3, "ndcg@10_sparse": 0.2},

@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from alignir.index.sparse import SparseIndex
-from benchmarks import bench_pruning, workload
+from benchmarks.speed import bench_pruning
+from benchmarks.speed import workload
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS = ROOT / "benchmarks" / "results" / "workload_stats_adi.json"

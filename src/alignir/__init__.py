@@ -27,7 +27,7 @@ from typing import Any
 # threads take the cores the working ones need: with three other torch processes on 2 cores a query
 # took 1.69 s p50 and 20.6 s p99 instead of 0.07 s. A 10,000-turn spin gives 0.43 / 2.06 s there and
 # keeps the quiet machine's speed (0.074 s), where sleeping at once (OMP_WAIT_POLICY=PASSIVE) costs
-# every query 1.8x (benchmarks/omp_wait_policy.py). libgomp reads it when torch loads it: this applies when alignir
+# every query 1.8x (benchmarks/archive/omp_wait_policy.py). libgomp reads it when torch loads it: this applies when alignir
 # is imported before torch, and a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
