@@ -78,5 +78,29 @@ def goals() -> str:
     return "\n".join(lines)
 
 
+#: the setups of end_to_end.json: (key, label)
+SETUPS = (("alignir_three_legs", "alignir, three legs (ONNX Runtime, the default)"),
+          ("alignir_three_legs_torch", "alignir, three legs (torch)"),
+          ("alignir_bm25_only", "alignir, BM25 leg only"),
+          ("minilm_plus_bm25s", "all-MiniLM-L6-v2 + bm25s"))
+
+
+def cost() -> str:
+    """Indexing documents/s and query latency of the default model against a MiniLM + BM25
+    pipeline, from end_to_end.json (its command and the load it ran under first)."""
+    data = _load("end_to_end.json")
+    load = ", ".join(f"{x:.1f}" for x in data.get("load_average_before", []))
+    lines = [f"`{data['command']}` ({data.get('machine', '')}, load average before: {load})", "",
+             "| collection | setup | documents/s (index) | query p50 ms | query p99 ms |", "|---|---|---|---|---|"]
+    for row in data["rows"]:
+        for key, label in SETUPS:
+            r = row.get(key)
+            if r:
+                docs = f"{r['documents_per_s']:.1f}" if "documents_per_s" in r else "–"
+                lines.append(f"| {row['dataset']} | {label} | {docs} | {r['query']['p50_ms']:.1f} | "
+                             f"{r['query']['p99_ms']:.1f} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(standing())

@@ -97,11 +97,11 @@ def test_table_renders_the_recorded_rows():
 
 
 def test_the_documented_table_is_the_recorded_one():
-    """docs/training.md prints the anchors' table as rendered from benchmarks/results/quality.json."""
+    """The training findings print the anchors' table as rendered from benchmarks/results/quality.json."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    doc = (root / "docs" / "training.md").read_text()
+    doc = (root / "benchmarks" / "reports" / "training-findings.md").read_text()
     table = anchors.render(json.loads((root / "benchmarks" / "results" / "quality.json").read_text()))
     assert table in doc
 

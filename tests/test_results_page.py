@@ -39,6 +39,19 @@ def test_every_result_file_has_a_section_and_every_script_an_entry(gen):
         assert f"### {path.name}\n" in readme or f"- `{path.name}` (" in readme, path.name
 
 
+
+def test_the_summary_links_every_result_file_to_its_full_page(gen):
+    """docs/results.md holds the headline tables; each result file's tables are a page of their own,
+    each page under the 500 KB a committed file may have."""
+    pages = gen.full_pages()
+    summary = gen.render_summary()
+    assert "| `smollm2-135m-alignir-v4` (default) |" in summary and "## Goals" in summary
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        page = gen.FULL / f"{path.stem}.md"
+        assert page in pages and pages[page].startswith(f"# {path.name}\n"), path.name
+        assert f"](../benchmarks/reports/results/{path.stem}.md)" in summary, path.name
+    assert all(len(text.encode()) < 500_000 for text in pages.values())
+
 def test_rows_are_grouped_under_their_commands(gen):
     rows = [{"dataset": "adi", "ndcg@10": 0.41234, "command": "python benchmarks/a.py --x 1"},
             {"dataset": "med", "ndcg@10": 0.6, "command": "python benchmarks/a.py --x 2"},
