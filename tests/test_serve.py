@@ -90,6 +90,17 @@ def test_defaults_explain_text_and_documents(server):
         assert status == 404 and "Traceback" not in str(err), (path, err)
 
 
+def test_the_socket_is_tcp_so_that_replies_are_not_delayed():
+    """asyncio sets TCP_NODELAY on accepted connections only for a socket made with IPPROTO_TCP;
+    without it each keep-alive reply waited ~40 ms for the client's delayed ACK."""
+    import socket
+
+    from alignir.retrieval.server.run import bind
+
+    with bind("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[0] == "127.0.0.1"
+
+
 def test_info_health_and_openapi(server):
     url, _ = server
     status, info, _ = call(url, "GET", "/info")

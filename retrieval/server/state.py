@@ -70,10 +70,14 @@ class IndexHolder:
             return self._reopen(_stamp(self.path))
 
     def load_model(self) -> None:
-        """Load the query encoder of the current version (a no-op for an index without model legs)."""
+        """Load the query encoder of the current version (a no-op for an index without model legs),
+        and run one search of each leg (the first loads the compiled sparse kernels: seconds)."""
         snap = self.current()
+        searcher = snap.searcher
         if snap.needs_model:
-            snap.searcher.encode(["warm up"], [n for n, leg in snap.searcher.legs.items() if leg.needs_model])
+            searcher.encode(["warm up"], [n for n, leg in searcher.legs.items() if leg.needs_model])
+        for leg in searcher.legs:
+            searcher.search("warm up", k=1, mode=leg)
         self.model_ready.set()
 
     @property

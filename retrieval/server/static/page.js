@@ -76,7 +76,10 @@ function renderHit(hit, legs) {
   const item = el("li", { class: "hit", "data-id": hit.id },
     el("div", { class: "head" }, el("span", { class: "id" }, hit.id), " ", scores));
   const explanations = hit.explanations || {};
-  if (hit.title) item.append(el("h3", {}, hit.title));
+  if (hit.title) {
+    const title = highlighted(hit.title, explanations);
+    item.append(el("h3", {}, ...title.childNodes));
+  }
   if (hit.text !== undefined) item.append(highlighted(hit.text, explanations));
   const why = el("div", { class: "whys" });
   for (const [leg, terms] of Object.entries(explanations)) if (terms.length) why.append(termList(leg, terms));
