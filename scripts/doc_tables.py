@@ -8,6 +8,7 @@ tests/test_doc_tables.py checks that docs/models.md carries the standing table a
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -30,6 +31,16 @@ def _ship_rule():
         sys.path.insert(0, str(ROOT))
     from benchmarks.decisions import ship_rule
     return ship_rule
+
+
+def current(command: str) -> str:
+    """A recorded command with its benchmark script at today's path: ``python benchmarks/NAME.py``
+    and ``python -m benchmarks.NAME`` (recorded before the scripts had folders) become
+    ``python -m benchmarks.FOLDER.NAME``; the arguments are kept as recorded."""
+    def move(m: re.Match) -> str:
+        found = sorted(ROOT.glob(f"benchmarks/*/{m.group(2)}.py"))
+        return f"{m.group(1)} -m benchmarks.{found[0].parent.name}.{m.group(2)}" if len(found) == 1 else m.group(0)
+    return re.sub(r"(python3?)\s+(?:-m\s+benchmarks\.|benchmarks/)(\w+)(?:\.py)?(?=\s|$)", move, command)
 
 
 def shipped_models() -> list[str]:
@@ -71,7 +82,7 @@ def standing() -> str:
 def goals() -> str:
     """Goals met, missed and unmeasured of each model judged in goals.json (its command first)."""
     data = _load("goals.json")
-    lines = [f"`{data['command']}`", "", "| model | goals met | missed | unmeasured | stretch goals met |",
+    lines = [f"`{current(data['command'])}`", "", "| model | goals met | missed | unmeasured | stretch goals met |",
              "|---|---|---|---|---|"]
     for model, s in data["summary"].items():
         lines.append(f"| `{model}` | {s['met']} | {s['missed']} | {s['unmeasured']} | {s['stretch_met']} |")
@@ -90,7 +101,7 @@ def cost() -> str:
     pipeline, from end_to_end.json (its command and the load it ran under first)."""
     data = _load("end_to_end.json")
     load = ", ".join(f"{x:.1f}" for x in data.get("load_average_before", []))
-    lines = [f"`{data['command']}` ({data.get('machine', '')}, load average before: {load})", "",
+    lines = [f"`{current(data['command'])}` ({data.get('machine', '')}, load average before: {load})", "",
              "| collection | setup | documents/s (index) | query p50 ms | query p99 ms |", "|---|---|---|---|---|"]
     for row in data["rows"]:
         for key, label in SETUPS:

@@ -31,3 +31,10 @@ def test_the_standing_table_lists_every_shipped_model_with_the_default_first(tab
     assert len(names) == len(set(names)) >= 2
     default = rows[0].split(" | ")
     assert all(cell.count("/") == 1 for cell in default[2:7]), "the default has a row on each collection"
+
+
+def test_recorded_commands_are_shown_with_the_scripts_current_path(tables):
+    assert tables.current("python benchmarks/end_to_end.py --docs 300") == "python -m benchmarks.speed.end_to_end --docs 300"
+    assert tables.current("python -m benchmarks.goals --record") == "python -m benchmarks.decisions.goals --record"
+    assert tables.current("python -m benchmarks.decisions.goals") == "python -m benchmarks.decisions.goals"
+    assert tables.current("python benchmarks/no_such_script.py") == "python benchmarks/no_such_script.py"
