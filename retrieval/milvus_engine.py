@@ -126,6 +126,14 @@ def fetch(folder: Path | None = None, wheel: Path | None = None) -> Path:
     return folder
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the process that started it dies (a killed test
+    run leaves no server behind; Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on now (the engine may still lose it to a race: start retries)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -181,7 +189,8 @@ class MilvusEngine:
             self.proc = subprocess.Popen([str(self.folder / "milvus"), str(self.data_dir / DB_NAME),
                                           f"127.0.0.1:{port}", self.log_level],
                                          cwd=self.data_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
 
     def _wait_ready(self, port: int, timeout: float) -> bool:
         """Until the server answers list_collections; False when the process ended first."""
