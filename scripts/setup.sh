@@ -25,5 +25,8 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # beir, for the test that our metrics equal beir's EvaluateRetrieval.evaluate: its evaluation
 # module needs only pytrec_eval (installed); its declared deps (sentence-transformers, datasets) are not used.
 "${PIP[@]}" --no-deps "beir==2.2.0"
+# the Milvus 2.5 C++ engine that tests/test_milvus_engine.py runs as a loopback server: the binary of
+# the milvus-lite 2.5.1 wheel (sha256 checked), unpacked once into ~/.cache/alignir, not installed
+PYTHON="$VENV/bin/python" bash scripts/fetch_milvus_engine.sh || echo "the Milvus 2.5 engine was not fetched: its tests skip" >&2
 echo "$STAMP" > "$VENV/.setup-stamp"
 echo "alignir is set up in $VENV (run: $VENV/bin/alignir --help)"
