@@ -2,8 +2,9 @@
 
 benchmarks/results/gpu_train.json records adapters trained on a GPU (or this machine's CPU) and
 scored in fp32 in the shipped model's harness (benchmarks/gpu/gpu_train.py); each recorded adapter is
-kept, packaged in fp16, in benchmarks/results/adapters/RUN/. The slow test scores one recorded row again on this
-machine's CPU from the kept adapter."""
+kept, packaged in fp16, in benchmarks/results/adapters/RUN/ (the weights of runs no test reads leave
+the tree, recorded by sha256 and commit: scripts/kept_adapters.py). The slow test scores one
+recorded row again on this machine's CPU from the kept adapter."""
 from __future__ import annotations
 
 import importlib.util
@@ -22,11 +23,18 @@ def _runs() -> dict:
 
 
 def test_every_recorded_run_keeps_its_adapter_and_training_record():
+    """A kept run has its weights in the tree, or recorded (sha256, the commit that holds them) in
+    adapter_hashes.json once they left it (scripts/kept_adapters.py restore brings them back)."""
     kept = {name: run["kept_adapter"] for name, run in _runs().items() if run.get("kept_adapter")}
     assert kept, "no recorded run keeps its adapter"
+    hashes = json.loads((ROOT / "benchmarks/results/adapters/adapter_hashes.json").read_text())["runs"]
     for name, folder in kept.items():
         adapter = ROOT / folder
-        assert (adapter / "adapter_model.safetensors").is_file(), name
+        removed = hashes.get(adapter.name, {}).get("removed", [])
+        if "adapter_model.safetensors" in removed:
+            assert len(hashes[adapter.name]["files"]["adapter_model.safetensors"]["sha256"]) == 64, name
+        else:
+            assert (adapter / "adapter_model.safetensors").is_file(), name
         meta = json.loads((adapter / "alignir_train.json").read_text())
         assert meta["weights_dtype"].startswith("float16"), name
         # a LoRA run keeps its loss log; an aligned-token map run its map and the map's log

@@ -1,0 +1,150 @@
+"""No large files pile up in git: a tracked file over 1 MiB must be on the allow-list below, by
+path. The shipped adapters stay on it; the experiment adapters and caches still tracked are
+listed one by one, due to leave the tree (their weights are recorded with sha256 and commit in
+benchmarks/results/adapters/adapter_hashes.json, scripts/kept_adapters.py restores them). A new
+large file fails here: record it and keep it outside git, or add it here with a reason."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT = 1 << 20  # 1 MiB
+
+#: the shipped adapters (alignir.encoders.shipped): they stay
+SHIPPED = (
+    "encoders/adapters/gemma3-270m-alignir/adapter_model.safetensors",
+    "encoders/adapters/smollm2-135m-alignir-v2/adapter_model.safetensors",
+    "encoders/adapters/smollm2-135m-alignir-v3/adapter_model.safetensors",
+    "encoders/adapters/smollm2-135m-alignir-v4/adapter_model.safetensors",
+    "encoders/adapters/smollm2-135m-alignir/adapter_model.safetensors",
+)
+#: experiment adapters a test re-scores or a run builds on, and those not yet moved out: due to
+#: leave the tree (scripts/kept_adapters.py records them; restore brings them back)
+EXPERIMENTS = (
+    "benchmarks/results/adapters/base-gemma3-270m-200/adapter_model.safetensors",
+    "benchmarks/results/adapters/cpu-gemma-teacher-800/adapter_model.safetensors",
+    "benchmarks/results/adapters/gemma3-bio-map-scifact-fw3e-5/adapter_model.safetensors",
+    "benchmarks/results/adapters/gemma3-bio-map-scifact-fw3e-5/alignir_sparse_map.safetensors",
+    "benchmarks/results/adapters/gemma3-map-scifact-fw/adapter_model.safetensors",
+    "benchmarks/results/adapters/gemma3-map-scifact-fw/alignir_sparse_map.safetensors",
+    "benchmarks/results/adapters/gpu-distill-85/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-1500-mined-1500-bio-200-seed2/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-1500-mined-1500-bio-200/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-1500-mined-1500-more-200-seed2/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-1500-mined-1500-more-200/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-1500-mined-1500/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-1500/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-400-frames-0.5/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-400-mined-200/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-gemma3-270m-400/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-smollm2-135m-1500-mined-1500/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-base-smollm2-135m-1500/adapter_model.safetensors",
+    "benchmarks/results/adapters/long-s1/adapter_model.safetensors",
+    "benchmarks/results/adapters/v3-map-scifact-fw/adapter_model.safetensors",
+    "benchmarks/results/adapters/v3-map-scifact-fw/alignir_sparse_map.safetensors",
+    "benchmarks/results/adapters/v3-map-scifact/adapter_model.safetensors",
+    "benchmarks/results/adapters/v3-map-scifact/alignir_sparse_map.safetensors",
+    "benchmarks/results/adapters/v4-map-scifact-fw/adapter_model.safetensors",
+    "benchmarks/results/adapters/v4-map-scifact-fw/alignir_sparse_map.safetensors",
+    "benchmarks/results/adapters/v4-map-scifact-fw3e-5/adapter_model.safetensors",
+    "benchmarks/results/adapters/v4-map-scifact-fw3e-5/alignir_sparse_map.safetensors",
+)
+#: corpora and mined pairs of the long run (benchmarks/training/long_run.sh): due to leave the
+#: tree once a script rebuilds them from a recorded sha256
+CACHES = (
+    "benchmarks/cache/corpora/biomedical-ontologies/corpus.jsonl.gz",
+    "benchmarks/cache/corpora/debian-descriptions/corpus.jsonl.gz",
+    "benchmarks/cache/corpora/foldoc/corpus.jsonl.gz",
+    "benchmarks/cache/corpora/python-docs/corpus.jsonl.gz",
+    "benchmarks/cache/mined-long-base-gemma3-270m-1500.jsonl",
+    "benchmarks/cache/mined-long-base-gemma3-270m-400.jsonl",
+    "benchmarks/cache/mined-long-base-smollm2-135m-1500.jsonl",
+)
+ALLOWED = frozenset(SHIPPED + EXPERIMENTS + CACHES)
+
+
+def _tracked_sizes() -> dict[str, int]:
+    """Tracked path -> its size in the work tree (what a clone gets); paths deleted here are left out."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    paths = [p for p in out.decode().split("\0") if p]
+    return {p: (ROOT / p).stat().st_size for p in paths if (ROOT / p).is_file()}
+
+
+def test_every_tracked_file_over_1_mib_is_allowed():
+    big = sorted(p for p, size in _tracked_sizes().items() if size > LIMIT)
+    assert [p for p in big if p not in ALLOWED] == []
+
+
+def test_the_allow_list_names_only_large_tracked_files():
+    """A path that left git or shrank leaves the list too, so the list only ever shrinks."""
+    sizes = _tracked_sizes()
+    assert sorted(p for p in ALLOWED if sizes.get(p, 0) <= LIMIT) == []
+
+
+def test_removed_weights_are_ignored_and_recorded():
+    """Weights that left the tree are gitignored (they do not come back by accident) and recorded
+    with the sha256 and commit that restore them."""
+    import json
+
+    record = json.loads((ROOT / "benchmarks/results/adapters/adapter_hashes.json").read_text())
+    removed = [f"benchmarks/results/adapters/{name}/{f}" for name, run in record["runs"].items()
+               for f in run["removed"]]
+    assert removed, "no experiment weights have left the tree"
+    for name, run in record["runs"].items():
+        assert len(run["commit"]) == 40 and run["files"], name
+        for f in run["removed"]:
+            assert len(run["files"][f]["sha256"]) == 64, (name, f)
+    out = subprocess.run(["git", "check-ignore", "--no-index", *removed], cwd=ROOT, capture_output=True,
+                         text=True).stdout.split()
+    assert sorted(out) == sorted(removed)
+    assert not set(removed) & set(_tracked_sizes())
+
+
+def test_the_kept_weights_match_their_record():
+    spec = importlib.util.spec_from_file_location("kept_adapters", ROOT / "scripts" / "kept_adapters.py")
+    kept = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kept)
+    assert kept.check() == 0
+
+
+def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monkeypatch):
+    """record, remove, restore in a scratch repository: the restored file is the recorded one, and a
+    record whose sha256 does not match what the commit holds is refused."""
+    spec = importlib.util.spec_from_file_location("kept_adapters", ROOT / "scripts" / "kept_adapters.py")
+    kept = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kept)
+    repo, adapters = tmp_path / "repo", tmp_path / "repo" / "benchmarks" / "results" / "adapters"
+    (adapters / "run").mkdir(parents=True)
+    weights = adapters / "run" / "adapter_model.safetensors"
+    weights.write_bytes(bytes(range(256)) * 64)
+    (adapters / "run" / "alignir_train.json").write_text('{"config": "{\'seed\': 7}"}')
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "a run")
+    for name, value in (("ROOT", repo), ("ADAPTERS", adapters), ("RECORD", adapters / "adapter_hashes.json"),
+                        ("TRAIN_RESULTS", repo / "none.json")):
+        monkeypatch.setattr(kept, name, value)
+    assert kept.main(["record", "run"]) == 0
+    original = weights.read_bytes()
+    kept.mark_removed(["run"], ["adapter_model.safetensors"])
+    weights.unlink()
+    assert kept.check() == 0 and kept.load()["runs"]["run"]["seed"] == 7
+    assert kept.main(["restore", "run"]) == 0
+    assert weights.read_bytes() == original
+    weights.unlink()
+    record = kept.load()
+    record["runs"]["run"]["files"]["adapter_model.safetensors"]["sha256"] = "0" * 64
+    kept.save(record)
+    assert kept.main(["restore", "--all"]) == 1 and not weights.exists()
