@@ -98,6 +98,14 @@ class RayOptions:
             raise RayEncodeError(f"ray must be 'auto', 'local' or a cluster address, got {value!r}")
         return cls(address=value.strip())
 
+    def check(self) -> "RayOptions":
+        """RayEncodeError now, before any model loads, when ray is not installed or a HOST:PORT
+        address does not answer. Returns self."""
+        import_ray()
+        if self.address not in ("auto", "local"):
+            _check_reachable(self.address)
+        return self
+
     def __post_init__(self) -> None:
         for name in ("cpus_per_actor", "in_flight", "max_restarts"):
             v = getattr(self, name)

@@ -189,3 +189,20 @@ def test_smollm2_on_adi_an_actor_killed_mid_batch_ranks_the_same(cluster, tmp_pa
     one, on_ray = open_index(adi_smollm2), open_index(tmp_path / "ray")
     assert list(one.doc_ids) == list(on_ray.doc_ids)
     assert _rankings(tmp_path / "ray", smollm2, queries) == _rankings(adi_smollm2, smollm2, queries)
+
+
+@pytest.mark.parametrize("command", ["encode", "build-index"])
+def test_the_cli_refuses_an_unreachable_cluster_in_one_line_before_loading_a_model(command, tmp_path):
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+
+    source = _corpus(tmp_path / "corpus.jsonl", TEXTS[:3])
+    args = [command, str(source), "--model", str(tmp_path / "no-such-model"), "--ray", "127.0.0.1:9"]
+    if command == "build-index":
+        args += ["--index", str(tmp_path / "idx")]
+    r = CliRunner().invoke(app, args)
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert r.exit_code == 1 and len(lines) == 1, r.output
+    assert lines[0].startswith("error: cannot reach the Ray cluster at 127.0.0.1:9"), r.output
+    assert not (tmp_path / "idx").exists()

@@ -29,12 +29,12 @@ RAY_CPUS_OPT = typer.Option(1, "--ray-cpus-per-actor", help="Cores per Ray actor
 
 
 def _ray(address: Optional[str], cpus_per_actor: int):
-    """The --ray flags as build_index's ``ray`` (None: no Ray)."""
+    """The --ray flags as build_index's ``ray`` (None: no Ray), checked before any model loads."""
     if address is None:
         return None
     from alignir.encoders.ray_pool import RayOptions
 
-    return RayOptions(address=address, cpus_per_actor=cpus_per_actor)
+    return RayOptions(address=address, cpus_per_actor=cpus_per_actor).check()
 
 
 def _sparse_flags(doc_k, query_m, pc1_lambda, old_k, old_m, old_lambda) -> tuple:
@@ -569,6 +569,7 @@ def encode_cmd(
 
         passage_cfg = PassageConfig.parse(passages)  # a bad --passages fails before the model loads
         runtime = check_runtime(runtime)  # ... and so does a bad --runtime
+        ray_options = _ray(ray, ray_cpus_per_actor)  # ... and an unreachable --ray
         opts = _encoder_options(embedder_option, max_length, batch_tokens, adapter, instruction, lm_head_from,
                                 text_form)
         texts = read_source(source, skip_bad=skip_bad).texts()
@@ -577,7 +578,7 @@ def encode_cmd(
                             runtime)
         # the rows build-index encodes: the passages of long documents (same plan, same texts)
         plan, pmap = _passages(passage_cfg, texts, enc, lambda s: typer.secho(f"• {s}", err=True))
-        with ray_pool(enc, _ray(ray, ray_cpus_per_actor), model=model, family=embedder,
+        with ray_pool(enc, ray_options, model=model, family=embedder,
                       options={**opts, "precision": precision} if precision != "fp32" else opts, device=device,
                       runtime=runtime, stage=lambda s: typer.secho(f"• {s}", err=True)) as pool:
             H = EmbeddingCache(cache_dir).encode_cached(enc, plan.texts, "document", shard_size=checkpoint_every(enc),
