@@ -12,9 +12,12 @@ multiplies the leg's calibrated weight by
     guard(o, ā) = clip((o / ā - floor) / (ratio - floor), 0, 1) ** power
 
 full weight while the query agrees at least ``ratio`` times as well as the pseudo-queries did,
-none at ``floor`` times or below (0: chance), a ramp between. The BM25 leg, legs without a stored
-agreement, and queries whose BM25 list is empty are left alone. ``ratio`` 0 turns the guard
-off. The default (:data:`CALIBRATED_GUARD`) was chosen on dumped leg lists with real, shuffled
+none at ``floor`` times or below (0: chance), a ramp between. With ``joint`` the LLM legs share
+one factor, that of the mean of their ``o / ā``: they read one hidden state of one encoder
+pass, so a query the encoder misreads misleads both, and the mean of two noisy agreements is
+a steadier sign of it than either (on a small collection a list of another query still
+overlaps BM25's top 50 by chance). The BM25 leg, legs without a stored agreement, and queries
+whose BM25 list is empty are left alone. ``ratio`` 0 turns the guard off. The default (:data:`CALIBRATED_GUARD`) was chosen on dumped leg lists with real, shuffled
 and query-shifted queries (benchmarks/defaults/fusion_guard.py).
 """
 from __future__ import annotations
@@ -41,11 +44,12 @@ def _number(name: str, v: object) -> float:
 class FusionGuard:
     """``ratio``: the share of the stored agreement at which a leg keeps its full weight (0: no
     guard); ``floor``: the share at or below which it drops out (< ratio); ``power``: the ramp's
-    shape between them."""
+    shape between them; ``joint``: one factor for all LLM legs, from the mean of their shares."""
 
     ratio: float = 0.75
     floor: float = 0.0
     power: float = 1.0
+    joint: bool = False
 
     def __post_init__(self) -> None:
         if _number("ratio", self.ratio) < 0:
@@ -54,6 +58,8 @@ class FusionGuard:
             raise InvalidInputError(f"fusion guard floor must be in [0, ratio={self.ratio}), got {self.floor}")
         if not _number("power", self.power) > 0:
             raise InvalidInputError(f"fusion guard power must be > 0, got {self.power}")
+        if not isinstance(self.joint, bool):
+            raise InvalidInputError(f"fusion guard joint must be true or false, got {self.joint!r}")
 
     @property
     def active(self) -> bool:
@@ -64,7 +70,11 @@ class FusionGuard:
         on the pseudo-queries (1 when off or ``a`` is 0: nothing to compare with)."""
         if not self.active or a <= 0:
             return 1.0
-        x = (o / a - self.floor) / (self.ratio - self.floor)
+        return self.ramp(o / a)
+
+    def ramp(self, share: float) -> float:
+        """The factor of a query agreeing ``share`` times as well as the pseudo-queries."""
+        x = (share - self.floor) / (self.ratio - self.floor)
         return min(1.0, max(0.0, x)) ** self.power
 
     def factors(self, legs: Sequence[str], lists: Sequence[Mapping[Any, float]], calibration: FusionCalibration,
@@ -76,14 +86,15 @@ class FusionGuard:
         anchor = lists[legs.index(ANCHOR)]
         measure = measure_of(calibration)
         population = n_docs if n_docs else len({d for run in lists for d in run})
-        out = []
-        for leg, run in zip(legs, lists):
+        shares: dict[int, float] = {}
+        for i, (leg, run) in enumerate(zip(legs, lists)):
             a = calibration.agreement.get(leg)
-            if leg == ANCHOR or a is None or not run:
-                out.append(1.0)
-            else:
-                out.append(self.factor(measure.agreement(run, anchor, population), a))
-        return out
+            if leg != ANCHOR and a is not None and a > 0 and run:
+                shares[i] = measure.agreement(run, anchor, population) / a
+        if self.joint and shares:
+            mean = sum(shares.values()) / len(shares)
+            shares = dict.fromkeys(shares, mean)
+        return [self.ramp(shares[i]) if i in shares else 1.0 for i in range(len(legs))]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -220,7 +220,8 @@ class FusionPlan:
             if not g.active:
                 return "off"
             return (f"per query, each LLM leg at full weight while its agreement with bm25 is >= {g.ratio:g} x "
-                    f"the stored one, 0 at <= {g.floor:g} x" + ("" if g.power == 1 else f", power {g.power:g}"))
+                    f"the stored one, 0 at <= {g.floor:g} x" + ("" if g.power == 1 else f", power {g.power:g}")
+                    + (", one factor for the LLM legs from their mean share" if g.joint else ""))
         if name == "depth":
             return f"top {self.depth} of each leg" + (f", rrf_k {self.rrf_k}" if self.rule == "rrf" else "")
         return ""

@@ -51,6 +51,21 @@ def test_a_query_is_measured_as_the_calibration_measured_its_pseudo_queries():
     assert F.AgreeParams().agreement(HALF, BM25, 100) == pytest.approx(0.2 / 0.7)
 
 
+def test_a_joint_guard_gives_the_llm_legs_one_factor_from_their_mean_share():
+    # HALF: 0.285714 / 0.5 = 0.571429 of the stored agreement; OTHER: 0. Mean 0.285714; ratio 0.75:
+    # 0.380952 for both. Apart: 0.761905 and 0.
+    lists = [HALF, OTHER, BM25]
+    assert FusionGuard(ratio=0.75, joint=True).factors(THREE, lists, CAL, n_docs=100) == pytest.approx(
+        [0.2 / 0.7 / 0.5 / 2 / 0.75] * 2 + [1.0])
+    assert FusionGuard(ratio=0.75).factors(THREE, lists, CAL, n_docs=100) == pytest.approx(
+        [0.2 / 0.7 / 0.5 / 0.75, 0.0, 1.0])
+    # a leg without a list or a stored agreement takes no part in the mean
+    assert FusionGuard(ratio=0.75, joint=True).factors(THREE, [HALF, {}, BM25], CAL, n_docs=100) == pytest.approx(
+        [0.2 / 0.7 / 0.5 / 0.75, 1.0, 1.0])
+    with pytest.raises(InvalidInputError):
+        FusionGuard(joint="yes")
+
+
 def test_what_the_guard_leaves_alone():
     g = FusionGuard(ratio=0.75)
     assert g.factors(THREE, [OTHER, OTHER, {}], CAL, n_docs=100) == [1.0, 1.0, 1.0]  # no BM25 list: nothing to agree with
@@ -84,7 +99,7 @@ def test_the_plan_shows_its_guard_and_only_under_calibrated():
     p = resolve_plan("dense+sparse+bm25", THREE, calibration=CAL)
     d = json.loads(json.dumps(p.to_dict()))
     assert d["guard"] == {"ratio": CALIBRATED_GUARD.ratio, "floor": CALIBRATED_GUARD.floor,
-                          "power": CALIBRATED_GUARD.power}
+                          "power": CALIBRATED_GUARD.power, "joint": CALIBRATED_GUARD.joint}
     line = next(x for x in p.describe().splitlines() if x.split()[:1] == ["guard"])
     assert f">= {CALIBRATED_GUARD.ratio:g} x the stored one" in line and "[alignir default:" in line
     for other in (resolve_plan("dense+sparse+bm25", THREE), resolve_plan("dense+sparse+bm25", THREE, fusion="zscore",
