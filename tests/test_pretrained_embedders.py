@@ -304,11 +304,12 @@ def test_index_with_a_base_head_searches_end_to_end(tmp_path, tiny_tokenizer):
 
 def test_registered_names_resolve_to_the_pretrained_family():
     model, family, opts = resolve_shipped("qwen3-embedding-0.6b", "prompteol", {"max_length": 256}, "prompteol")
-    assert (model, family, opts) == ("qwen3-embedding-0.6b", "pretrained", {"max_length": 256, "profile": "qwen3-embedding-0.6b"})
+    assert (model, family, opts) == ("qwen3-embedding-0.6b", "pretrained", {"max_length": 256, "text_form": "auto",
+                                                          "profile": "qwen3-embedding-0.6b"})
     with pytest.raises(InvalidInputError, match="pretrained"):
         resolve_shipped("gritlm-7b", "echo", {}, "prompteol")
     model, family, opts = resolve_shipped("org/e5", "pretrained", {"lm_head_from": "org/base"}, "prompteol")
-    assert parse_spec(model) == ("org/e5", {"lm_head_from": "org/base"}) and opts == {}
+    assert parse_spec(model) == ("org/e5", {"lm_head_from": "org/base"}) and opts == {"text_form": "auto"}
     assert json.loads(json.dumps(PRETRAINED["e5-mistral-7b-instruct"].lm_head_from)) == "mistralai/Mistral-7B-v0.1"
 
 

@@ -20,8 +20,8 @@ NAME = "smollm2-135m-alignir"
 
 def test_the_shipped_name_resolves_to_base_model_family_and_adapter():
     assert resolve_shipped(NAME, "prompteol", {"max_length": 64}) == (
-        "smollm2-135m", "infonce", {"max_length": 64, "adapter": f"builtin:{NAME}"})
-    assert resolve_shipped("smollm2-135m", "mean", None) == ("smollm2-135m", "mean", {})
+        "smollm2-135m", "infonce", {"max_length": 64, "text_form": "auto", "adapter": f"builtin:{NAME}"})
+    assert resolve_shipped("smollm2-135m", "mean", None) == ("smollm2-135m", "mean", {"text_form": "auto"})
     with pytest.raises(InvalidInputError, match="leave --embedder unset"):
         resolve_shipped(NAME, "gircse", {})
     with pytest.raises(InvalidInputError, match="brings its own adapter"):
