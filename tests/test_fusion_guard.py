@@ -107,3 +107,23 @@ def test_the_plan_shows_its_guard_and_only_under_calibrated():
         assert other.guard is None and "guard" not in other.sources and other.to_dict()["guard"] is None
         assert other.query_weights([OTHER, OTHER, BM25], 100) == [other.weights[leg] for leg in THREE]
 
+
+
+def test_the_benchmark_shifts_only_the_real_queries_and_chooses_by_its_stated_rule():
+    from benchmarks.defaults.fusion_guard import choose, query_shift
+    from benchmarks.defaults.fusion_rules import Setting
+
+    legs = {"dense": {"a": {"d1": 1.0}, "b": {"d2": 1.0}}, "sparse": {"a": {"d3": 1.0}, "b": {"d4": 1.0}},
+            "bm25": {"a": {"d1": 2.0}, "b": {"d2": 2.0}}}
+    pseudo = {"dense": [{"d1": 1.0}], "sparse": [{"d3": 1.0}], "bm25": [{"d1": 1.0}]}
+    s = query_shift(Setting("x", "adi", "m", 512, {}, legs, 4, pseudo))
+    assert s.legs["dense"] == {"a": {"d2": 1.0}, "b": {"d1": 1.0}} and s.legs["bm25"] == legs["bm25"]
+    assert s.pseudo is pseudo and s.name == "x-query-shift"
+    # cost: mean loss on the real units against "off"; worst: the least margin to BM25 anywhere
+    table = [{"kind": "real", "bm25": 0.50, "ndcg": {"off": 0.60, "a": 0.598, "b": 0.590, "c": 0.596}},
+             {"kind": "query-shift", "bm25": 0.50, "ndcg": {"off": 0.40, "a": 0.480, "b": 0.499, "c": 0.4801}}]
+    chosen, stats = choose(table, {"off": FusionGuard(ratio=0), "a": FusionGuard(ratio=0.5),
+                                   "b": FusionGuard(ratio=1.0), "c": FusionGuard(ratio=0.25)})
+    assert stats["b"] == {"cost": 0.01, "worst": -0.001}  # the best worst case, but it costs 0.01 > 0.005
+    assert stats["a"] == {"cost": 0.002, "worst": -0.02} and stats["c"] == {"cost": 0.004, "worst": -0.0199}
+    assert chosen == "a"  # a and c tie at -0.020 (rounded to 0.001): the lower cost wins over the lower ratio

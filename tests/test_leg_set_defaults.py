@@ -14,6 +14,7 @@ from alignir.retrieval.calibration import FusionCalibration
 from alignir.retrieval.config import FusionConfig, IndexConfig, SparseConfig
 from alignir.retrieval.indexer import build_index
 from alignir.retrieval.searcher import Searcher
+from alignir.retrieval.fusion_guard import CALIBRATED_GUARD
 from alignir.retrieval.fusion_plan import LEG_SET_CALIBRATED
 from benchmarks.defaults.leg_set_weights import candidates, choose
 
@@ -21,6 +22,7 @@ from conftest import write_corpus
 from test_calibration import TEXTS
 
 THREE = {"dense+sparse+bm25": {"weights": {"dense": 3, "sparse": 3, "bm25": 4}, "gate_power": 2}}
+THREE_LEGS = ("dense", "sparse", "bm25")
 
 
 def test_leg_sets_are_validated_and_normalised():
@@ -58,7 +60,8 @@ def built(tmp_path, tiny_model):
 def test_the_searcher_uses_the_index_leg_set_defaults(built, tiny_model):
     """Stored in the manifest; the default dense+sparse+bm25 search is z-score fusion with the
     index's weights, each LLM leg's gated by min(1, agreement / tau)^power with the index's power
-    (computed here by hand); other leg sets and explicit weights keep the searcher's rules."""
+    (computed here by hand) and by this query's guard (fusion_guard); other leg sets and explicit
+    weights keep the searcher's rules."""
     assert read_manifest(built)["params"]["config"]["fusion"]["leg_sets"] == FusionConfig(leg_sets=THREE).leg_sets
     s = Searcher.open(built, loaded=tiny_model)
     tau = LEG_SET_CALIBRATED[("dense", "sparse", "bm25")].tau
@@ -66,7 +69,8 @@ def test_the_searcher_uses_the_index_leg_set_defaults(built, tiny_model):
     n = s.index.n_docs
     q = "boundary layer of a wing"
     lists = s.leg_lists([q], ("dense", "sparse", "bm25"), k=n)
-    w = [0.3 * 0.5 ** 2, 0.3, 0.4]  # dense gated by (0.5)^2
+    guard = CALIBRATED_GUARD.factors(THREE_LEGS, [lists[leg][0] for leg in THREE_LEGS], s.calibration, n)
+    w = [x * f for x, f in zip([0.3 * 0.5 ** 2, 0.3, 0.4], guard)]  # dense gated by (0.5)^2
     want = F.ranked(F.zscore([lists[leg][0] for leg in ("dense", "sparse", "bm25")], weights=w))
     got = [(h.doc_number, h.score) for h in s.search(q, k=n, mode="dense+sparse+bm25", depth=n)]
     assert [d for d, _ in got] == [d for d, _ in want]
@@ -76,7 +80,7 @@ def test_the_searcher_uses_the_index_leg_set_defaults(built, tiny_model):
         s.search(q, k=n, mode="dense+sparse+bm25", depth=n)
     mine = s.search(q, k=n, mode="dense+sparse+bm25", depth=n, fusion="calibrated",
                     weights={"dense": 0.2, "sparse": 0.2, "bm25": 0.6})
-    base = [0.2 * 0.5, 0.2, 0.6]  # the searcher's own gate (power 1) on the given weights
+    base = [x * f for x, f in zip([0.2 * 0.5, 0.2, 0.6], guard)]  # the searcher's own gate (power 1)
     want = F.ranked(F.zscore([lists[leg][0] for leg in ("dense", "sparse", "bm25")], weights=base))
     assert [h.doc_number for h in mine] == [d for d, _ in want]
 
