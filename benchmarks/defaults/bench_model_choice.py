@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from beir_sample import write_sample  # noqa: E402
+from benchmarks.quality.beir_sample import write_sample  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
 
 MODES = ("dense", "sparse", "hybrid")

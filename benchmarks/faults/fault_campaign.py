@@ -107,11 +107,11 @@ def main() -> None:
 
             fault_milvus.run(args.index, work, count, kills=args.kills)
         if "inputs" in attacks:
-            import fault_inputs
+            from benchmarks.faults import fault_inputs
 
             fault_inputs.run(args.dataset, work, count)
         if "adds" in attacks:
-            import fault_add
+            from benchmarks.faults import fault_add
             from alignir.encoders.models import load_model
             from alignir.index.store import read_manifest
 

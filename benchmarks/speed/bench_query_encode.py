@@ -53,7 +53,7 @@ from alignir.encoders.models import backbone, load_model  # noqa: E402
 from alignir.encoders.quantize import to_int8  # noqa: E402
 from alignir.encoders.templates import INSTRUCTIONS  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
-from bench_encoder_throughput import matmul_gflops  # noqa: E402  (the same GEMM anchor in both benchmarks)
+from benchmarks.speed.bench_encoder_throughput import matmul_gflops  # noqa: E402  (the same GEMM anchor in both benchmarks)
 
 #: name -> (precision, prefix_cache, shared_inputs); "int8-separate": int8 without the shared-input
 #: groups (encoders.int8_linear.SharedInputInt8), their A/B (not in the default run)

@@ -134,7 +134,7 @@ def main() -> None:
     wd = Path(args.workdir)
     eval_dir, eval_name = Path(args.eval), Path(args.eval).name
     if args.eval_sample_docs:
-        from beir_sample import write_sample
+        from benchmarks.quality.beir_sample import write_sample
 
         eval_name = f"{eval_name}-sample{args.eval_sample_docs}"
         eval_dir = write_sample(eval_dir, wd / eval_name, args.eval_sample_docs)
