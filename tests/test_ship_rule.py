@@ -129,3 +129,48 @@ def test_a_shipped_adapter_is_the_kept_adapter_of_the_run_it_was_shipped_from():
         for name in ("adapter_config.json", "adapter_model.safetensors", "alignir_extra.safetensors"):
             digests = {hashlib.sha256((d / name).read_bytes()).hexdigest() for d in (kept, adapter_dir(model))}
             assert len(digests) == 1, (model, run, name)
+
+
+TEXT_FORM = {"model": "default", "rows": [
+    {"collection": "adi", "setting": "original", "text_form": "auto", "ndcg@10": {"dense+sparse+bm25": 0.58}},
+    {"collection": "adi", "setting": "queries-capitals", "text_form": "auto", "ndcg@10": {"dense+sparse+bm25": 0.57}},
+    {"model": "new", "collection": "adi", "setting": "original", "text_form": "auto",
+     "ndcg@10": {"dense+sparse+bm25": 0.60}},
+    {"model": "new", "collection": "adi", "setting": "queries-capitals", "text_form": "auto",
+     "ndcg@10": {"dense+sparse+bm25": 0.564}},
+    {"model": "half", "collection": "adi", "setting": "original", "text_form": "auto",
+     "ndcg@10": {"dense+sparse+bm25": 0.70}}]}
+COST = [{"kind": "model-cost", "model": "new", "dataset": "scifact", "ratio_to": "default", "docs_per_s_ratio": 0.9},
+        {"kind": "model-cost", "model": "new", "dataset": "med", "ratio_to": "default", "docs_per_s_ratio": 0.81},
+        {"kind": "model-cost", "model": "slow", "dataset": "med", "ratio_to": "default", "docs_per_s_ratio": 0.79},
+        {"kind": "model-cost", "model": "elsewhere", "dataset": "med", "ratio_to": "other", "docs_per_s_ratio": 2.0}]
+
+
+def test_form_and_cost_are_read_from_their_result_files():
+    # new: 0.60 - 0.58 = +0.02 and 0.564 - 0.57 = -0.006 -> -0.006; half lacks a setting: not measured
+    assert ship_rule.form_margin(TEXT_FORM, "new", "default") == pytest.approx(-0.006)
+    assert ship_rule.form_margin(TEXT_FORM, "half", "default") is None
+    assert ship_rule.form_margin(None, "new", "default") is None
+    assert ship_rule.form_margin(TEXT_FORM, "default", "default") == 0.0
+    assert ship_rule.cost_ratio(COST, "new", "default") == 0.81  # the slower collection
+    assert ship_rule.cost_ratio(COST, "elsewhere", "default") is None  # not measured against the default
+    assert ship_rule.cost_ratio(COST, "nobody", "default") is None
+
+
+@pytest.mark.parametrize(("model", "form", "cost", "ships"), [
+    ("new", {"queries-capitals": 0.565}, COST, True),   # form -0.005 (allowed), cost 0.81 >= 0.8
+    ("new", {}, COST, False),                            # form -0.006
+    ("slow", {"queries-capitals": 0.565}, COST, False),  # cost 0.79 < 1 / 1.25 (and no form rows)
+    ("new", {"queries-capitals": 0.565}, None, False),   # cost not measured
+])
+def test_a_run_ships_only_with_quality_form_and_cost(model, form, cost, ships):
+    rows = json.loads(json.dumps(TEXT_FORM))
+    for r in rows["rows"]:
+        if r.get("model") == "new" and r["setting"] in form:
+            r["ndcg@10"]["dense+sparse+bm25"] = form[r["setting"]]
+    v = ship_rule.with_form_and_cost(judge(model, _rows(0.01, 0.01, 0.01, 0.01, 0.01), DEFAULT), rows, cost,
+                                     "default")
+    assert v.quality and v.ships is ships
+    line = ship_rule.decision([v], "default")
+    assert line == ("decision: ship new in place of default" if ships else
+                    "decision: keep default: no run passes quality, form and cost (1 of 1 pass quality)")

@@ -2,7 +2,11 @@
 
 A run ships only if its three legs (dense + aligned-token + BM25, nDCG@10) beat the shipped
 default's on at least four of the five evaluation collections and lose nowhere by more than
-0.005. A run's rows are its scores in ``gpu_train.json``; a shipped model's are its product rows
+0.005 (quality), lose no setting of the text-form benchmark (benchmarks/results/text_form.json:
+text in capitals, lower case without punctuation) by more than 0.005 against the default
+(form), and index at least 1/1.25 of the default's documents/s on the CPU, measured against it
+in one run (benchmarks/results/model_cost.json, every collection there: cost). A model not
+measured for form or cost does not ship. A run's rows are its scores in ``gpu_train.json``; a shipped model's are its product rows
 in ``training.json`` (``alignir beir``, the harness ``gpu_train.py`` reproduces in fp32), and,
 for a collection it has no product row of, the ``gpu_train.json`` row of the run it was shipped
 from (:data:`SHIPPED_FROM`). Runs missing a collection are listed as incomplete, with what they
@@ -12,7 +16,8 @@ have so far; the other shipped models are judged beside the runs.
     python -m benchmarks.decisions.ship_rule long-base-gemma3-270m-1500 --record   # also writes ship_rule.json
     python -m benchmarks.decisions.ship_rule --default smollm2-135m-alignir-v3     # against an earlier default
 
-Result file: benchmarks/results/ship_rule.json (with --record; otherwise it prints).
+Result file: benchmarks/results/ship_rule.json (with --record; otherwise it prints). Either
+way it prints its decision: the model to ship, or the default kept and why.
 """
 from __future__ import annotations
 
@@ -31,6 +36,10 @@ SHIPPED_FROM = {"smollm2-135m-alignir-v4": "gpu-distill-85",
                 "gemma3-270m-alignir": "long-base-gemma3-270m-1500-mined-1500"}
 MIN_WINS = 4
 TOLERANCE = 0.005
+#: the slowest a new default may index on the CPU, as a multiple of the default's time
+MAX_SLOWDOWN = 1.25
+#: the three-leg mode as the text-form benchmark names it
+FORM_LEG = "dense+sparse+bm25"
 
 
 @dataclass
@@ -42,6 +51,54 @@ class Verdict:
     worst_margin: float | None  # the run's lowest (run - default) over the collections it has
     margins: dict[str, float] = field(default_factory=dict)
     legs: dict[str, dict[str, float]] = field(default_factory=dict)  # collection -> leg -> nDCG@10
+    quality: bool | None = None  # the quality rule alone (``ships`` also needs form and cost)
+    form_worst: float | None = None  # the lowest (run - default) over the text-form settings; None: not measured
+    cost_ratio: float | None = None  # the lowest documents/s ratio to the default; None: not measured
+
+
+def form_margin(text_form: dict | None, model: str, default_model: str) -> float | None:
+    """The lowest three-leg nDCG@10 margin of ``model`` over the default on the text-form
+    benchmark's settings (same collection, setting and text form), or None when ``model`` lacks
+    any setting the default has (rows name their model, else the file's ``model``)."""
+    if not text_form:
+        return None
+    rows: dict[str, dict[tuple, float]] = {}
+    for r in text_form.get("rows", []):
+        key = (r["collection"], r["setting"], r.get("text_form"))
+        rows.setdefault(r.get("model", text_form.get("model")), {})[key] = float(r["ndcg@10"][FORM_LEG])
+    base, mine = rows.get(default_model, {}), rows.get(model, {})
+    if not base or not set(base) <= set(mine):
+        return None
+    return min(mine[k] - base[k] for k in base)
+
+
+def cost_ratio(model_cost: list | None, model: str, default_model: str) -> float | None:
+    """The lowest documents/s ratio of ``model`` to the default over the collections of
+    model_cost.json where both ran in one run (rows whose ``ratio_to`` is the default), or None."""
+    ratios = [float(r["docs_per_s_ratio"]) for r in model_cost or []
+              if r.get("kind") == "model-cost" and r.get("model") == model and r.get("ratio_to") == default_model]
+    return min(ratios) if ratios else None
+
+
+def with_form_and_cost(v: Verdict, text_form: dict | None, model_cost: list | None, default_model: str) -> Verdict:
+    """``v`` with the form and cost rules applied (the quality rule's verdict kept in ``quality``)."""
+    model = v.run.split(":", 1)[0]
+    v.quality = v.ships
+    v.form_worst = form_margin(text_form, model, default_model)
+    v.cost_ratio = cost_ratio(model_cost, model, default_model)
+    v.ships = bool(v.quality and v.form_worst is not None and v.form_worst >= -TOLERANCE - 1e-9
+                   and v.cost_ratio is not None and v.cost_ratio >= 1 / MAX_SLOWDOWN - 1e-9)
+    return v
+
+
+def decision(verdicts: list[Verdict], default_model: str) -> str:
+    """One line: the model to ship (the first that passes, in the verdicts' order), or the default kept."""
+    passing = [v for v in verdicts if v.ships]
+    if passing:
+        return f"decision: ship {passing[0].run} in place of {default_model}"
+    quality = sum(bool(v.quality) for v in verdicts)
+    return (f"decision: keep {default_model}: no run passes quality, form and cost ({quality} of {len(verdicts)} "
+            f"pass quality)")
 
 
 def shipped_rows(training: dict, gpu_train: dict, model: str) -> dict[str, dict[str, float]]:
@@ -113,18 +170,21 @@ def judge_all(gpu_train: dict, training: dict, default_model: str,
 
 
 def render(verdicts: list[Verdict], default: dict[str, dict[str, float]], default_model: str) -> str:
-    head = "| run | ships | wins | worst margin | " + " | ".join(COLLECTIONS) + " |"
+    head = "| run | ships | wins | worst margin | " + " | ".join(COLLECTIONS) + " | form worst | cost × |"
     lines = [f"three legs, nDCG@10 (margin over {default_model}); rule: >= {MIN_WINS} wins of "
-             f"{len(COLLECTIONS)}, no loss over {TOLERANCE}", "", head,
-             "|" + "---|" * (4 + len(COLLECTIONS)),
+             f"{len(COLLECTIONS)}, no loss over {TOLERANCE}; form: no text-form setting lost by more than "
+             f"{TOLERANCE}; cost: documents/s >= 1/{MAX_SLOWDOWN:g} of the default's", "", head,
+             "|" + "---|" * (6 + len(COLLECTIONS)),
              f"| {default_model} | (default) | | | "
-             + " | ".join(f"{default[c][RULED_LEG]:.3f}" for c in COLLECTIONS) + " |"]
+             + " | ".join(f"{default[c][RULED_LEG]:.3f}" for c in COLLECTIONS) + " | | |"]
     for v in verdicts:
         cells = [f"{v.legs[c][RULED_LEG]:.3f} ({v.margins[c]:+.3f})" if c in v.margins else "–"
                  for c in COLLECTIONS]
         ships = "yes" if v.ships else ("no" if v.complete else "incomplete")
         worst = "" if v.worst_margin is None else f"{v.worst_margin:+.3f}"
-        lines.append(f"| {v.run} | {ships} | {v.wins} | {worst} | " + " | ".join(cells) + " |")
+        form = "not measured" if v.form_worst is None else f"{v.form_worst:+.3f}"
+        cost = "not measured" if v.cost_ratio is None else f"{v.cost_ratio:.2f}"
+        lines.append(f"| {v.run} | {ships} | {v.wins} | {worst} | " + " | ".join(cells) + f" | {form} | {cost} |")
     return "\n".join(lines)
 
 
@@ -141,21 +201,31 @@ def main(argv: list[str] | None = None) -> int:
     training = json.loads((RESULTS / "training.json").read_text())
     gpu_train = json.loads((RESULTS / "gpu_train.json").read_text())
     default = default_rows(training, gpu_train, default_model)
-    verdicts = judge_all(gpu_train, training, default_model, default)
+    text_form = _read(RESULTS / "text_form.json")
+    model_cost = _read(RESULTS / "model_cost.json")
+    verdicts = [with_form_and_cost(v, text_form, model_cost, default_model)
+                for v in judge_all(gpu_train, training, default_model, default)]
     if args.runs:
         unknown = set(args.runs) - {v.run for v in verdicts}
         if unknown:
             parser.error(f"no scored run named {', '.join(sorted(unknown))} in gpu_train.json")
         verdicts = [v for v in verdicts if v.run in args.runs]
     print(render(verdicts, default, default_model))
+    print(decision(verdicts, default_model))
     if args.record:
         command = "python -m benchmarks.decisions.ship_rule --record" + (f" --default {args.default}" if args.default else "") \
             + "".join(f" {r}" for r in args.runs)
         out = {"command": command, "rule": {"leg": RULED_LEG, "min_wins": MIN_WINS, "tolerance": TOLERANCE,
-                                            "default": default_model},
-               "default": default, "verdicts": [asdict(v) for v in verdicts]}
+                                            "default": default_model, "form_tolerance": TOLERANCE,
+                                            "max_slowdown": MAX_SLOWDOWN},
+               "default": default, "verdicts": [asdict(v) for v in verdicts],
+               "decision": decision(verdicts, default_model)}
         atomic_write_json(RESULTS / "ship_rule.json", out, indent=1)
     return 0
+
+
+def _read(path: Path):
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 if __name__ == "__main__":
