@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import socket
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -38,6 +39,8 @@ CPU_CHUNK_TEXTS = 128
 GPU_CHUNK_TEXTS = 2048
 #: the smallest chunk a short input is cut into, so that every actor gets work
 MIN_CHUNK_TEXTS = 4
+#: seconds between two questions to an actor that Ray is restarting
+WAKE_POLL_SECONDS = 0.5
 #: environment variables passed from this process to the actors (model cache, hub settings)
 ENV_PREFIXES = ("ALIGNIR_", "HF_", "TRANSFORMERS_")
 
@@ -201,6 +204,9 @@ class RayEncodePool:
                                                      **actor_opts)
             self.actors = [remote.remote(recipe, self.device, opts.cpus_per_actor, env) for _ in range(n)]
             self.pids: list[int] = [0] * n
+            #: actors Ray is restarting -> since when (monotonic seconds)
+            self._down: dict[int, float] = {}
+            self._dead: set[int] = set()
             self._await_ready(expected_key)
         except BaseException:
             self.close()
@@ -267,10 +273,12 @@ class RayEncodePool:
         chunks = [np.arange(s, min(s + size, len(texts))) for s in range(0, len(texts), size)]
         queue = deque(range(len(chunks)))
         lost = [0] * len(chunks)
-        slots = {i: self.options.in_flight for i in range(len(self.actors))}  # actors taking chunks
+        # actors taking chunks, and those Ray is restarting (a ready() call each, answered once it is back)
+        slots = {i: self.options.in_flight for i in range(len(self.actors)) if i not in self._down and i not in self._dead}
         running: dict[Any, tuple[int, int]] = {}  # ref -> (actor, chunk)
-        waking: dict[Any, int] = {}  # ready() ref of a restarting actor -> actor
+        waking = {self.actors[a].ready.remote(): a for a in self._down}
         retryable = _retryable(ray)
+        unavailable = getattr(ray.exceptions, "ActorUnavailableError", ())
         while queue or running:
             for a in list(slots):
                 while queue and slots[a] > 0:
@@ -289,10 +297,21 @@ class RayEncodePool:
                 try:
                     self.pids[a] = ray.get(ref)[1]
                     slots[a] = self.options.in_flight
+                    del self._down[a]
                     self.stats["restarts"] += 1
                     log.warning("Ray actor %d is back (pid %d)", a, self.pids[a])
+                except unavailable:  # still restarting (loading the model): ask again shortly
+                    if time.monotonic() - self._down[a] < self.options.start_timeout:
+                        time.sleep(WAKE_POLL_SECONDS)
+                        waking[self.actors[a].ready.remote()] = a
+                    else:
+                        log.warning("Ray actor %d did not come back within %.0f s", a, self.options.start_timeout)
+                        self._down.pop(a, None)
+                        self._dead.add(a)
                 except retryable:
                     log.warning("Ray actor %d is gone for good", a)
+                    self._down.pop(a, None)
+                    self._dead.add(a)
                 continue
             a, c = running.pop(ref)
             try:
@@ -306,6 +325,7 @@ class RayEncodePool:
                 self.stats["retried"] += 1
                 if a in slots:  # the first of its chunks to fail: wait for Ray to restart it
                     del slots[a]
+                    self._down[a] = time.monotonic()
                     waking[self.actors[a].ready.remote()] = a
                     log.warning("Ray actor %d (pid %d) died (%s): its chunks go to the other actors",
                                 a, self.pids[a], _cause(e))

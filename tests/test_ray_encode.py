@@ -148,6 +148,42 @@ def test_an_actor_killed_mid_build_loses_nothing(cluster, tmp_path, tiny_folder,
     assert _rankings(tmp_path / "ray", tiny_loaded, QUERIES) == _rankings(tmp_path / "one", tiny_loaded, QUERIES)
 
 
+def test_a_killed_actor_comes_back_and_takes_chunks_again(cluster, tmp_path, tiny_folder, tiny_loaded):
+    """SIGKILL one actor between two encodes: its chunk in flight (if any) goes to the other one,
+    and once Ray has restarted it (model loaded again) it is asked for work again; every call
+    returns every row, equal to one process's vectors."""
+    from alignir.encoders.cache import dense_fingerprint, fingerprint_key
+    from alignir.encoders.ray_pool import EncoderRecipe, RayEncodePool
+
+    enc = Searcher.open(_tiny_index(tmp_path, tiny_folder, tiny_loaded), loaded=tiny_loaded, runtime="torch").embedder
+    ref = enc.encode_documents(TEXTS)
+    recipe = EncoderRecipe(model=str(tiny_folder), family="prompteol", runtime="torch")
+    with RayEncodePool(recipe, RayOptions("auto", chunk_texts=2, in_flight=1),
+                       expected_key=fingerprint_key(dense_fingerprint(enc))) as pool:
+        killed = pool.pids[1]
+        os.kill(killed, signal.SIGKILL)
+        end = time.monotonic() + 300
+        while pool.stats["restarts"] == 0 and time.monotonic() < end:
+            got = np.full_like(ref, np.nan)
+            for rows, vec, _ in pool.encode_chunks(TEXTS, "document"):
+                got[rows] = vec
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+            time.sleep(0.2)
+        assert pool.stats["restarts"] >= 1 and pool.pids[1] not in (0, killed), (pool.stats, pool.pids)
+        before = pool.stats["chunks"]
+        got = np.full_like(ref, np.nan)
+        for rows, vec, _ in pool.encode_chunks(TEXTS, "document"):
+            got[rows] = vec
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+        assert pool.stats["chunks"] - before == len(TEXTS) // 2
+
+
+def _tiny_index(tmp_path: Path, tiny_folder, tiny_loaded) -> Path:
+    build_index(_corpus(tmp_path / "small.jsonl", TEXTS[:6]), tmp_path / "small", model=str(tiny_folder),
+                sparse=SPARSE, loaded=tiny_loaded, progress=False, runtime="torch", cache_dir=tmp_path / "c0")
+    return tmp_path / "small"
+
+
 def test_errors_are_one_line(cluster, tmp_path, tiny_folder, tiny_loaded):
     from alignir.encoders.ray_pool import EncoderRecipe, RayEncodePool
 
