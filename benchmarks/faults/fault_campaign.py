@@ -7,7 +7,8 @@ expected ones, ``data_lost`` when a healthy index could no longer be opened afte
     python -m benchmarks.faults.fault_campaign --index INDEX --attacks milvus,inputs   # no model needed
 
 ``--attacks``: ``folder`` (the index folder: damage, kills, concurrent writers; loads the model),
-``milvus`` (the collection exported from it: benchmarks/faults/fault_milvus.py) and ``inputs`` (qrels,
+``milvus`` (the collection exported from it into Milvus Lite: benchmarks/faults/fault_milvus.py),
+``milvus_engine`` (the same kinds of case against the Milvus 2.5 C++ engine as a loopback server) and ``inputs`` (qrels,
 queries, corpus and training triples of ``--dataset`` mutated line by line:
 benchmarks/faults/fault_inputs.py) and ``adds`` (documents added to the index: killed, raced, against a
 rebuild: benchmarks/faults/fault_add.py; loads the model). Rows go to benchmarks/results/faults.json (the rows of attacks not
@@ -78,12 +79,12 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=8, help="kill points of a resparsify")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--attacks", default="folder,milvus,inputs,adds",
-                    help="comma list of folder, milvus, inputs, adds")
+                    help="comma list of folder, milvus, milvus_engine, inputs, adds")
     ap.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" /
                     "datasets" / "adi", help="BEIR folder whose files the input attacks mutate")
     args = ap.parse_args()
     attacks = {a.strip() for a in args.attacks.split(",") if a.strip()}
-    known = {"folder", "milvus", "inputs", "adds"}
+    known = {"folder", "milvus", "milvus_engine", "inputs", "adds"}
     if not attacks <= known:
         ap.error(f"unknown attacks {sorted(attacks - known)}")
     rows: dict[str, dict] = {}
@@ -103,9 +104,13 @@ def main() -> None:
         if "folder" in attacks:
             folder_attacks(args, work, count)
         if "milvus" in attacks:
-            import fault_milvus
+            from benchmarks.faults import fault_milvus
 
             fault_milvus.run(args.index, work, count, kills=args.kills)
+        if "milvus_engine" in attacks:
+            from benchmarks.faults import fault_milvus
+
+            fault_milvus.run_engine(args.index, work, count, kills=args.kills)
         if "inputs" in attacks:
             from benchmarks.faults import fault_inputs
 

@@ -1,4 +1,6 @@
-"""Milvus attacks of the fault campaign (benchmarks/faults/fault_campaign.py --attacks milvus).
+"""Milvus attacks of the fault campaign (benchmarks/faults/fault_campaign.py --attacks milvus,milvus_engine):
+``milvus`` against Milvus Lite 3.x (a local ``.db``), ``milvus_engine`` against the Milvus 2.5 C++
+engine run as a loopback server (:func:`run_engine`).
 
 No model is needed: the queries are stored documents' own vectors (dense: the vector the dense
 index scores, sparse: the aligned-token row, bm25: the BM25 row), searched in the folder index and
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -250,3 +252,178 @@ def run(index: Path, work: Path, count: Callable[..., None], kills: int = 6) -> 
         finally:
             c.close()
         count("milvus: dropped connection mid-search", outcome, lost=classify(stored, uri, queries, expected) != "ok")
+
+
+# ----------------------------------------------------------------------------- the Milvus 2.5 engine
+
+
+def run_engine(index: Path, work: Path, count: Callable[..., None], kills: int = 6) -> None:
+    """The ``milvus_engine`` attacks: the same kinds of case against the Milvus 2.5 C++ engine
+    (retrieval/milvus_engine.py, a fresh server per case), whose export record lives in the
+    alignir_meta collection: interrupted exports (killed before an insert, the flush, the record
+    or the completion mark), the server killed mid-export and mid-search, stopped or killed and
+    restarted, a foreign, stale or altered record, rows deleted after the export."""
+    import json
+
+    import pymilvus
+
+    from alignir.index.store import open_index
+    from alignir.retrieval import milvus_meta as meta
+    from alignir.retrieval.milvus import COMPLETE, PROPERTY, connect, default_collection_name, expected_rows
+    from alignir.retrieval.milvus_engine import MilvusEngine, unavailable_reason
+    from alignir.retrieval.milvus_search import open_collection
+
+    reason = unavailable_reason()
+    if reason:
+        raise RuntimeError(reason)
+    base = work / "engine-idx"
+    shutil.copytree(index, base)
+    stored = open_index(base)
+    queries = _queries(stored)
+    expected = folder_answers(stored, queries)
+    rows = expected_rows(stored)
+    name = default_collection_name(base)
+    started: list[MilvusEngine] = []
+
+    def engine() -> MilvusEngine:
+        """A fresh server over its own data folder (stopped at the end whatever happens)."""
+        started.append(MilvusEngine(work / f"engine-{len(started)}").start())
+        return started[-1]
+
+    def recovered(uri: str, recreate: bool = False) -> bool:
+        try:
+            _export(base, uri, recreate=recreate)
+            return classify(stored, uri, queries, expected) == "ok"
+        except (AlignirError, OSError):
+            return False
+
+    def client_do(uri: str, fn: Callable) -> Any:
+        client = connect(uri)
+        try:
+            return fn(client)
+        finally:
+            client.close()
+
+    try:
+        e = engine()
+        _export(base, e.uri)
+        count("milvus engine: whole export", classify(stored, e.uri, queries, expected))
+        e.stop()
+
+        points = [("insert", int(a)) for a in np.linspace(0, rows - 1, kills).astype(int)]
+        for method, after in points + [("flush", 0), ("upsert", 0), ("upsert", 1)]:  # upsert 0: the record, 1: the mark
+            e = engine()
+            rc = killed_export(base, e.uri, after, method).returncode
+            if rc != -signal.SIGKILL:
+                raise RuntimeError(f"the export was to be killed at {method} #{after}, it ended with {rc}")
+            count("milvus engine: kill export, search without resuming", classify(stored, e.uri, queries, expected),
+                  lost=not recovered(e.uri))
+            e.stop()
+
+        for after in np.linspace(0, rows // 2, 3).astype(int):  # the server dies under an export
+            e = engine()
+            real, calls = pymilvus.MilvusClient.insert, []
+
+            def insert(self, *a, _after=int(after), _e=e, _real=real, _calls=calls, **kw):
+                if len(_calls) == _after:
+                    _e.kill()
+                _calls.append(1)
+                return _real(self, *a, **kw)
+
+            pymilvus.MilvusClient.insert = insert
+            try:
+                _export(base, e.uri, batch_size=1)  # one row per insert: the kill lands at row `after`
+                outcome = "wrong"  # an export that reports success over a dead server
+            except (AlignirError, OSError):
+                outcome = "clear"
+            finally:
+                pymilvus.MilvusClient.insert = real
+            e.start()
+            after_restart = classify(stored, e.uri, queries, expected)
+            count("milvus engine: server killed mid-export", "wrong" if "wrong" in (outcome, after_restart) else "clear",
+                  lost=not recovered(e.uri))
+            e.stop()
+
+        for how in ("kill", "stop"):  # the server dies (or is stopped) between two searches, then comes back
+            e = engine()
+            _export(base, e.uri)
+            c = open_collection(stored, e.uri)
+            try:
+                qt = stored.dense.transform_queries(queries["dense"])
+                first = c.search_dense(qt, K)
+                e.kill() if how == "kill" else e.stop()
+                try:
+                    again = c.search_dense(qt, K)
+                    outcome = "ok" if [set(h) for h in again] == [set(h) for h in first] else "wrong"
+                except (AlignirError, OSError):
+                    outcome = "clear"
+                e.start()
+                back = c.search_dense(qt, K)  # the same collection object reconnects
+                outcome = "wrong" if [set(h) for h in back] != [set(h) for h in first] else outcome
+            except (AlignirError, OSError):
+                outcome = "clear"
+            finally:
+                c.close()
+            count(f"milvus engine: server {'killed' if how == 'kill' else 'stopped'} mid-search, restarted", outcome,
+                  lost=classify(stored, e.uri, queries, expected) != "ok")
+            e.stop()
+
+        e = engine()  # killed right after a whole export, restarted: its data is still whole
+        _export(base, e.uri)
+        e.kill()
+        e.start()
+        outcome = classify(stored, e.uri, queries, expected)
+        count("milvus engine: killed after the export, restarted", outcome, lost=outcome != "ok" and not recovered(e.uri))
+        e.stop()
+
+        e = engine()  # a foreign collection under the export's name: refused, never dropped
+        client_do(e.uri, lambda c: c.create_collection(name, dimension=4))
+        for recreate in (False, True):
+            try:
+                _export(base, e.uri, recreate=recreate)
+                outcome = "wrong"
+            except AlignirError:
+                outcome = "clear"
+            kept = client_do(e.uri, lambda c: c.has_collection(name))
+            count("milvus engine: foreign collection of the same name", outcome, lost=not kept)
+        e.stop()
+
+        e = engine()  # dropped behind alignir's back, another made under its name: the old row is stale
+        _export(base, e.uri)
+        client_do(e.uri, lambda c: (c.drop_collection(name), c.create_collection(name, dimension=4)))
+        outcome = classify(stored, e.uri, queries, expected)
+        client_do(e.uri, lambda c: c.drop_collection(name))
+        count("milvus engine: stale record", outcome, lost=not recovered(e.uri))
+        e.stop()
+
+        def edits():
+            yield "another encoder", lambda v: {**v, PROPERTY: json.dumps({**json.loads(v[PROPERTY]), "encoder_hash": "x"})}
+            yield "another version", lambda v: {**v, PROPERTY: json.dumps({**json.loads(v[PROPERTY]), "content_sha256": "x"})}
+            yield "fewer rows marked", lambda v: {**v, COMPLETE: json.dumps({"rows": rows - 1})}
+            yield "mark removed", lambda v: {k: x for k, x in v.items() if k != COMPLETE}
+            yield "mark garbled", lambda v: {**v, COMPLETE: "{not json"}
+            yield "manifest garbled", lambda v: {**v, PROPERTY: "{not json"}
+
+        for what, edit in edits():  # the record altered in alignir_meta; --recreate (or a resume) makes it whole
+            e = engine()
+            _export(base, e.uri)
+
+            def alter(c, edit=edit):
+                rec = meta.read(c, name)
+                meta._put(c, name, rec.token, edit(rec.values))
+
+            client_do(e.uri, alter)
+            outcome = classify(stored, e.uri, queries, expected)
+            count(f"milvus engine: altered record ({what})", outcome, lost=not (recovered(e.uri) or
+                                                                             recovered(e.uri, recreate=True)))
+            e.stop()
+
+        e = engine()  # rows deleted after a whole export: refused until a resume puts them back
+        _export(base, e.uri)
+        client_do(e.uri, lambda c: c.delete(name, filter="doc_number in [0, 1]"))
+        count("milvus engine: rows deleted after the export", classify(stored, e.uri, queries, expected),
+              lost=not recovered(e.uri))
+        e.stop()
+    finally:
+        for e in started:
+            e.stop()
