@@ -14,10 +14,16 @@ For each collection:
 4. FAISS on the GPU for the dense leg: the top-10 of every query from the GPU copy (faiss-gpu)
    against the CPU index; when faiss has no GPU here, why.
 
-Writes benchmarks/results/gpu_e2e.json. On a GPU machine (set up from carried files, see
-benchmarks/gpu/gpu_e2e.sh, which calls)::
+Writes benchmarks/results/gpu_e2e.json. On a GPU machine that can fetch nothing:
+``bash benchmarks/gpu/gpu_carry.sh .gpu_carry`` here first; the carried folders travel in calls
+of at most 64 MiB with the work tree (g1, then g2, then whl with data; a folder carried once
+stays on the warm machine), and the run itself is one call of about 5 minutes, which calls::
 
-    python -m benchmarks.gpu.gpu_e2e --data CARRY/data --work CARRY/work --out OUT/gpu_e2e.json
+    bash benchmarks/gpu/gpu_e2e.sh .gpu_carry $OUT/gpu_e2e.json
+    # = python -m benchmarks.gpu.gpu_e2e --data CARRY/data --out OUT/gpu_e2e.json
+
+faiss-gpu is used when a faiss_gpu wheel is carried in whl/ (with the CUDA 12 cuBLAS and runtime
+it needs, which the CUDA 13 image lacks); otherwise the JSON says the dense leg stayed on the CPU.
 
 ``--device cpu`` runs the same steps with CUDA hidden (how the script is tested, on the tiny model).
 """
