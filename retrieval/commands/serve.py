@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from alignir.errors import InvalidInputError
-from alignir.retrieval.commands.common import DEVICE_OPT, RUNTIME_OPT, setup_logging, user_errors
+from alignir.retrieval.commands.common import (BACKEND_OPT, COLLECTION_OPT, DEVICE_OPT, RUNTIME_OPT, URI_OPT,
+                                              backend_options, setup_logging, user_errors)
 
 #: the environment variable that turns the admin endpoints on, as --admin-token does
 ADMIN_TOKEN_ENV = "ALIGNIR_ADMIN_TOKEN"
@@ -31,6 +32,9 @@ def serve_cmd(
     max_k: int = typer.Option(1000, help="Hits per query."),
     max_items: int = typer.Option(256, help="Queries, allowed ids, documents or ids per request."),
     max_body_bytes: int = typer.Option(1 << 20, help="Bytes of a request body (refused with 413 before it is read)."),
+    backend: str = BACKEND_OPT,
+    uri: Optional[str] = URI_OPT,
+    collection: Optional[str] = COLLECTION_OPT,
     device: str = DEVICE_OPT,
     runtime: Optional[str] = RUNTIME_OPT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -38,7 +42,8 @@ def serve_cmd(
     """Serve an index over HTTP: JSON search API, OpenAPI at /docs, and a page at / that shows
     why each hit matched. One model and one searcher per process; concurrent queries are
     encoded together; a swapped index (alignir add, delete, resparsify, build-index) is picked
-    up without a restart. See docs/serving.md."""
+    up without a restart. With --backend milvus the legs are searched in the collection `alignir
+    export milvus` made of the folder (the folder still encodes the queries). See docs/serving.md."""
     setup_logging(verbose)
     with user_errors(verbose):
         try:
@@ -51,6 +56,7 @@ def serve_cmd(
         token = admin_token or os.environ.get(ADMIN_TOKEN_ENV) or None
         app = build_app(index, admin_token=token, cors=cors, max_batch=max_batch_encode,
                         max_wait=max_wait_ms / 1000.0, device=device, runtime=runtime,
+                        **backend_options(backend, uri, collection),
                         limits=dict(max_query_chars=max_query_chars, max_k=max_k, max_items=max_items,
                                     max_body_bytes=max_body_bytes))
         serve(app, bind(host, port), log_level="info" if verbose else "warning")

@@ -29,6 +29,11 @@ def build_app(index: str | Path, *, admin_token: str | None = None, cors: str | 
     from alignir.retrieval.server.state import IndexHolder
 
     options = {k: v for k, v in open_options.items() if v is not None}
+    if options.get("backend", "folder") != "folder" and admin_token is not None:
+        from alignir.errors import InvalidInputError
+
+        raise InvalidInputError("the admin endpoints write the index folder, not the Milvus collection served: "
+                                "serve the folder to write it, then export it again (alignir export milvus)")
     service = Service(IndexHolder(index, options), limits=Limits(**dict(limits or {})), max_batch=max_batch,
                       max_wait=max_wait, admin_token=admin_token)
     return create_app(service, cors=cors, load_model=load_model)

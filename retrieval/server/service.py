@@ -106,10 +106,14 @@ class Service:
             else:
                 query_rows[name] = leg.encode(QueryContext([query], None))[0]
         for hit, row in zip(hits, rows):
-            row["explanations"] = {
-                name: [asdict(c) for c in sorted(searcher.legs[name].explain(q, hit.doc_number),
-                                                 key=lambda c: -c.contribution)[:SHOWN_TERMS]]
-                for name, q in query_rows.items()}
+            row["explanations"] = {}
+            for name, q in query_rows.items():
+                try:
+                    terms = searcher.legs[name].explain(q, hit.doc_number)
+                except InvalidInputError:  # a leg of a backend that cannot explain
+                    continue
+                row["explanations"][name] = [asdict(c) for c in sorted(terms, key=lambda c: -c.contribution)
+                                             [:SHOWN_TERMS]]
 
     @staticmethod
     def _attach_texts(searcher: Any, rows: list[dict[str, Any]]) -> None:
@@ -131,6 +135,7 @@ class Service:
         spec = manifest.get("embedder") if isinstance(manifest.get("embedder"), dict) else {}
         return {
             "index": str(self.holder.path), "index_version": snap.version, "documents": s.index.n_docs,
+            "backend": self.holder.options.get("backend", "folder"),
             "legs": list(s.legs), "modes": list(modes_for(s.index)), "stores_text": "texts" in s.index.parts,
             "model": spec.get("model"), "calibrated": s.calibration is not None,
             "model_loaded": self.holder.model_ready.is_set(), "versions_opened": self.holder.versions_opened,
