@@ -26,7 +26,7 @@ def test_serve_attacks_leave_no_silent_wrong_and_no_loss(tmp_path, tiny_model, m
 
     (tmp_path / "work").mkdir()
     monkeypatch.setitem(fault_serve.PROBE, "q", "stock market wind tunnel")  # words of the tiny corpus
-    fault_serve.run(index, tmp_path / "work", count, big=3 << 20)
+    fault_serve.run(index, tmp_path / "work", count, big=3 << 20, hold=2.0)
     assert len(rows) == 9, rows
     assert all(r["silent_wrong"] == 0 and r["data_lost"] == 0 for r in rows.values()), rows
     assert rows["serve: malformed JSON"]["clear_error"] == rows["serve: malformed JSON"]["cases"]

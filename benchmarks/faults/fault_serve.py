@@ -186,8 +186,9 @@ def _slow_clients(s: _Served, probe: Callable[[], list[str] | None], n: int = 32
     return ok
 
 
-def run(index: Path, work: Path, count: Callable[..., None], big: int = 10 << 20) -> None:
-    """The serve attacks on a copy of ``index`` (see the module docstring)."""
+def run(index: Path, work: Path, count: Callable[..., None], big: int = 10 << 20, hold: float = 5.0) -> None:
+    """The serve attacks on a copy of ``index`` (see the module docstring); ``big``: the bytes of the
+    oversized bodies, ``hold``: the seconds slow clients hold their connections."""
     copy = work / "serve-index"
     shutil.copytree(index, copy)
     before = _files(copy)
@@ -212,7 +213,7 @@ def run(index: Path, work: Path, count: Callable[..., None], big: int = 10 << 20
             if outcome == "wrong":
                 print(f"{attack} / {case}: status {status}: {body[:300]}", file=sys.stderr)
             count(attack, outcome)
-        ok = _slow_clients(served, probe_ids)
+        ok = _slow_clients(served, probe_ids, hold=hold)
         count("serve: slow clients", "ok" if ok else "wrong")
         if model_reference is not None:  # the model path answers too, as before
             status, body = served.request("POST", "/search", json.dumps(MODEL_PROBE).encode())
