@@ -22,6 +22,9 @@ marker fails.
   ``train_config`` and ``train_log`` / ``train_losses`` go with it.
 - ``write_corpus`` / ``write_queries``: BEIR corpus.jsonl / queries.jsonl files (ids d0.. / q0..).
 - ``assert_same_ranking``: two ranked (id, score) lists equal up to float tolerance and near ties.
+- Milvus: ``milvus_engine`` (the Milvus 2.5 C++ engine on a free loopback port, one per process);
+  ``MILVUS_TEXTS`` / ``MILVUS_QUERIES`` / ``milvus_config`` (the tiny collection the Milvus tests
+  export) and ``assert_same_hits`` (two hit lists equal up to float32 rounding and near ties).
 """
 from __future__ import annotations
 
@@ -409,3 +412,42 @@ def tiny_adapter(tmp_path, tiny_folder, data_files, monkeypatch):
                                    "--out", str(out), "--steps", "2", "--batch-size", "3", "--max-length", "32"])
     assert res.exit_code == 0, res.output
     return out
+
+
+# ------------------------------------------------------------------ Milvus
+
+#: The tiny collection the Milvus tests export (TINY_CORPUS, its upper-cased and reversed copies,
+#: neighbours joined), its queries, and a sparse config with signed (raw) query weights.
+MILVUS_TEXTS = TINY_CORPUS + [t.upper() for t in TINY_CORPUS] + [t[::-1] for t in TINY_CORPUS] + \
+    [f"{a} {b}" for a, b in zip(TINY_CORPUS, TINY_CORPUS[1:])]
+MILVUS_QUERIES = ["light and carbon in plants", "interest rates and the stock market", "supersonic wind tunnel",
+                  "proteins fold", "the quick brown fox", "zzzz qqqq"]
+
+
+def milvus_config():
+    """log1p document weights, raw (signed) query weights, 24 terms per document, 5 per query."""
+    from alignir.retrieval.config import SparseConfig
+
+    return SparseConfig().with_changes(doc_k=24, query_m=5)
+
+
+def assert_same_hits(want, got, rel: float = 1e-5) -> None:
+    """Two lists of hits (``.id``, ``.score``) rank alike up to float32 rounding: Milvus sums float32
+    in another order, so documents may trade places inside a near tie (within ``rel`` of max(1, top score))."""
+    assert_same_ranking([(h.id, h.score) for h in got], [(h.id, h.score) for h in want], rtol=rel, min_scale=1.0)
+
+
+@pytest.fixture(scope="session")
+def milvus_engine(tmp_path_factory):
+    """The Milvus 2.5 C++ engine (retrieval/milvus_engine.py) serving a temporary folder on a free
+    loopback port: one per test process (per xdist worker), stopped at the end. Skips, with the
+    reason, where it cannot be had (another platform, not fetched by scripts/fetch_milvus_engine.sh)."""
+    pytest.importorskip("pymilvus")
+    from alignir.retrieval.milvus_engine import MilvusEngine, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    engine = MilvusEngine(tmp_path_factory.mktemp("milvus-engine")).start()
+    yield engine
+    engine.stop()

@@ -22,22 +22,19 @@ pytest.importorskip("milvus_lite")
 from alignir.errors import AlignirError  # noqa: E402
 from alignir.index.store import open_index  # noqa: E402
 from alignir.errors import FingerprintMismatch
-from alignir.retrieval.config import SparseConfig  # noqa: E402
 from alignir.retrieval.indexer import build_index, resparsify  # noqa: E402
 from alignir.retrieval.milvus import MilvusCollection, connect, default_collection_name, export_index, index_manifest
 from alignir.errors import CollectionMismatch, MilvusError
 from alignir.retrieval.milvus_search import MilvusSearcher  # noqa: E402
 from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 
-from conftest import ROOT, TINY_CORPUS, assert_same_ranking, write_corpus  # noqa: E402
+from conftest import MILVUS_QUERIES as QUERIES  # noqa: E402
+from conftest import MILVUS_TEXTS as TEXTS  # noqa: E402
+from conftest import ROOT, assert_same_hits, milvus_config, write_corpus  # noqa: E402
 
 pytestmark = [pytest.mark.milvus, pytest.mark.usefixtures("one_thread")]
 
-QUERIES = ["light and carbon in plants", "interest rates and the stock market", "supersonic wind tunnel",
-           "proteins fold", "the quick brown fox", "zzzz qqqq"]
-TEXTS = TINY_CORPUS + [t.upper() for t in TINY_CORPUS] + [t[::-1] for t in TINY_CORPUS] + \
-    [f"{a} {b}" for a, b in zip(TINY_CORPUS, TINY_CORPUS[1:])]
-CONFIG = SparseConfig().with_changes(doc_k=24, query_m=5)  # log1p docs, raw (signed) query weights
+CONFIG = milvus_config()  # log1p docs, raw (signed) query weights
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +61,7 @@ def searchers(built, exported, tiny_model):
     milvus.close()
 
 
-def _same(a, b, rel=1e-5):
-    """Same ranking of hits up to float32 rounding: Milvus sums float32 in another order, so
-    documents may trade places inside a near tie (within ``rel`` of max(1, top score))."""
-    assert_same_ranking([(h.id, h.score) for h in b], [(h.id, h.score) for h in a], rtol=rel, min_scale=1.0)
+_same = assert_same_hits  # (want, got): the same ranking up to float32 rounding and near ties
 
 
 def test_export_summary_and_manifest_property(built, exported):
