@@ -237,3 +237,17 @@ def test_cors_only_for_the_named_origin(tiny_index, tiny_model):
         status, err, _ = call(srv.url, "GET", "/search?q=light&mode=hybrid")
         assert status == 503 and err["type"] == "NotReadyError"
         assert call(srv.url, "GET", "/readyz")[0] == 503
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--index", "{tmp}/none"], "does not exist"),
+    (["--index", "{tmp}", "--max-batch-encode", "0"], "--max-batch-encode"),
+    (["--index", "{tmp}", "--uri", "x.db"], "--backend milvus"),
+])
+def test_cli_refuses_before_listening(tmp_path, args, words):
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--port", "0", *(a.format(tmp=tmp_path) for a in args)])
+    assert result.exit_code == 1 and words in result.output and "Traceback" not in result.output, result.output

@@ -22,7 +22,8 @@ def build_app(index: str | Path, *, admin_token: str | None = None, cors: str | 
               max_batch: int = 32, max_wait: float = 0.002, limits: Mapping[str, int] | None = None,
               load_model: bool = True, **open_options: Any) -> Any:
     """The FastAPI app serving the index folder ``index``; ``open_options`` go to
-    ``Searcher.open`` (device, runtime, model, loaded...). The index opens when the app starts."""
+    ``Searcher.open`` (device, runtime, model, loaded...). The index opens now (its model loads
+    when the app starts, in the background: ``/readyz``)."""
     from alignir.retrieval.server.app import create_app
     from alignir.retrieval.server.limits import Limits
     from alignir.retrieval.server.service import Service
@@ -34,6 +35,8 @@ def build_app(index: str | Path, *, admin_token: str | None = None, cors: str | 
 
         raise InvalidInputError("the admin endpoints write the index folder, not the Milvus collection served: "
                                 "serve the folder to write it, then export it again (alignir export milvus)")
-    service = Service(IndexHolder(index, options), limits=Limits(**dict(limits or {})), max_batch=max_batch,
+    holder = IndexHolder(index, options)
+    holder.open()  # a missing or broken index is an error here, before anything listens
+    service = Service(holder, limits=Limits(**dict(limits or {})), max_batch=max_batch,
                       max_wait=max_wait, admin_token=admin_token)
     return create_app(service, cors=cors, load_model=load_model)

@@ -36,7 +36,9 @@ class Service:
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
-        self.holder.open()
+        """Open the index (when not open yet) and start the micro-batcher."""
+        if not self.holder.is_open:
+            self.holder.open()
         self.batcher.start()
 
     def load_model(self) -> None:

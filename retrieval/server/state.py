@@ -67,7 +67,15 @@ class IndexHolder:
     def open(self) -> Snapshot:
         """Open the index (no model yet: :meth:`load_model`)."""
         with self._lock:
-            return self._reopen(_stamp(self.path))
+            try:
+                stamp = _stamp(self.path)
+            except OSError:  # not an index: Searcher.open says so in its words
+                stamp = None
+            return self._reopen(stamp)
+
+    @property
+    def is_open(self) -> bool:
+        return self._snapshot is not None
 
     def load_model(self) -> None:
         """Load the query encoder of the current version (a no-op for an index without model legs),
@@ -115,14 +123,14 @@ class IndexHolder:
         """Reopen now if the folder changed (after a write of this server)."""
         return self.current()
 
-    def _reopen(self, stamp: tuple[int, int, int]) -> Snapshot:
+    def _reopen(self, stamp: tuple[int, int, int] | None) -> Snapshot:
         old = self._snapshot
         encoder = old.searcher.query_encoder if old is not None else None
         options = dict(self.options)
         if encoder is not None:  # the loaded model goes on: no second model, no second ONNX session
             options = {k: v for k, v in options.items() if k not in ("model", "precision", "runtime", "device")}
         searcher = Searcher.open(self.path, encoder=encoder, **options)
-        snap = Snapshot(searcher, version_of(searcher), stamp)
+        snap = Snapshot(searcher, version_of(searcher), stamp or _stamp(self.path))
         self._snapshot, self._error = snap, None
         self.versions_opened += 1
         log.info("serving %s version %s (%d documents)", self.path, snap.version, searcher.index.n_docs)
