@@ -102,6 +102,17 @@ def test_the_engine_starts_on_a_free_port_and_stops(tmp_path):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+def test_fetch_refuses_a_wheel_of_another_sha256(tmp_path):
+    from alignir.retrieval.milvus_engine import WHEEL, fetch
+
+    wheel = tmp_path / WHEEL
+    wheel.write_bytes(b"not the milvus-lite wheel")
+    with pytest.raises(MilvusError, match="sha256|Linux x86_64") as e:
+        fetch(tmp_path / "engine", wheel=wheel)
+    assert "\n" not in str(e.value) and not (tmp_path / "engine").exists()
+    assert "not fetched" in unavailable_reason(tmp_path / "engine") or "Linux" in unavailable_reason(tmp_path / "engine")
+
+
 def test_the_record_lives_in_the_meta_collection(built, exported):
     """No collection properties are kept: manifest, owner and mark are read back from alignir_meta."""
     uri, summary = exported
