@@ -1,6 +1,10 @@
 """The same index searched in its folder and in Milvus (Lite): equality, nDCG@10, size, speed.
 
     python -m benchmarks.milvus.bench_milvus /work/shared/datasets/adi --index /tmp/adi --uri /tmp/adi.db
+    python -m benchmarks.milvus.bench_milvus /work/shared/datasets/adi --index /tmp/adi --engine --name adi-engine
+
+``--engine``: against the Milvus 2.5 C++ engine (retrieval/milvus_engine.py), started for the run
+on a free loopback port over a temporary folder, instead of ``--uri``.
 
 Builds the index when ``--index`` does not exist (default model), exports it into a fresh
 collection, encodes every query once and, for every mode, searches the same encoded batch in
@@ -81,7 +85,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dataset", help="BEIR folder")
     ap.add_argument("--index", required=True, type=Path, help="index folder (built when missing)")
-    ap.add_argument("--uri", required=True, help="Milvus URI (a .db file: Milvus Lite)")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--uri", help="Milvus URI (a .db file: Milvus Lite; http://host:port: a server)")
+    where.add_argument("--engine", action="store_true", help="the Milvus 2.5 C++ engine, started for this run")
     ap.add_argument("--modes", default="all")
     ap.add_argument("--split", default="test")
     ap.add_argument("--name", default=None, help="the rows' dataset label (default: the dataset's name; "
@@ -100,6 +106,13 @@ def main() -> None:
         from alignir.retrieval.indexer import build_index
 
         build_index(args.dataset, args.index)
+    if args.engine:
+        import tempfile
+
+        from alignir.retrieval.milvus_engine import MilvusEngine
+
+        engine = MilvusEngine(tempfile.mkdtemp(prefix="alignir-engine-")).start()
+        args.uri = engine.uri
     t0 = time.perf_counter()
     summary = export_index(args.index, args.uri, recreate=True)
     export_s = time.perf_counter() - t0
@@ -133,7 +146,7 @@ def main() -> None:
         ndcg = {name: m["ndcg@10"] for name, m in evaluate_runs(data.qrels, runs).items()}
         pairs = list(zip(hits["folder"], hits["milvus"]))
         diffs = [abs(a.score - b.score) for x, y in pairs for a, b in zip(x, y) if a.id == b.id]
-        row = {"dataset": label, "mode": mode, "fusion": fusion or "default", "docs": n_docs, "queries": len(qids),
+        row = {"dataset": label, "backend": "milvus 2.5 engine" if args.engine else "milvus", "mode": mode, "fusion": fusion or "default", "docs": n_docs, "queries": len(qids),
                "ndcg@10_folder": round(ndcg["folder"], 4), "ndcg@10_milvus": round(ndcg["milvus"], 4),
                "top100_equal_share": float(np.mean([[h.id for h in x] == [h.id for h in y] for x, y in pairs])),
                "top100_equal_share_ties_aside": float(np.mean([equal_ties_aside(x, y) for x, y in pairs])),
@@ -146,6 +159,8 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     milvus.close()
+    if args.engine:
+        engine.stop()
 
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     kept = [r for r in old.get("rows", []) if r["dataset"] != label]
@@ -155,7 +170,8 @@ def main() -> None:
                           "command": command}
     import pymilvus
 
-    out = {"note": "Milvus Lite (embedded, one process) vs the folder index on the same encoded queries. "
+    out = {"note": "Milvus (Lite 3.x embedded in the process; rows with backend 'milvus 2.5 engine': the C++ "
+                   "engine as a loopback server) vs the folder index on the same encoded queries. "
                    "QPS / latency were measured on a shared 2-core machine under the recorded load: "
                    "not valid ratios; equality, nDCG and sizes are.",
            "pymilvus": pymilvus.__version__, "rows": kept + rows, "exports": exports}
