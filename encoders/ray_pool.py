@@ -216,21 +216,43 @@ class RayEncodePool:
         self.resources = {k: resources[k] for k in ("CPU", "GPU") if k in resources}
 
     def _await_ready(self, expected_key: str | None) -> None:
+        """Wait until every actor has loaded the encoder and check its fingerprint. An actor killed
+        while loading (for memory, its node lost) is waited for while Ray restarts it; one whose
+        loading raised is an error at once; one gone for good is left out if others started."""
         ray = self.ray
-        refs = [a.ready.remote() for a in self.actors]
-        try:
-            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=self.options.start_timeout)
-            if pending:
-                raise RayEncodeError(f"only {len(ready)} of {len(refs)} Ray actors started within "
-                                     f"{self.options.start_timeout:.0f} s (cluster: {ray.cluster_resources()})")
-            got = ray.get(refs)
-        except self.ray.exceptions.RayError as e:
-            raise RayEncodeError(f"a Ray actor could not load the encoder: {_cause(e)}") from None
-        for i, (key, pid) in enumerate(got):
+        pending = {a.ready.remote(): i for i, a in enumerate(self.actors)}
+        tries = [0] * len(self.actors)
+        end = time.monotonic() + self.options.start_timeout
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, end - time.monotonic()))
+            if not done:
+                raise RayEncodeError(f"only {len(self.actors) - len(pending) - len(self._dead)} of {len(self.actors)} "
+                                     f"Ray actors started within {self.options.start_timeout:.0f} s "
+                                     f"(cluster: {ray.cluster_resources()})")
+            i = pending.pop(done[0])
+            try:
+                key, pid = ray.get(done[0])
+            except ray.exceptions.RayActorError as e:
+                tries[i] += 1
+                if getattr(e, "actor_init_failed", False):
+                    raise RayEncodeError(f"a Ray actor could not load the encoder: {_cause(e)}") from None
+                if tries[i] <= self.options.max_restarts:
+                    log.warning("Ray actor %d was lost while loading the encoder (%s): waiting for its restart",
+                                i, _cause(e))
+                    time.sleep(WAKE_POLL_SECONDS)
+                    pending[self.actors[i].ready.remote()] = i
+                else:
+                    self._dead.add(i)
+                continue
+            except ray.exceptions.RayError as e:
+                raise RayEncodeError(f"a Ray actor could not load the encoder: {_cause(e)}") from None
             if expected_key is not None and key != expected_key:
                 raise RayEncodeError(f"the Ray actors' encoder differs from this process's (dense fingerprint "
                                      f"{key} != {expected_key}): every node needs the same model files and alignir")
             self.pids[i] = pid
+        if len(self._dead) == len(self.actors):
+            raise RayEncodeError(f"no Ray actor could be started: each was lost {self.options.max_restarts + 1} "
+                                 "times while loading the encoder (out of memory?)")
 
     def __enter__(self) -> "RayEncodePool":
         return self
