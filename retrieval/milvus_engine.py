@@ -277,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(engine.uri, flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stops the engine on the way out
     try:
         while engine.running:
             time.sleep(1)
