@@ -160,15 +160,15 @@ def load_phase(index: Path, queries: list[str], seconds: float, clients: list[in
                     targets[name] = remote
                 for name, one in targets.items():
                     load = os.getloadavg()[0]
+                    before = _encodes(servers.get(name))
                     cell = run_clients(n, seconds, one)
+                    after = _encodes(servers.get(name))
+                    if before is not None and after is not None and after[0] > before[0]:
+                        cell["encode_passes"] = after[0] - before[0]
+                        cell["queries_per_pass"] = round((after[1] - before[1]) / (after[0] - before[0]), 2)
                     rows.append({"kind": "load", "clients": n, "target": name, "mode": mode, "seconds": seconds,
                                  **cell, "loadavg_1m": round(load, 2)})
                     print(json.dumps(rows[-1]), flush=True)
-        for server in servers.values():
-            info = server.client().request("GET", "/info")[1]["micro_batching"]
-            for row in rows:
-                if row["target"] == "serve_batched" and server is servers["serve_batched"]:
-                    row["encode_passes_total"], row["queries_encoded_total"] = info["passes"], info["queries_encoded"]
     finally:
         for server in servers.values():
             server.stop()
@@ -176,6 +176,14 @@ def load_phase(index: Path, queries: list[str], seconds: float, clients: list[in
     for r in rows:
         r["qps_vs_in_process"] = round(r["qps"] / base[(r["clients"], r["mode"])], 3)
     return rows
+
+
+def _encodes(server: "Server | None") -> tuple[int, int] | None:
+    """(model passes, queries encoded) of a server so far."""
+    if server is None:
+        return None
+    info = server.client().request("GET", "/info")[1]["micro_batching"]
+    return info["passes"], info["queries_encoded"]
 
 
 # ---------------------------------------------------------------------- writes under load
@@ -212,13 +220,14 @@ def writes_phase(index: Path, queries: list[str], seconds: float, clients: int, 
     history: list[tuple[float, set[str]]] = []  # (when written, live ids), in order
     responses: list[tuple[float, str, list[str]]] = []
     failed, lock = [0], threading.Lock()
+    by_mode: dict[str, int] = {}
     stop = time.perf_counter() + seconds
     writes = {"added": 0, "deleted_admin": 0, "deleted_other_process": 0, "write_errors": 0}
 
     def searcher_loop(t: int) -> None:
         conn, i = server.client(), 0
         while time.perf_counter() < stop:
-            mode = ("hybrid", "bm25", "dense+sparse+bm25")[i % 3]
+            mode = "bm25" if t % 2 else ("hybrid", "dense+sparse+bm25")[i % 2]  # half the clients: bm25 only
             started = time.perf_counter()
             try:
                 status, body = conn.request("POST", "/search", {"q": queries[(t * 5 + i) % len(queries)],
@@ -230,6 +239,7 @@ def writes_phase(index: Path, queries: list[str], seconds: float, clients: int, 
                     failed[0] += 1
                 else:
                     responses.append((started, body["index_version"], [h["id"] for h in body["hits"]]))
+                    by_mode[mode] = by_mode.get(mode, 0) + 1
             i += 1
 
     def writer_loop() -> None:
@@ -283,7 +293,7 @@ def writes_phase(index: Path, queries: list[str], seconds: float, clients: int, 
         mixed += after is None or not set(hits) <= after
     stale = sum(1 for started, _, hits in responses for d in hits if d in deleted_at and started > deleted_at[d])
     return {"kind": "writes_under_load", "clients": clients, "target": "serve_batched", "mode": "hybrid,bm25,dense+sparse+bm25",
-            "seconds": seconds, "searches": len(responses), "failed": failed[0], "versions_seen": len({r[1] for r in responses}),
+            "seconds": seconds, "searches": len(responses), "searches_by_mode": by_mode, "failed": failed[0], "versions_seen": len({r[1] for r in responses}),
             "versions_written": len(versions), "responses_of_a_first_add_swap": len(unknown),
             "responses_with_hits_not_in_their_version": mixed, "deleted_ids_returned_after_delete": stale,
             **writes, "loadavg_1m": round(load0, 2)}
