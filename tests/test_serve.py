@@ -126,6 +126,8 @@ def test_info_health_and_openapi(server):
     ({"q": "x", "fusion": "bogus"}, 400, "fusion"),
     ({"q": "x", "alpha": 3}, 400, "alpha"),
     ({"q": "x", "surprise": 1}, 400, "surprise"),
+    ({"q": "x", "k": True}, 400, "k"),
+    ({"q": "x", "k": "10"}, 400, "k"),
     ({"k": 3}, 400, "q"),
 ])
 def test_bad_requests_are_one_line_400s(server, body, status, words):

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from alignir.errors import (AlignirError, BodyTooLargeError, DocumentNotFoundError, IndexBusyError,
@@ -61,16 +61,17 @@ class SearchOptions(BaseModel):
     each hit's stored title and text (an index built with --store-text)."""
 
     model_config = ConfigDict(extra="forbid")
-    k: int = 10
+    # strict: k=true or k="10" in a JSON body is a 400, not k=1 or 10
+    k: StrictInt = 10
     mode: str = "hybrid"
-    explain: bool = False
+    explain: StrictBool = False
     fusion: Optional[str] = None
-    alpha: Optional[float] = None
-    weights: Optional[dict[str, float]] = None
-    depth: Optional[int] = None
+    alpha: Optional[StrictFloat] = None
+    weights: Optional[dict[str, StrictFloat]] = None
+    depth: Optional[StrictInt] = None
     allowed_ids: Optional[list[str]] = None
     passage_agg: Optional[str] = None
-    text: bool = False
+    text: StrictBool = False
 
 
 class SearchBody(SearchOptions):
@@ -86,7 +87,7 @@ class BatchBody(SearchOptions):
 class AddBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     documents: list[dict[str, Any]]
-    replace: bool = False
+    replace: StrictBool = False
 
 
 class DeleteBody(BaseModel):
