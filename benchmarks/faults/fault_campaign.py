@@ -10,8 +10,9 @@ expected ones, ``data_lost`` when a healthy index could no longer be opened afte
 ``milvus`` (the collection exported from it into Milvus Lite: benchmarks/faults/fault_milvus.py),
 ``milvus_engine`` (the same kinds of case against the Milvus 2.5 C++ engine as a loopback server) and ``inputs`` (qrels,
 queries, corpus and training triples of ``--dataset`` mutated line by line:
-benchmarks/faults/fault_inputs.py) and ``adds`` (documents added to the index: killed, raced, against a
-rebuild: benchmarks/faults/fault_add.py; loads the model). Rows go to benchmarks/results/faults.json (the rows of attacks not
+benchmarks/faults/fault_inputs.py), ``adds`` (documents added to the index: killed, raced, against a
+rebuild: benchmarks/faults/fault_add.py; loads the model) and ``serve`` (hostile requests to ``alignir serve``
+on a copy of the index: benchmarks/faults/fault_serve.py; its server loads the model). Rows go to benchmarks/results/faults.json (the rows of attacks not
 run are kept): attack, cases, silent_wrong, data_lost, clear_error.
 Goal: silent_wrong = 0 and data_lost = 0 in every row.
 """
@@ -78,13 +79,13 @@ def main() -> None:
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--kills", type=int, default=8, help="kill points of a resparsify")
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--attacks", default="folder,milvus,inputs,adds",
-                    help="comma list of folder, milvus, milvus_engine, inputs, adds")
+    ap.add_argument("--attacks", default="folder,milvus,inputs,adds,serve",
+                    help="comma list of folder, milvus, milvus_engine, inputs, adds, serve")
     ap.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" /
                     "datasets" / "adi", help="BEIR folder whose files the input attacks mutate")
     args = ap.parse_args()
     attacks = {a.strip() for a in args.attacks.split(",") if a.strip()}
-    known = {"folder", "milvus", "milvus_engine", "inputs", "adds"}
+    known = {"folder", "milvus", "milvus_engine", "inputs", "adds", "serve"}
     if not attacks <= known:
         ap.error(f"unknown attacks {sorted(attacks - known)}")
     rows: dict[str, dict] = {}
@@ -122,6 +123,10 @@ def main() -> None:
 
             loaded = load_model(read_manifest(args.index)["embedder"]["model"])
             fault_add.run(args.index, args.dataset, work, count, rankings, classify, loaded, kills=args.kills)
+        if "serve" in attacks:
+            from benchmarks.faults import fault_serve
+
+            fault_serve.run(args.index, work, count)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     command = "python -m benchmarks.faults.fault_campaign " + " ".join(sys.argv[1:])
