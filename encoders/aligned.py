@@ -19,6 +19,7 @@ from __future__ import annotations
 from alignir.checks import int_ids
 from alignir.errors import InvalidInputError
 
+from functools import lru_cache
 from typing import Iterable, Literal, Sequence
 
 import numpy as np
@@ -85,14 +86,21 @@ def _as_h(H: np.ndarray | torch.Tensor, d: int, name: str = "H") -> np.ndarray:
 
 
 def token_mask(mask_ids: Iterable[int] | np.ndarray | None, V: int) -> torch.Tensor | None:
-    """Boolean [V] mask of ids never to be returned, or None (no ids given)."""
+    """Boolean [V] mask of ids never to be returned, or None (no ids given). The same ids give
+    the same (shared, read-only by convention) tensor: a query's projection does not rebuild a
+    262,144-entry mask each time."""
     if mask_ids is None:
         return None
     ids = int_ids(mask_ids if isinstance(mask_ids, np.ndarray) else list(mask_ids), V, "mask_ids", "token ids")
     if ids.size == 0:
         return None
+    return _mask(np.unique(ids).astype(np.int64).tobytes(), V)
+
+
+@lru_cache(maxsize=8)
+def _mask(ids: bytes, V: int) -> torch.Tensor:
     m = torch.zeros(V, dtype=torch.bool)
-    m[torch.from_numpy(ids)] = True
+    m[torch.from_numpy(np.frombuffer(ids, dtype=np.int64).copy())] = True
     return m
 
 

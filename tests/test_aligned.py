@@ -335,3 +335,15 @@ def test_adjust_moves_rankings_as_the_algebra_says():
     assert project_topk(adjust(H, u1, 1e4), W, 1)[0][0, 0] == int(np.argmax(c))
     with pytest.raises(ValueError, match="dimension"):
         adjust(H, u1[:4], 1.0)
+
+
+
+def test_the_mask_of_the_same_ids_is_built_once():
+    """A query's projection does not rebuild the vocabulary mask: the same ids (in any order,
+    any container) give the same tensor, which masks exactly them."""
+    from alignir.encoders.aligned import token_mask
+
+    mask = np.arange(0, 40_000, 97)
+    assert token_mask(mask, 40_000) is token_mask(list(mask[::-1]), 40_000)
+    assert torch.equal(torch.nonzero(token_mask(mask, 40_000)).ravel(), torch.from_numpy(mask))
+    assert token_mask(mask, 50_000) is not token_mask(mask, 40_000) and token_mask([], 10) is None
