@@ -26,7 +26,7 @@ from alignir.retrieval.config import SparseConfig  # noqa: E402
 from alignir.retrieval.indexer import build_index  # noqa: E402
 from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 
-from conftest import ADI, TINY_CORPUS, share_model_cache  # noqa: E402
+from conftest import ADI, TINY_CORPUS, share_model_cache, write_corpus  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,12 +48,6 @@ def cluster():
 def tiny_loaded(tiny_folder):
     """The tiny model loaded from its folder, as each actor loads it."""
     return load_model(str(tiny_folder), device="cpu")
-
-
-def _corpus(path: Path, texts: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n"
-                            for i, t in enumerate(texts)), encoding="utf-8")
-    return path
 
 
 def _rankings(index: Path, loaded, queries: list[str]) -> dict[str, list[list[str]]]:
@@ -116,7 +110,7 @@ def _build_with_kill(source: Path, index: Path, cache: Path, **kw) -> tuple[dict
 
 
 def test_ray_vectors_and_rankings_equal_one_process(cluster, tmp_path, tiny_folder, tiny_loaded):
-    source = _corpus(tmp_path / "corpus.jsonl", TEXTS)
+    source = write_corpus(tmp_path / "corpus.jsonl", TEXTS)
     kw = dict(model=str(tiny_folder), sparse=SPARSE, loaded=tiny_loaded, progress=False, runtime="torch")
     build_index(source, tmp_path / "one", cache_dir=tmp_path / "c1", **kw)
     m = build_index(source, tmp_path / "ray", cache_dir=tmp_path / "c2", ray=RayOptions("auto", chunk_texts=5), **kw)
@@ -133,7 +127,7 @@ def test_ray_vectors_and_rankings_equal_one_process(cluster, tmp_path, tiny_fold
 
 def test_an_actor_killed_mid_build_loses_nothing(cluster, tmp_path, tiny_folder, tiny_loaded):
     texts = TEXTS + [t + " again" for t in TEXTS]
-    source = _corpus(tmp_path / "corpus.jsonl", texts)
+    source = write_corpus(tmp_path / "corpus.jsonl", texts)
     kw = dict(model=str(tiny_folder), sparse=SPARSE, loaded=tiny_loaded, runtime="torch")
     build_index(source, tmp_path / "one", cache_dir=tmp_path / "c1", progress=False, **kw)
     m, killed = _build_with_kill(source, tmp_path / "ray", tmp_path / "c2",
@@ -179,7 +173,7 @@ def test_a_killed_actor_comes_back_and_takes_chunks_again(cluster, tmp_path, tin
 
 
 def _tiny_index(tmp_path: Path, tiny_folder, tiny_loaded) -> Path:
-    build_index(_corpus(tmp_path / "small.jsonl", TEXTS[:6]), tmp_path / "small", model=str(tiny_folder),
+    build_index(write_corpus(tmp_path / "small.jsonl", TEXTS[:6]), tmp_path / "small", model=str(tiny_folder),
                 sparse=SPARSE, loaded=tiny_loaded, progress=False, runtime="torch", cache_dir=tmp_path / "c0")
     return tmp_path / "small"
 
@@ -233,7 +227,7 @@ def test_the_cli_refuses_an_unreachable_cluster_in_one_line_before_loading_a_mod
 
     from alignir.retrieval.cli import app
 
-    source = _corpus(tmp_path / "corpus.jsonl", TEXTS[:3])
+    source = write_corpus(tmp_path / "corpus.jsonl", TEXTS[:3])
     args = [command, str(source), "--model", str(tmp_path / "no-such-model"), "--ray", "127.0.0.1:9"]
     if command == "build-index":
         args += ["--index", str(tmp_path / "idx")]
