@@ -215,6 +215,9 @@ def render_bench_readme() -> str:
              "docstring says what it measures, which result file it writes and lists its options. Commands",
              "recorded before the scripts had folders name them `benchmarks/NAME.py`.",
              "`benchmarks/common.py` holds the helpers the scripts share; results stay in `benchmarks/results/`.",
+             "The weights of experiment adapters no test reads left git: `results/adapters/adapter_hashes.json`",
+             "records each run's commit and sha256, and `python scripts/kept_adapters.py restore NAME` brings",
+             "them back (a recorded command that names such an adapter needs that first).",
              "", "| folder | purpose | scripts |", "|---|---|---|"]
     lines += [f"| [{f}/](#{f}) | {purpose} | {len(by_folder.get(f, []))} |" for f, purpose in FOLDERS.items()]
     for folder, purpose in FOLDERS.items():

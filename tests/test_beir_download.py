@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from alignir.retrieval.beir import beir_url, download_beir, load_beir, resolve_dataset
 from alignir.errors import DownloadError
+from conftest import share_model_cache
 
 
 def _zip(files: dict[str, str]) -> bytes:
@@ -185,6 +186,7 @@ def test_cli_beir_download_builds_and_evaluates(mirror, tmp_path, tiny_folder, m
 
     monkeypatch.setenv("ALIGNIR_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
     runner = CliRunner()
     args = ["beir", "toy", "--model", str(tiny_folder), "--index", str(tmp_path / "idx"), "--json", "--no-bm25"]
     missing = runner.invoke(app, args)

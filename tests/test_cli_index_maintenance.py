@@ -17,7 +17,7 @@ from alignir.retrieval.cli import app
 from alignir.retrieval.indexer import add_lexical, build_index, calibrate_index, delete_documents
 from alignir.retrieval.searcher import Searcher
 
-from conftest import TINY_CORPUS, assert_same_ranking, write_corpus
+from conftest import assert_same_ranking, share_model_cache, TINY_CORPUS, write_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -36,6 +36,7 @@ def test_encode_caches_the_passages_build_index_encodes(tmp_path, tiny_folder, m
     """Documents longer than the window are split by build-index (passages auto): `encode`
     shards must cache those passages, so the build after `cache-merge` encodes nothing."""
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "home"))
+    share_model_cache(tmp_path / "home")  # the run's converted models and ONNX exports
     long = " ".join(TINY_CORPUS)
     corpus = write_corpus(tmp_path / "corpus.jsonl", [f"{long} {i}" for i in range(3)] + ["short text"])
     for shard in (0, 1):
@@ -56,6 +57,7 @@ def test_encode_caches_the_passages_build_index_encodes(tmp_path, tiny_folder, m
 def test_encode_takes_the_encoder_flags_of_build_index(tmp_path, tiny_folder, monkeypatch):
     """--instruction is part of the encoder fingerprint: `encode` takes it as build-index does."""
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "home"))
+    share_model_cache(tmp_path / "home")  # the run's converted models and ONNX exports
     corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
     r = invoke("encode", corpus, "--model", tiny_folder, "--instruction", "scifact", "--cache-dir", tmp_path / "c")
     assert r.exit_code == 0, r.output

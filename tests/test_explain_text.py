@@ -11,7 +11,7 @@ from alignir.retrieval.config import SparseConfig
 from alignir.retrieval.indexer import build_index
 from alignir.retrieval.searcher import Searcher
 
-from conftest import TINY_CORPUS, write_corpus
+from conftest import share_model_cache, TINY_CORPUS, write_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -57,15 +57,14 @@ def test_search_explanations_carry_text_piece_and_id(tmp_path, tiny_model):
     assert any(c.string.startswith("Ġ") and c.text.startswith(SPACE_MARK) for c in terms)
 
 
-def test_cli_json_keeps_the_raw_piece(tmp_path, tiny_model, monkeypatch):
+def test_cli_json_keeps_the_raw_piece(tmp_path, tiny_folder, monkeypatch):
     from typer.testing import CliRunner
 
     from alignir.retrieval.cli import app
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    model_dir = tmp_path / "tiny-hf"
-    tiny_model.model.save_pretrained(model_dir)
-    tiny_model.tokenizer.save_pretrained(model_dir)
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
+    model_dir = tiny_folder  # the run's one copy of tiny_model, so its ONNX export is made once
     corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
     runner = CliRunner()
     r = runner.invoke(app, ["build-index", str(corpus), "--index", str(tmp_path / "idx"), "--model", str(model_dir),

@@ -17,7 +17,7 @@ from alignir.retrieval.indexer import add_lexical, build_index, resparsify
 from alignir.retrieval.searcher import Searcher, parse_mode
 from alignir.retrieval.fusion_plan import fuse_legs
 
-from conftest import TINY_CORPUS, write_corpus, write_queries
+from conftest import share_model_cache, TINY_CORPUS, write_corpus, write_queries
 
 DOCS = TINY_CORPUS + [
     "Plants need light; light drives photosynthesis in green plants and algae.",
@@ -376,15 +376,14 @@ def test_weights_validated(built, tiny_model):
 # ------------------------------------------------------------------ CLI
 
 
-def test_cli_lexical_cycle(tmp_path, monkeypatch, tiny_model):
+def test_cli_lexical_cycle(tmp_path, monkeypatch, tiny_folder):
     from typer.testing import CliRunner
 
     from alignir.retrieval.cli import app
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    hf = tmp_path / "tiny-hf"
-    tiny_model.model.save_pretrained(hf)
-    tiny_model.tokenizer.save_pretrained(hf)
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
+    hf = tiny_folder  # the run's one copy of tiny_model, so its ONNX export is made once
     beir = tmp_path / "beir"
     (beir / "qrels").mkdir(parents=True)
     write_corpus(beir / "corpus.jsonl", DOCS[:-1])

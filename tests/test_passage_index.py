@@ -18,7 +18,7 @@ from alignir.index.sparse import SparseIndex
 from alignir.retrieval.legs import DenseLeg, SparseLeg
 from alignir.retrieval.passage_leg import PassageLeg
 
-from conftest import TINY_CORPUS, assert_same_ranking, write_corpus
+from conftest import assert_same_ranking, share_model_cache, TINY_CORPUS, write_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -351,13 +351,12 @@ def test_pyserini_export_writes_one_passage_per_line(long_index, tmp_path):
 
 # ----------------------------------------------------------------------------- the CLI
 
-def test_cli_builds_searches_and_explains_a_long_document_index(tmp_path, tiny_model, monkeypatch):
+def test_cli_builds_searches_and_explains_a_long_document_index(tmp_path, tiny_folder, monkeypatch):
     from alignir.retrieval.cli import app
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    folder = tmp_path / "tiny-hf"
-    tiny_model.model.save_pretrained(folder)
-    tiny_model.tokenizer.save_pretrained(folder)
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
+    folder = tiny_folder  # the run's one copy of tiny_model, so its ONNX export is made once
     corpus = write_corpus(tmp_path / "corpus.jsonl", LONG + SHORT)
     runner = CliRunner()
 

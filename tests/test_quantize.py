@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_CORPUS, write_corpus
+from conftest import share_model_cache, TINY_CORPUS, write_corpus
 from typer.testing import CliRunner
 
 from alignir.encoders.cache import EmbeddingCache
@@ -218,13 +218,12 @@ def test_fp32_build_is_unchanged(tmp_path, tiny_model):
         Searcher.open(tmp_path / "idx", loaded=tiny_model, precision="int8")
 
 
-def test_cli_precision(tmp_path, tiny_model, monkeypatch):
+def test_cli_precision(tmp_path, tiny_folder, monkeypatch):
     from alignir.retrieval.cli import app
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    folder = tmp_path / "tiny-hf"
-    tiny_model.model.save_pretrained(folder)
-    tiny_model.tokenizer.save_pretrained(folder)
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
+    folder = tiny_folder  # the run's one copy of tiny_model, so its ONNX export is made once
     corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
     run = CliRunner().invoke
     r = run(app, ["build-index", str(corpus), "--index", str(tmp_path / "idx"), "--model", str(folder),

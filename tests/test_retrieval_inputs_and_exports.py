@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conftest import TINY_CORPUS, write_corpus, write_queries
+from conftest import share_model_cache, TINY_CORPUS, write_corpus, write_queries
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -168,6 +168,7 @@ def test_eval_modes_with_spaces_write_their_runs(built, tmp_path, monkeypatch):
 
     assert _modes(" dense + bm25 , sparse") == ["dense+bm25", "sparse"]
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
     run = tmp_path / "run.trec"
     r = CliRunner().invoke(app, ["eval", "--index", str(built / "idx"), "--dataset", str(built / "beir"),
                                  "--mode", "dense + bm25", "--run", str(run), "--top", "3", "--json"])

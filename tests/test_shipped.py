@@ -12,6 +12,7 @@ import pytest
 from alignir.encoders.shipped import (SHIPPED, adapter_dir, hybrid_fusion, leg_set_fusion, resolve_adapter,
                                       resolve_shipped)
 from alignir.errors import InvalidInputError
+from conftest import share_model_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
@@ -111,6 +112,7 @@ def test_the_shipped_model_reproduces_its_recorded_adi_ndcg(name, tmp_path, monk
     runs = json.loads((ROOT / "benchmarks/results/training.json").read_text())["runs"]
     recorded = runs[f"adi/{name}"]
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
     r = CliRunner().invoke(app, ["beir", str(adi), "--model", name, "--index", str(tmp_path / "adi"), "--json"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output

@@ -12,7 +12,7 @@ from alignir.encoders.train.aligned_loss import AlignedScoreConfig, aligned_weig
 from alignir.encoders.train.sparse_map import (MapExamples, SparseMapConfig, dense_hard_negatives, map_loss,
                                                train_sparse_map)
 from alignir.errors import InvalidInputError
-from conftest import TINY_CORPUS, TRAIN_QUERIES
+from conftest import share_model_cache, TINY_CORPUS, TRAIN_QUERIES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -186,6 +186,7 @@ def test_cli_fits_a_map_and_an_index_built_with_it_records_it(tiny_adapter, tiny
     from alignir.retrieval.searcher import Searcher
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
     out = tmp_path / "mapped"
     args = ["train", "sparse-map", "--init-adapter", str(tiny_adapter), "--model", str(tiny_folder),
             "--data", str(tiny_train_beir), "--out", str(out), "--steps", "4", "--set", "batch_size=3",

@@ -16,7 +16,7 @@ from alignir.encoders.text_form import capital_runs, check_text_form, fold_capit
 from alignir.errors import InvalidInputError
 from alignir.retrieval.passages import plan_passages
 
-from conftest import TINY_CORPUS, write_corpus
+from conftest import share_model_cache, TINY_CORPUS, write_corpus
 
 #: sentence-case texts without names or acronyms: folding their capitals gives them back
 NATURAL = [
@@ -230,6 +230,7 @@ def test_the_cli_takes_the_text_form(tiny_folder, tmp_path, monkeypatch):
     from alignir.retrieval.cli import app
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
     corpus = _caps_corpus(tmp_path / "corpus.jsonl")
     runner = CliRunner()
     r = runner.invoke(app, ["build-index", str(corpus), "--index", str(tmp_path / "idx"), "--model", str(tiny_folder),
