@@ -407,7 +407,7 @@ def test_searcher_open_checks_the_backend(built, tiny_model):
 
 
 
-def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_model, monkeypatch):
+def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_folder, monkeypatch):
     """The whole CLI path on a tiny HF model folder: build-index, export milvus, then search and
     eval with --backend milvus print what the folder prints."""
     import json
@@ -415,12 +415,11 @@ def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_mode
     from typer.testing import CliRunner
 
     from alignir.retrieval.cli import app
-    from conftest import write_queries
+    from conftest import share_model_cache, write_queries
 
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    model_dir = tmp_path / "tiny-hf"
-    tiny_model.model.save_pretrained(model_dir)
-    tiny_model.tokenizer.save_pretrained(model_dir)
+    share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
+    model_dir = tiny_folder  # the run's one copy of tiny_model, so its ONNX export is made once
     beir = tmp_path / "beir"
     beir.mkdir()
     write_corpus(beir / "corpus.jsonl", TEXTS)
