@@ -38,8 +38,13 @@ TEXTS = [f"{TINY_CORPUS[i % len(TINY_CORPUS)]} {TINY_CORPUS[(i * 5 + 1) % len(TI
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A local Ray cluster of 2 CPUs for this module (its own ports and session folder)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+    """A local Ray cluster of 2 CPUs for this module (its own ports and session folder). Ray's
+    memory monitor is off in it: on a machine whose memory other processes fill past 95 %, it
+    would kill the actors again and again and fail the tests for what they do not test (the
+    loss of an actor is tested here with SIGKILL)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_memory_monitor_refresh_ms", "0")  # read when the raylet starts
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
     yield
     ray.shutdown()
 
