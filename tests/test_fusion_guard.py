@@ -4,6 +4,7 @@ alone, and the plan that carries it (fuse, to_dict, describe). Values computed b
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -75,9 +76,20 @@ def test_what_the_guard_leaves_alone():
     assert FusionGuard(ratio=0).factors(THREE, [OTHER, OTHER, BM25], CAL, n_docs=100) == [1.0, 1.0, 1.0]
 
 
+def test_the_default_guard_is_joint():
+    # SAME agrees fully: o = 1, share 1 / 0.5 = 2; OTHER: 0. Joint: the mean share 1 >= 0.75, both
+    # legs at full weight; two legs of another query: 0 for both
+    p = resolve_plan("dense+sparse+bm25", THREE, calibration=CAL)
+    assert p.guard == CALIBRATED_GUARD == FusionGuard(ratio=0.75, joint=True)
+    assert p.query_weights([OTHER, SAME, BM25], 100) == pytest.approx([0.2, 0.2, 0.6])
+    assert p.query_weights([OTHER, OTHER, BM25], 100) == pytest.approx([0.0, 0.0, 0.6])
+    assert p.query_weights([HALF, OTHER, BM25], 100) == pytest.approx([0.2 * 0.2 / 0.7 / 0.5 / 2 / 0.75] * 2 + [0.6])
+
+
 def test_the_plan_guards_each_query_of_the_calibrated_fusion():
     p = resolve_plan("dense+sparse+bm25", THREE, calibration=CAL)
-    assert p.guard == CALIBRATED_GUARD and p.sources["guard"].source == "alignir default"
+    assert p.sources["guard"].source == "alignir default"
+    p = replace(p, guard=FusionGuard(ratio=0.75))  # per leg
     w = [p.weights[leg] for leg in THREE]
     assert w == pytest.approx([0.2, 0.2, 0.6])  # calibrated weights: both legs above the gate
     zscore = FusionConfig(method="zscore")
