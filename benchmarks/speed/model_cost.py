@@ -5,7 +5,8 @@ For each collection (the first ``--n-docs`` documents, title + text, as build-in
 and each model (``--models``, default gemma3-270m-alignir and smollm2-135m-alignir-v4, each
 through ``Encoder.from_pretrained`` with its default runtime), every round runs the models in
 turn (the order alternates from round to round, so load from other processes hits both alike)
-and the best round of each is kept:
+and the best round of each is kept (also recorded: the median of the rounds' paired ratios, and
+documents per CPU-second of the process, both steadier than the best wall time on a loaded machine):
 
 - end to end: ``Encoder.encode_documents`` (dense + aligned-token vectors, no cache): documents/s;
 - tokenisation: the embedder's ``prepare`` (template, tokenizer, truncation) of the same texts;
@@ -22,7 +23,7 @@ rule reads (benchmarks/decisions/ship_rule.py). The load average is recorded bef
     nice -n 10 python -m benchmarks.speed.model_cost --n-docs 48 --rounds 3
 
 Result file: benchmarks/results/model_cost.json (the rows of this run replace the rows of the
-same models and collections; each row keeps the command and the load).
+same models, collections and number of documents; each row keeps the command and the load).
 """
 from __future__ import annotations
 
@@ -77,9 +78,9 @@ def measure(enc, texts: list[str], queries: list[str]) -> dict:
     encode; tokenisation and projection + top-K timed again on their own (both are cheap) and
     the transformer's share is the rest."""
     emb = enc.embedder
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     encoded = enc.encode_documents(texts, batch_size=len(texts))
-    e2e = time.perf_counter() - t
+    e2e, cpu = time.perf_counter() - t, time.process_time() - c
     stats = dict(getattr(emb, "last_stats", {}) or {})
     t = time.perf_counter()
     emb.prepare(list(texts), "document")
@@ -93,7 +94,7 @@ def measure(enc, texts: list[str], queries: list[str]) -> dict:
         enc.encode_queries([q])
         q_ms.append((time.perf_counter() - t) * 1e3)
     real, padded = int(stats.get("n_tokens", 0)), int(stats.get("n_padded_tokens", 0))
-    return {"seconds": e2e, "docs_per_s": len(texts) / e2e, "tokenise_s": tokenise,
+    return {"seconds": e2e, "docs_per_s": len(texts) / e2e, "docs_per_cpu_s": len(texts) / cpu, "tokenise_s": tokenise,
             "transformer_s": max(0.0, e2e - tokenise - project), "project_topk_s": project,
             "tokens_per_doc": real / len(texts) if real else None,
             "padding_share": (padded - real) / padded if padded else None,
@@ -111,6 +112,7 @@ def summarise(best: dict, lm_rows: int, runtime: str) -> dict:
             "share": {"tokenise": round(best["tokenise_s"] / s, 4), "transformer": round(best["transformer_s"] / s, 4),
                       "project_topk": round(best["project_topk_s"] / s, 4)},
             "seconds_of": {k: round(best[k + "_s"], 3) for k in ("tokenise", "transformer", "project_topk")},
+            "docs_per_cpu_s": round(best["docs_per_cpu_s"], 3),
             "query_p50_ms": round(best["query_p50_ms"], 1), "query_p90_ms": round(best["query_p90_ms"], 1)}
 
 
@@ -160,6 +162,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                        best, int(encoders[m].embedder.lm_head.shape[0]), encoders[m].runtime),
                    "docs_per_s_rounds": [round(x["docs_per_s"], 3) for x in runs],
                    "ratio_to": args.against, "docs_per_s_ratio": round(best["docs_per_s"] / base["docs_per_s"], 3),
+                   # each round ran both models back to back: the median of those paired ratios,
+                   # and the ratio of documents per CPU-second (both less sensitive to the load)
+                   "docs_per_s_ratio_paired_median": round(statistics.median(
+                       x["docs_per_s"] / y["docs_per_s"] for x, y in zip(runs, rounds[(args.against, d)])), 3),
+                   "docs_per_cpu_s_ratio": round(max(x["docs_per_cpu_s"] for x in runs)
+                                                 / max(y["docs_per_cpu_s"] for y in rounds[(args.against, d)]), 3),
                    "query_p50_ratio": round(best["query_p50_ms"] / base["query_p50_ms"], 3),
                    "max_dense_diff_between_rounds": max(same),
                    "loadavg_before": load_before, "loadavg_after": load_after, "command": command}
@@ -168,9 +176,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not args.no_write:
         out = Path(args.out)
         old = json.loads(out.read_text()) if out.exists() else []
-        done = {(r["model"], r["dataset"]) for r in rows}
-        out.write_text(json.dumps([r for r in old if (r.get("model"), r.get("dataset")) not in done] + rows,
-                                  indent=1) + "\n")
+        done = {(r["model"], r["dataset"], r["n_docs"]) for r in rows}
+        out.write_text(json.dumps([r for r in old if (r.get("model"), r.get("dataset"), r.get("n_docs")) not in done]
+                                  + rows, indent=1) + "\n")
         print(f"wrote {len(rows)} rows to {out}")
     return rows
 
