@@ -92,7 +92,8 @@ SHIPPED: dict[str, ShippedEmbedder] = {
         description="Gemma 3 270M, PromptEOL read through a LoRA adapter (r 16, fp16, 7.3 MiB) trained 3,000 "
                     "steps from the base model on SciFact train pairs plus title/body and crop pairs of its corpus "
                     "and six package corpora, hard negatives mined half-way, EmbeddingGemma-300M distillation; the "
-                    "strongest dense leg shipped, at twice SmolLM2's indexing time on CPU (Gemma Terms of Use)",
+                    "strongest dense leg shipped, at about SmolLM2's indexing speed on CPU and slower queries "
+                    "(Gemma Terms of Use)",
         hybrid=("zscore", 0.7), leg_sets=V3_LEG_SETS),
 }
 

@@ -219,9 +219,9 @@ class FusionPlan:
             g = self.guard
             if not g.active:
                 return "off"
-            return (f"per query, each LLM leg at full weight while its agreement with bm25 is >= {g.ratio:g} x "
-                    f"the stored one, 0 at <= {g.floor:g} x" + ("" if g.power == 1 else f", power {g.power:g}")
-                    + (", one factor for the LLM legs from their mean share" if g.joint else ""))
+            who = "the LLM legs in full while their mean" if g.joint else "each LLM leg in full while its"
+            return (f"per query: {who} agreement with bm25 is >= {g.ratio:g} x the stored, none at <= {g.floor:g} x"
+                    + ("" if g.power == 1 else f", power {g.power:g}"))
         if name == "depth":
             return f"top {self.depth} of each leg" + (f", rrf_k {self.rrf_k}" if self.rule == "rrf" else "")
         return ""
@@ -288,8 +288,8 @@ def resolve_plan(mode: str, legs: Sequence[str], *, fusion: str | None = None, a
         sources["calibration"] = Choice(CALIBRATION, f"the index's agreement with bm25 on {calibration.queries} "
                                                      f"pseudo-queries: {shown or 'none of these legs'}")
         guard = CALIBRATED_GUARD
-        sources["guard"] = Choice(DEFAULT, "queries unlike the pseudo-queries: a leg that agrees less with bm25 "
-                                           "on a query fades on it (CALIBRATED_GUARD)")
+        sources["guard"] = Choice(DEFAULT, "a query unlike the pseudo-queries falls back toward bm25 "
+                                           "(CALIBRATED_GUARD)")
     elif rule == "agree":
         gate = LEG_SET_AGREE.get(legs) or fusion_mod.AgreeParams()
         sources["gate"] = Choice(DEFAULT, "the per-query agreement gate of this leg set (LEG_SET_AGREE)")
