@@ -19,18 +19,16 @@ import hashlib
 import http.client
 import json
 import os
-import re
 import select
 import shutil
 import socket
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-LISTENING = re.compile(r"listening on http://([\d.]+):(\d+)")
+from benchmarks.speed.bench_serve import Server
+
 PROBE = {"q": "computer information retrieval", "k": 10, "mode": "bm25"}
 MODEL_PROBE = {"q": "computer information retrieval", "k": 10, "mode": "hybrid"}
 
@@ -40,24 +38,8 @@ def _files(index: Path) -> dict[str, str]:
             for p in sorted(index.rglob("*")) if p.is_file()}
 
 
-class _Served:
-    def __init__(self, index: Path) -> None:
-        cmd = [sys.executable, "-m", "alignir.retrieval.cli", "serve", "--index", str(index), "--port", "0"]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        while True:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("alignir serve did not start")
-            found = LISTENING.search(line)
-            if found:
-                self.host, self.port = found.group(1), int(found.group(2))
-                break
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
-        deadline = time.monotonic() + 300
-        while self.request("GET", "/readyz")[0] != 200:
-            if time.monotonic() > deadline:
-                raise RuntimeError("alignir serve did not become ready")
-            time.sleep(0.2)
+class _Served(Server):
+    """The served index, with raw HTTP exchanges for hostile requests."""
 
     def request(self, method: str, path: str, raw: bytes | None = None, headers: dict | None = None,
                 timeout: float = 60) -> tuple[int, str]:
@@ -94,9 +76,6 @@ class _Served:
         parts = head.split()
         return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else -1), body.decode("utf-8", "replace")
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
 
 
 def _ids(body: str) -> list[str]:

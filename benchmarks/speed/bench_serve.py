@@ -94,7 +94,7 @@ def run_clients(n: int, seconds: float, one: Callable[[int, int], None]) -> dict
 class Server:
     """``alignir serve`` in a subprocess on a free loopback port."""
 
-    def __init__(self, index: Path, *args: str, env: dict | None = None) -> None:
+    def __init__(self, index: Path, *args: str, env: dict | None = None, ready_timeout: float = 300.0) -> None:
         cmd = [sys.executable, "-m", "alignir.retrieval.cli", "serve", "--index", str(index), "--port", "0", *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                                      env={**os.environ, **(env or {})})
@@ -107,19 +107,24 @@ class Server:
                 self.host, self.port = found.group(1), int(found.group(2))
                 break
         threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        deadline = time.monotonic() + ready_timeout
         while True:
             try:
                 if Client(self.host, self.port).request("GET", "/readyz")[0] == 200:
                     break
             except OSError:
                 pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("alignir serve did not become ready")
             time.sleep(0.1)
 
     def client(self) -> Client:
         return Client(self.host, self.port)
 
     def stop(self) -> None:
-        self.proc.terminate()
+        if self.proc.poll() is None:
+            self.proc.terminate()
         self.proc.wait(timeout=60)
 
 
