@@ -81,7 +81,9 @@ def test_mined_negatives_follow_the_dense_ranking(tiny_folder, adapter, toy, tmp
 
     # brute force: cosines of the adapter's embeddings, every document ranked
     docs = TINY_CORPUS + MORE_DOCS
-    emb = get_embedder("infonce", load_model(str(tiny_folder), device="cpu"), adapter=str(adapter), max_length=32)
+    # text_form "auto" as the miner's encoder reads it: q4 is q1's text in capitals
+    emb = get_embedder("infonce", load_model(str(tiny_folder), device="cpu"), adapter=str(adapter), max_length=32,
+                       text_form="auto")
     H = emb.encode_documents(docs)
     H /= np.linalg.norm(H, axis=1, keepdims=True)
     relevant = {normal_query(TRAIN_QUERIES[0]): {"d0", "d6"}, normal_query(TRAIN_QUERIES[1]): {"d1", "d7"},

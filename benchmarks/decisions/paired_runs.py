@@ -131,12 +131,18 @@ def per_query(folder: Path, adapter: str, work: Path, legs: Sequence[str], devic
                   ["per_query"].items()} for leg, run in runs.items()}
 
 
-def recorded_mean(gpu_train: dict, training: dict, name: str, collection: str, leg: str) -> float | None:
+def recorded_mean(gpu_train: dict, training: dict, name: str, collection: str, leg: str,
+                  before_fusion_change: bool = False) -> float | None:
     """The nDCG@10 on file for a run's (``gpu_train.json``) or shipped model's (the rows the ship
-    rule reads) leg on a collection, if scored."""
+    rule reads) leg on a collection, if scored. With ``before_fusion_change``, a shipped model's
+    three-leg value re-recorded after a change of the fusion is read as it was before it
+    (``fusion_before``, benchmarks.training.record_fusion_rows): what runs scored earlier compare with."""
     from alignir.encoders.shipped import SHIPPED
 
     if name in SHIPPED:
+        before = training["runs"].get(f"{collection}/{name}", {}).get("fusion_before")
+        if before_fusion_change and leg == "dense+sparse+bm25" and before is not None:
+            return float(before)
         return shipped_rows(training, gpu_train, name).get(collection, {}).get(leg)
     scores = gpu_train["runs"][name].get("scores", {}).get("trained", {}).get(collection)
     return None if scores is None else scores["metrics"].get(leg, {}).get("ndcg@10")
