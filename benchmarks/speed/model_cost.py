@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.speed.bench_encoder_throughput import load_docs
+
 ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -45,18 +47,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 DATASETS = ROOT.parent / "shared" / "datasets"
 OUT = ROOT / "benchmarks" / "results" / "model_cost.json"
 MODELS = ("gemma3-270m-alignir", "smollm2-135m-alignir-v4")
-
-
-def load_texts(folder: Path, n: int) -> list[str]:
-    """The first ``n`` documents of a BEIR folder, title and text as one string."""
-    out = []
-    with open(folder / "corpus.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            d = json.loads(line)
-            out.append(f"{d.get('title', '')} {d.get('text', '')}".strip())
-            if len(out) == n:
-                break
-    return out
 
 
 def load_queries(folder: Path, n: int) -> list[str]:
@@ -136,7 +126,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         models.append(args.against)
     load_before = loadavg()
     encoders = {m: Encoder.from_pretrained(m) for m in models}
-    data = {d: (load_texts(DATASETS / d, args.n_docs), load_queries(DATASETS / d, args.n_queries))
+    data = {d: (load_docs(DATASETS / d, args.n_docs), load_queries(DATASETS / d, args.n_queries))
             for d in args.datasets.split(",")}
     for enc in encoders.values():  # warm-up: sessions, allocations, prefix caches
         enc.encode_documents(data[next(iter(data))][0][:4])
