@@ -124,18 +124,25 @@ def killed_export(index: Path, uri: str, after: int, method: str = "insert") -> 
                           text=True, timeout=600)
 
 
-def run(index: Path, work: Path, count: Callable[..., None], kills: int = 6) -> None:
-    """Every Milvus attack on a copy of ``index`` under ``work``; ``count(attack, outcome, lost)``."""
+def _attacked_copy(index: Path, base: Path) -> tuple[Any, dict, dict, int, str]:
+    """Copy ``index`` to ``base`` and read what every attack checks against: the stored index, its
+    queries, the folder's answers, the rows an export must hold and the collection's name."""
     from alignir.index.store import open_index
     from alignir.retrieval.milvus import default_collection_name, expected_rows
 
-    base = work / "mv-idx"
     shutil.copytree(index, base)
     stored = open_index(base)
     queries = _queries(stored)
-    expected = folder_answers(stored, queries)
-    rows = expected_rows(stored)
-    name = default_collection_name(base)
+    return stored, queries, folder_answers(stored, queries), expected_rows(stored), default_collection_name(base)
+
+
+def run(index: Path, work: Path, count: Callable[..., None], kills: int = 6) -> None:
+    """Every Milvus attack on a copy of ``index`` under ``work``; ``count(attack, outcome, lost)``."""
+    from alignir.index.store import open_index
+    from alignir.retrieval.milvus import default_collection_name
+
+    base = work / "mv-idx"
+    stored, queries, expected, rows, name = _attacked_copy(index, base)
 
     def recovered(uri: str, recreate: bool = False) -> bool:
         try:
@@ -267,9 +274,8 @@ def run_engine(index: Path, work: Path, count: Callable[..., None], kills: int =
 
     import pymilvus
 
-    from alignir.index.store import open_index
     from alignir.retrieval import milvus_meta as meta
-    from alignir.retrieval.milvus import COMPLETE, PROPERTY, connect, default_collection_name, expected_rows
+    from alignir.retrieval.milvus import COMPLETE, PROPERTY, connect
     from alignir.retrieval.milvus_engine import MilvusEngine, unavailable_reason
     from alignir.retrieval.milvus_search import open_collection
 
@@ -277,12 +283,7 @@ def run_engine(index: Path, work: Path, count: Callable[..., None], kills: int =
     if reason:
         raise RuntimeError(reason)
     base = work / "engine-idx"
-    shutil.copytree(index, base)
-    stored = open_index(base)
-    queries = _queries(stored)
-    expected = folder_answers(stored, queries)
-    rows = expected_rows(stored)
-    name = default_collection_name(base)
+    stored, queries, expected, rows, name = _attacked_copy(index, base)
     started: list[MilvusEngine] = []
 
     def engine() -> MilvusEngine:
