@@ -140,3 +140,27 @@ def test_the_benchmark_shifts_only_the_real_queries_and_chooses_by_its_stated_ru
     assert stats["b"] == {"cost": 0.01, "worst": -0.001}  # the best worst case, but it costs 0.01 > 0.005
     assert stats["a"] == {"cost": 0.002, "worst": -0.02} and stats["c"] == {"cost": 0.004, "worst": -0.0199}
     assert chosen == "a"  # a and c tie at -0.020 (rounded to 0.001): the lower cost wins over the lower ratio
+
+
+def test_held_out_rows_merge_by_unit_and_keep_the_recorded_choice(tmp_path):
+    from benchmarks.defaults.fusion_guard import label, write_held_out
+
+    out = tmp_path / "fusion_guard.json"
+    out.write_text(json.dumps({"chosen": "kept"}))
+    shipped = label(CALIBRATED_GUARD)
+
+    def unit(name, kind, bm25, off, guard):
+        return {"unit": name, "kind": kind, "dataset": "d", "model": "m", "bm25": bm25,
+                "ndcg": {"off": off, shipped: guard}}
+
+    write_held_out(out, [unit("a", "real", 0.40, 0.50, 0.49), unit("a-qs", "query-shift", 0.40, 0.30, 0.394)], "c1", [])
+    held = write_held_out(out, [unit("a-qs", "query-shift", 0.40, 0.30, 0.396), unit("b", "real", 0.5, 0.6, 0.6)],
+                          "c2", [])
+    data = json.loads(out.read_text())
+    assert data["chosen"] == "kept" and data["held_out"] == held
+    assert [u["unit"] for u in held["units"]] == ["a", "a-qs", "b"]  # a unit scored again replaces its row
+    assert held["worst_margin_by_kind"] == {"real": 0.09, "query-shift": -0.004}
+    assert held["meets_bm25_minus_0.005"] == {"real": True, "query-shift": True} and held["commands"] == ["c1", "c2"]
+    worse = write_held_out(out, [unit("c-qs", "query-shift", 0.40, 0.30, 0.39)], "c3", [], write=False)
+    assert worse["meets_bm25_minus_0.005"] == {"real": True, "query-shift": False}
+    assert json.loads(out.read_text())["held_out"]["commands"] == ["c1", "c2"]  # not written

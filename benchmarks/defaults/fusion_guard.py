@@ -34,6 +34,12 @@ unit's nDCG@10 under each, the choice, the goal check (three legs >= BM25 - 0.00
 unit), the command and the load average.
 
     nice -n 10 python -m benchmarks.defaults.fusion_guard /work/scratch/guard/lists/*.json.gz
+
+With ``--held-out``, nothing is chosen: the shipped guard (:data:`CALIBRATED_GUARD`) and no
+guard are scored on the units of dumps the choice never saw (other collections), and the rows
+go under ``held_out`` in the same file, beside the choice they check:
+
+    nice -n 10 python -m benchmarks.defaults.fusion_guard --held-out /work/scratch/text_form/lists/cisi-*.json.gz
 """
 from __future__ import annotations
 
@@ -126,18 +132,10 @@ def choose(table: list[dict], candidates: dict[str, FusionGuard]) -> tuple[str, 
     return min(eligible, key=key), stats
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("lists", nargs="+", help="dump_leg_lists.py outputs (with pseudo-query lists)")
-    ap.add_argument("--out", default=str(OUT))
-    ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args(argv)
-    command = "python -m benchmarks.defaults.fusion_guard " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    load_before = Path("/proc/loadavg").read_text().split()[:3]
-    candidates = [OFF, *GRID]
+def unit_table(paths: list[str], candidates: list[FusionGuard]) -> list[dict]:
+    """One row per unit of every dump: its kind, BM25's nDCG@10 and each candidate's."""
     table = []
-    for path in args.lists:
+    for path in paths:
         d = load(Path(path))
         if d.pseudo is None:
             print(f"skip {path}: no pseudo-query lists (dump_leg_lists.py --pseudo-only adds them)")
@@ -151,13 +149,66 @@ def main(argv: list[str] | None = None) -> dict:
             table.append(row)
             print(f"{u.name:60s} bm25 {row['bm25']:.4f} off {row['ndcg']['off']:.4f} "
                   f"default {row['ndcg'].get(label(CALIBRATED_GUARD), float('nan')):.4f}", flush=True)
+    return table
+
+
+KINDS = ("real", "shuffled", "shuffled-dense", "query-shift")
+
+
+def margins(rows: list[dict]) -> tuple[dict, dict]:
+    """Over held-out rows: the worst margin of the guard to BM25 by kind, and whether each kind
+    meets the goal (three legs >= BM25 - 0.005 on every unit of it)."""
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
+    worst = {k: round(min(r["guard"] - r["bm25"] for r in rows if r["kind"] == k), 4) for k in kinds}
+    return worst, {k: all(r["guard"] - r["bm25"] >= -TOL for r in rows if r["kind"] == k) for k in kinds}
+
+
+def write_held_out(out: Path, table: list[dict], command: str, load_before: list[str], write: bool = True) -> dict:
+    """The shipped guard on dumps the choice never saw, merged by unit under ``held_out`` in ``out``
+    beside the recorded choice: per unit BM25, no guard and the guard, the worst margins, the goal."""
+    shipped = label(CALIBRATED_GUARD)
+    rows = [{"unit": u["unit"], "kind": u["kind"], "dataset": u["dataset"], "model": u["model"], "bm25": u["bm25"],
+             "off": u["ndcg"]["off"], "guard": u["ndcg"][shipped]} for u in table]
+    for r in rows:
+        print(f"{r['unit']:60s} bm25 {r['bm25']:.4f} off {r['off']:.4f} guard {r['guard']:.4f}")
+    result = json.loads(out.read_text()) if out.is_file() else {}
+    before = result.get("held_out", {})
+    merged = {r["unit"]: r for r in before.get("units", [])} | {r["unit"]: r for r in rows}
+    commands = [c for c in before.get("commands", []) if c != command] + [command]
+    worst, meets = margins(list(merged.values()))
+    held = {"guard": shipped, "worst_margin_by_kind": worst, "meets_bm25_minus_0.005": meets,
+            "units": list(merged.values()), "commands": commands, "loadavg_before": load_before,
+            "loadavg_after": Path("/proc/loadavg").read_text().split()[:3]}
+    print(f"held out, {shipped}: worst margin by kind {worst}; goal met {meets}")
+    if write:
+        result["held_out"] = held
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote held_out to {out}")
+    return held
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("lists", nargs="+", help="dump_leg_lists.py outputs (with pseudo-query lists)")
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--held-out", action="store_true",
+                    help="score the shipped guard and no guard on these dumps; keep the recorded choice")
+    args = ap.parse_args(argv)
+    command = "python -m benchmarks.defaults.fusion_guard " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    candidates = [OFF, CALIBRATED_GUARD] if args.held_out else [OFF, *GRID]
+    table = unit_table(args.lists, candidates)
+    if args.held_out:
+        return write_held_out(Path(args.out), table, command, load_before, write=not args.no_write)
     labels = [label(g) for g in candidates]
     chosen, stats = choose(table, {label(g): g for g in candidates})
     print(f"\n{'candidate':18s} {'cost':>7s} {'worst':>7s}")
     for c in labels:
         print(f"{c:18s} {stats[c]['cost']:7.4f} {stats[c]['worst']:7.4f}" + ("  <- chosen" if c == chosen else ""))
     goal = {kind: min((u["ndcg"][chosen] - u["bm25"] for u in table if u["kind"] == kind), default=None)
-            for kind in ("real", "shuffled", "shuffled-dense", "query-shift")}
+            for kind in KINDS}
     result = {"kind": "fusion-guard", "mode": MODE, "selection": {"cost_at_most": COST, "rule": "best worst "
               "margin to BM25 over every unit among candidates costing the real units <= 0.005 mean nDCG@10"},
               "candidates": {label(g): g.to_dict() for g in candidates}, "stats": stats, "chosen": chosen,
@@ -168,7 +219,10 @@ def main(argv: list[str] | None = None) -> dict:
               "loadavg_after": Path("/proc/loadavg").read_text().split()[:3]}
     print(f"chosen {chosen}: worst margin by kind {result['worst_margin_by_kind']}")
     if not args.no_write:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        out = Path(args.out)
+        if out.is_file() and "held_out" in (previous := json.loads(out.read_text())):
+            result["held_out"] = previous["held_out"]  # checks of an earlier choice, kept until re-run
+        out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
     return result
 
