@@ -163,3 +163,41 @@ def test_a_recorded_command_names_paths_relative_to_the_checkout():
     assert portable_command(argv, root) == (
         "python -m benchmarks.gpu.gpu_train --out ../runs/score-x --score ../shared/datasets/adi --score-adapter "
         "trained=benchmarks/results/adapters/x --device cpu --work '/elsewhere/work dir'")
+
+
+def test_an_adapter_without_its_weights_names_the_restore_command(tmp_path):
+    from alignir.encoders.embedders.adapters import load_adapter
+    from alignir.errors import InvalidInputError
+
+    folder = tmp_path / "some-run"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text("{}")
+    with pytest.raises(InvalidInputError, match="python scripts/kept_adapters.py restore some-run"):
+        load_adapter(None, folder)
+
+
+def test_a_long_run_step_restores_kept_weights_or_says_how(tmp_path):
+    """run_lib.sh ``kept_weights``: weights in KEEP pass; a run kept without them is restored by
+    scripts/kept_adapters.py, and one the record cannot bring back fails with the command named;
+    ``is_kept`` counts a run whose weights left the tree as kept."""
+    import os
+    import subprocess
+    import sys
+
+    keep = tmp_path / "keep"
+    for name in ("whole", "unrecorded"):
+        (keep / name).mkdir(parents=True)
+        (keep / name / "alignir_train.json").write_text("{}")
+    (keep / "whole" / "adapter_model.safetensors").write_bytes(b"weights")
+
+    def call(script: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHON": sys.executable, "RUNS": str(tmp_path / "runs"), "KEEP": str(keep)}
+        env.pop("STOP_AT", None)
+        return subprocess.run(["bash", "-c", f'ROOT="{ROOT}"; source "{ROOT}/benchmarks/training/run_lib.sh"; {script}'],
+                              env=env, capture_output=True, text=True)
+
+    assert call("kept_weights whole && is_kept unrecorded && echo ok").stdout.strip() == "ok"
+    failed = call("kept_weights unrecorded")
+    assert failed.returncode == 1 and "python scripts/kept_adapters.py restore unrecorded" in failed.stderr
+    assert "is not kept" in call("kept_weights absent").stderr
+    assert call(f"kept_cache {tmp_path}/nothing.jsonl").returncode == 2

@@ -148,3 +148,85 @@ def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monke
     record["runs"]["run"]["files"]["adapter_model.safetensors"]["sha256"] = "0" * 64
     kept.save(record)
     assert kept.main(["restore", "--all"]) == 1 and not weights.exists()
+
+
+def _kept_module():
+    spec = importlib.util.spec_from_file_location("kept_adapters", ROOT / "scripts" / "kept_adapters.py")
+    kept = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kept)
+    return kept
+
+
+def _scratch_cache(tmp_path, monkeypatch):
+    """A scratch repository with one committed cache file and the module pointed at it."""
+    kept = _kept_module()
+    repo = tmp_path / "repo"
+    cache = repo / "benchmarks" / "cache"
+    (cache / "corpora" / "c").mkdir(parents=True)
+    (repo / "benchmarks" / "results" / "adapters").mkdir(parents=True)
+    data = cache / "corpora" / "c" / "corpus.jsonl.gz"
+    data.write_bytes(bytes(range(256)) * 32)
+    (cache / "corpora" / "c" / "SOURCE.json").write_text("{}")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "0"],
+                   cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a cache"], cwd=repo,
+                   check=True)
+    for name, value in (("ROOT", repo), ("ADAPTERS", repo / "benchmarks" / "results" / "adapters"),
+                        ("RECORD", repo / "benchmarks" / "results" / "adapters" / "adapter_hashes.json"),
+                        ("CACHE", cache), ("CACHE_RECORD", cache / "cache_hashes.json")):
+        monkeypatch.setattr(kept, name, value)
+    return kept, data
+
+
+def test_a_removed_cache_comes_back_from_its_commit_bit_for_bit(tmp_path, monkeypatch):
+    """record-cache, remove-cache, restore-cache in a scratch repository: the file comes back from its
+    commit without running the command (which would fail), and ``check`` sees it as recorded."""
+    kept, data = _scratch_cache(tmp_path, monkeypatch)
+    original = data.read_bytes()
+    key = "benchmarks/cache/corpora/c/corpus.jsonl.gz"
+    assert kept.main(["record-cache", str(data), "--command", "exit 3"]) == 0
+    entry = kept.load_caches()["caches"][key]
+    assert entry["files"][key]["bytes"] == len(original) and len(entry["commit"]) == 40
+    assert kept.main(["remove-cache", key]) == 0
+    assert not data.exists() and kept.load_caches()["caches"][key]["removed"] == [key]
+    assert kept.check() == 0
+    assert kept.main(["restore-cache", key]) == 0
+    assert data.read_bytes() == original
+    assert kept.main(["restore-cache", "benchmarks/cache/other.jsonl"]) == 2  # not recorded
+
+
+def test_a_cache_without_history_is_rebuilt_and_a_rebuild_that_differs_says_so(tmp_path, monkeypatch, capsys):
+    """Where the recorded commit is not in the history (a shallow clone), restore-cache runs the
+    recorded command and checks what it wrote against the sha256: the same bytes pass, other bytes
+    fail with the file named."""
+    kept, data = _scratch_cache(tmp_path, monkeypatch)
+    key = "benchmarks/cache/corpora/c/corpus.jsonl.gz"
+    same = tmp_path / "same.bin"
+    same.write_bytes(data.read_bytes())
+    assert kept.main(["record-cache", key, "--command", f"cp {same} {key}"]) == 0
+    kept.main(["remove-cache", key])
+    record = kept.load_caches()
+    record["caches"][key]["commit"] = "f" * 40  # a commit this clone lacks
+    kept.save_caches(record)
+    assert kept.main(["restore-cache", "--all"]) == 0 and data.read_bytes() == same.read_bytes()
+    data.write_bytes(b"stale")  # a file that is not the recorded one is replaced too
+    assert kept.main(["restore-cache", key]) == 0 and data.read_bytes() == same.read_bytes()
+    record["caches"][key]["command"] = f"printf other > {key}"
+    kept.save_caches(record)
+    data.unlink()
+    capsys.readouterr()
+    assert kept.main(["restore-cache", key]) == 1
+    err = capsys.readouterr().err
+    assert f"{key}: rebuilt, but sha256" in err and "differs from the recorded" in err
+    assert kept.check() == 1  # the rebuilt file is in the tree and is not the recorded one
+    record["caches"][key]["command"] = "exit 1"
+    kept.save_caches(record)
+    data.unlink()
+    assert kept.main(["restore-cache", key]) == 1 and "the command failed" in capsys.readouterr().err
+    # --rebuild runs the command although the history holds the file
+    record["caches"][key].update(commit=kept.git("rev-parse", "HEAD"), command=f"printf other > {key}")
+    kept.save_caches(record)
+    assert kept.main(["restore-cache", key]) == 0
+    assert kept.main(["restore-cache", key, "--rebuild"]) == 1 and data.read_bytes() == b"other"

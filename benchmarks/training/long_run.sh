@@ -15,6 +15,11 @@
 #   benchmarks/cache/in-flight/RUN/                 a run in flight, parked: its last checkpoint and logs
 #                                                   (park RUN; the next `base`/`mined` of RUN resumes from it)
 #   benchmarks/cache/in-flight/embeddings-RUN/      a stopped mine's embeddings of the SciFact corpus (park-mine RUN)
+# Weights of runs no test re-scores, the larger corpora, the mined pairs and the teacher vectors left
+# git: recorded with sha256 and commit (benchmarks/results/adapters/adapter_hashes.json,
+# benchmarks/cache/cache_hashes.json), a step that reads one brings it back first with
+# scripts/kept_adapters.py restore RUN | restore-cache PATH (from history; a cache without history is
+# rebuilt by its recorded command, and a rebuild that differs from the recorded sha256 says so).
 # EmbeddingGemma and the runs' working folders are rebuilt or kept outside the checkout
 # (ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
@@ -45,6 +50,10 @@
 #   PAIRS=benchmarks/cache/mined-long-base-gemma3-270m-1500.jsonl bash benchmarks/training/long_run.sh bio \
 #       long-base-gemma3-270m-1500-mined-1500   # STEPS (200) more steps with the biomedical ontologies
 #                                         # in the mix: run RUN-bio-STEPS (`more`: without them, RUN-more-STEPS)
+#   bash benchmarks/training/long_run.sh snapshot NAME  # the package corpus NAME built again into CORPORA and
+#                                         # benchmarks/cache/corpora/NAME (what restore-cache runs without history)
+#   bash benchmarks/training/long_run.sh teacher   # the teacher vectors of every kept run's mix (prepare's texts,
+#                                         # each mined file's, bio and more at seeds 1 and 2) into the teacher cache
 #   bash benchmarks/training/long_run.sh park RUN  # the same after a run was stopped by hand (SIGTERM: it checkpoints
 #                                         # the step in flight)
 #   bash benchmarks/training/long_run.sh park-mine RUN  # after a mine with RUN was stopped by hand: its embeddings so
@@ -73,6 +82,9 @@ mkdir -p "$RUNS"
 corpora() {  # every breadth corpus in CORPORA: the repository's snapshot where it has one, else built (then snapshotted)
     local c missing=()
     for c in "${BREADTH[@]}"; do
+        if [ ! -f "$SNAPSHOT/$c/corpus.jsonl.gz" ] && [ -f "$SNAPSHOT/$c/SOURCE.json" ]; then  # recorded, out of git
+            kept_cache "$SNAPSHOT/$c/corpus.jsonl.gz" || echo "$c: its snapshot is not the recorded one (above)" >&2
+        fi
         if [ -f "$SNAPSHOT/$c/corpus.jsonl.gz" ]; then
             unpack_corpus "$SNAPSHOT/$c" "$CORPORA/$c"
         elif [ ! -f "$CORPORA/$c/corpus.jsonl" ]; then
@@ -112,10 +124,10 @@ stage)
     case "$k" in
     1) start=builtin:smollm2-135m-alignir-v3; data="$SHARED/datasets/scifact" ;;
     2|3|4) start="$KEEP/long-s$((k - 1))"; data="$MINED"
-         [ -f "$MINED" ] || { echo "run mine first" >&2; exit 1; } ;;
+         [ -f "$MINED" ] || { echo "run mine first" >&2; exit 1; }
+         kept_weights "long-s$((k - 1))" ;;
     *) echo "stages are 1 to 4" >&2; exit 2 ;;
     esac
-    [ "$k" = 1 ] || [ -f "$start/adapter_model.safetensors" ] || { echo "run stage $((k - 1)) first" >&2; exit 1; }
     corpora
     unpark_run "long-s$k"
     "$ALIGNIR" train infonce --init-adapter "$start" --data "$data" "${COMMON[@]}" --out "$RUNS/long-s$k"
@@ -124,7 +136,7 @@ stage)
 mine)
     # with stage 1 by default; with RUN, any kept run (its base model is read from its adapter)
     from="${2:-long-s1}"; out="$MINED"; [ "$from" = long-s1 ] || out="$(mined_pairs "$from")"
-    [ -f "$KEEP/$from/adapter_model.safetensors" ] || { echo "$from is not kept in $KEEP (train it first)" >&2; exit 1; }
+    kept_weights "$from"
     unpark_embeddings "$from"  # what a stopped mine encoded (park-mine)
     "$PY" scripts/mine_negatives.py --model "$(base_model "$from")" --adapter "$KEEP/$from" \
         --data "$SHARED/datasets/scifact" --split train --out "$out" --depth 30 --skip 3 --per-query 1 --threads 2 \
@@ -137,7 +149,8 @@ mine)
 mined)
     # a second stage for any kept run: from its adapter, on the mix with its own mined negatives
     from="${2:?usage: long_run.sh mined RUN}"; pairs="$(mined_pairs "$from")"; name="$from-mined-${STEPS:-200}"
-    [ -f "$pairs" ] || { echo "run: bash benchmarks/training/long_run.sh mine $from" >&2; exit 1; }
+    kept_cache "$pairs" || { echo "run: bash benchmarks/training/long_run.sh mine $from" >&2; exit 1; }
+    kept_weights "$from"
     corpora
     unpark_run "$name"
     "$ALIGNIR" train infonce --model "$(base_model "$from")" --init-adapter "$KEEP/$from" --data "$pairs" \
@@ -167,7 +180,7 @@ frames)
     "$ALIGNIR" train infonce --init-adapter builtin:smollm2-135m-alignir-v3 --data "$SHARED/datasets/scifact" \
         "${TRAIN_BASE[@]}" --steps 300 --set "distill=$w" --query-frames "$share" --out "$RUNS/$framed"
     for run in "$twin" "$framed"; do
-        [ -f "$KEEP/$run/adapter_model.safetensors" ] || keep_run "$run"
+        is_kept "$run" || keep_run "$run"
         score_run "$run" ${SETS:-adi cisi cran}
     done
     ;;
@@ -199,11 +212,13 @@ budget)
         set -- $step
         case "$1" in
         base|mined) run="$first"; [ "$1" = mined ] && run="$second"
-            [ -f "$KEEP/$run/adapter_model.safetensors" ] && continue
+            is_kept "$run" && continue
             past_deadline && { echo "STOP_AT has passed: $run waits for the next call"; exit 0; }
             STEPS=1500 bash "$0" "$1" "$2"
-            [ -f "$KEEP/$run/adapter_model.safetensors" ] || { echo "$run paused and parked: commit benchmarks/cache"; exit 0; } ;;
-        mine) [ -f "$(mined_pairs "$2")" ] && continue
+            is_kept "$run" || { echo "$run paused and parked: commit benchmarks/cache"; exit 0; } ;;
+        mine) rc=0; kept_cache "$(mined_pairs "$2")" 2>/dev/null || rc=$?
+            [ "$rc" = 0 ] && continue
+            [ "$rc" = 2 ] || { echo "the pairs mined with $2 are not the recorded ones: restore-cache them" >&2; exit 1; }
             past_deadline && { echo "STOP_AT has passed: mining waits for the next call"; exit 0; }
             bash "$0" mine "$2" ;;
         score) run="$2"; shift 2  # one collection a call, each recorded as it ends
@@ -223,8 +238,8 @@ bio|more)
     # seed, the name ending -seedN). The new texts'
     # teacher vectors are added to the cache first
     from="${2:?usage: long_run.sh bio|more RUN}"; pairs="${PAIRS:-$(mined_pairs "$from")}"; name="$from-$1-${STEPS:-200}${SEED:+-seed$SEED}"
-    [ -f "$pairs" ] || { echo "no pairs $pairs: mine with $from first, or give PAIRS" >&2; exit 1; }
-    [ -f "$KEEP/$from/adapter_model.safetensors" ] || { echo "$from is not kept in $KEEP" >&2; exit 1; }
+    kept_cache "$pairs" || { echo "no pairs $pairs: mine with $from first, or give PAIRS" >&2; exit 1; }
+    kept_weights "$from"
     if [ "$1" = bio ]; then BREADTH+=(biomedical-ontologies); CORPUS_ARGS+=(--corpus "$CORPORA/biomedical-ontologies"); fi
     teacher_vectors "$pairs"
     unpark_run "$name"
@@ -232,6 +247,29 @@ bio|more)
         --data-mix "$MIX" "${CORPUS_ARGS[@]}" "${TRAIN_SHARED[@]}" --lr "${LR:-5e-5}" --dtype "${DTYPE:-fp32}" \
         --steps "${STEPS:-200}" --set "distill=${DISTILL:-4.0}" --out "$RUNS/$name"
     keep_or_park "$name"
+    ;;
+snapshot)
+    # one package corpus built again (the archive may have moved on: its sha256 then differs from the record)
+    c="${2:?usage: long_run.sh snapshot NAME}"
+    "$PY" scripts/build_corpus.py --out "$CORPORA" --source "$c" --drop-overlapping debian-descriptions
+    mkdir -p "$SNAPSHOT/$c"
+    gzip -9n -c "$CORPORA/$c/corpus.jsonl" > "$SNAPSHOT/$c/corpus.jsonl.gz"
+    cp "$CORPORA/$c/SOURCE.json" "$SNAPSHOT/$c/"
+    ;;
+teacher)
+    # the teacher vectors the kept runs read: prepare's, each mined file's, and the bio and more mixes at seeds 1 and 2
+    teacher_vectors "$SHARED/datasets/scifact"
+    for r in long-base-gemma3-270m-400 long-base-gemma3-270m-1500 long-base-smollm2-135m-1500; do
+        kept_cache "$(mined_pairs "$r")"
+        teacher_vectors "$(mined_pairs "$r")"
+    done
+    breadth=("${BREADTH[@]}"); corpus_args=("${CORPUS_ARGS[@]}")
+    for s in 1 2; do
+        BREADTH=("${breadth[@]}"); CORPUS_ARGS=("${corpus_args[@]}")
+        SEED=$s teacher_vectors "$(mined_pairs long-base-gemma3-270m-1500)"  # more
+        BREADTH+=(biomedical-ontologies); CORPUS_ARGS+=(--corpus "$CORPORA/biomedical-ontologies")
+        SEED=$s teacher_vectors "$(mined_pairs long-base-gemma3-270m-1500)"  # bio
+    done
     ;;
 score)
     score_run "${2:?usage: long_run.sh score RUN}" ${SETS:-scifact med cisi cran adi}

@@ -31,6 +31,24 @@ TRAIN_SHARED=(--negatives 1 --batch-size 8 --max-length 128 --save-every 25 --ev
               --threads 2 --seed "${SEED:-1}" ${STOP_AT:+--stop-at "$STOP_AT"} ${RESUME_CHANGED_DATA:+--resume-changed-data}
               --set teacher=embeddinggemma-300m --set teacher_max_length=512 --set "teacher_cache=$TEACHER_CACHE")
 
+kept_weights() {  # $1: a kept run; its adapter weights, restored from their recorded commit when they left the tree
+    [ -f "$KEEP/$1/adapter_model.safetensors" ] && return 0
+    [ -f "$KEEP/$1/alignir_train.json" ] || { echo "$1 is not kept in $KEEP (train it first)" >&2; exit 1; }
+    "$PY" "$ROOT/scripts/kept_adapters.py" restore "$1" && [ -f "$KEEP/$1/adapter_model.safetensors" ] || {
+        echo "$1: its weights left the tree and did not come back: python scripts/kept_adapters.py restore $1" \
+            "(needs the history: git fetch --unshallow)" >&2; exit 1; }
+}
+
+is_kept() {  # $1: a run; true when it was kept (its weights in KEEP, or recorded there after they left the tree)
+    [ -f "$KEEP/$1/adapter_model.safetensors" ] || [ -f "$KEEP/$1/alignir_train.json" ]
+}
+
+kept_cache() {  # $1: a path under benchmarks/cache; present, or brought back from its recorded commit (or rebuilt
+    # by its recorded command where the history lacks it): 0 when it is the recorded file, 2 when it is not recorded
+    [ -e "$1" ] && return 0
+    "$PY" "$ROOT/scripts/kept_adapters.py" restore-cache "$1"
+}
+
 keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with its logs
     local run="$RUNS/$1"
     [ -f "$run/alignir_train.json" ] && [ -f "$run/adapter_model.safetensors" ] || { echo "$run has not finished" >&2; exit 1; }
@@ -42,6 +60,7 @@ keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with 
 score_run() {  # $1: run name, then the collections; scores KEEP/NAME, recorded in gpu_train.json and the pages
     local name="$1" sets=() d
     shift
+    kept_weights "$name"
     for d in "$@"; do sets+=(--score "$SHARED/datasets/$d"); done
     "$PY" -m benchmarks.gpu.gpu_train --out "$RUNS/score-$name" --work "$RUNS/score-work" --device cpu "${sets[@]}" \
         --score-adapter "trained=$KEEP/$name" --record "$name" --kept-adapter "benchmarks/results/adapters/$name"

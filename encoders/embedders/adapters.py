@@ -166,6 +166,9 @@ def load_adapter(model: torch.nn.Module, path: str | Path, identity: dict[str, A
     from peft import PeftModel
 
     p = adapter_dir(path)
+    if not any((p / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
+        raise InvalidInputError(f"adapter {str(path)!r} has no weights (adapter_model.safetensors); a recorded "
+                                f"run's weights that left git: python scripts/kept_adapters.py restore {p.name}")
     check_base_model(path, read_meta(p), identity)
     base = copy.deepcopy(model)
     pm = PeftModel.from_pretrained(base, str(p), is_trainable=False).eval()
