@@ -1,8 +1,9 @@
 """No large files pile up in git: a tracked file over 1 MiB must be on the allow-list below, by
-path. The shipped adapters stay on it; the experiment adapters and caches still tracked are
-listed one by one, due to leave the tree (their weights are recorded with sha256 and commit in
-benchmarks/results/adapters/adapter_hashes.json, scripts/kept_adapters.py restores them). A new
-large file fails here: record it and keep it outside git, or add it here with a reason."""
+path: the shipped adapters and the few experiment runs a test reads. The weights of the other
+runs and the recomputable caches left the tree, recorded with sha256 and commit (and, for a cache,
+the command that rebuilds it) in benchmarks/results/adapters/adapter_hashes.json and
+benchmarks/cache/cache_hashes.json; scripts/kept_adapters.py restores them. A new large file fails
+here: record it and keep it outside git, or add it here with a reason."""
 from __future__ import annotations
 
 import importlib.util
@@ -46,18 +47,7 @@ KEPT = (
     # the end point of the recorded interpolation cpu-interpolated-v3-gemma-teacher-050, rebuilt from it
     "benchmarks/results/adapters/cpu-gemma-teacher-800/adapter_model.safetensors",
 )
-#: corpora and mined pairs of the long run (benchmarks/training/long_run.sh): due to leave the
-#: tree once a script rebuilds them from a recorded sha256
-CACHES = (
-    "benchmarks/cache/corpora/biomedical-ontologies/corpus.jsonl.gz",
-    "benchmarks/cache/corpora/debian-descriptions/corpus.jsonl.gz",
-    "benchmarks/cache/corpora/foldoc/corpus.jsonl.gz",
-    "benchmarks/cache/corpora/python-docs/corpus.jsonl.gz",
-    "benchmarks/cache/mined-long-base-gemma3-270m-1500.jsonl",
-    "benchmarks/cache/mined-long-base-gemma3-270m-400.jsonl",
-    "benchmarks/cache/mined-long-base-smollm2-135m-1500.jsonl",
-)
-ALLOWED = frozenset(SHIPPED + KEPT + CACHES)
+ALLOWED = frozenset(SHIPPED + KEPT)
 
 
 def _tracked_sizes() -> dict[str, int]:
@@ -82,8 +72,8 @@ def test_the_allow_list_names_only_large_tracked_files():
 
 
 def test_removed_weights_are_ignored_and_recorded():
-    """Weights that left the tree are gitignored (they do not come back by accident) and recorded
-    with the sha256 and commit that restore them."""
+    """Weights and caches that left the tree are gitignored (they do not come back by accident) and
+    recorded with the sha256 and commit that restore them (a cache with the command that rebuilds it)."""
     import json
 
     record = json.loads((ROOT / "benchmarks/results/adapters/adapter_hashes.json").read_text())
@@ -94,6 +84,13 @@ def test_removed_weights_are_ignored_and_recorded():
         assert len(run["commit"]) == 40 and run["files"], name
         for f in run["removed"]:
             assert len(run["files"][f]["sha256"]) == 64, (name, f)
+    caches = json.loads((ROOT / "benchmarks/cache/cache_hashes.json").read_text())["caches"]
+    assert any(entry["removed"] for entry in caches.values()), "no cache has left the tree"
+    for key, entry in caches.items():
+        assert len(entry["commit"]) == 40 and entry["files"] and entry["command"], key
+        for f in entry["removed"]:
+            assert len(entry["files"][f]["sha256"]) == 64 and f.startswith(key), (key, f)
+            removed.append(f)
     out = subprocess.run(["git", "check-ignore", "--no-index", *removed], cwd=ROOT, capture_output=True,
                          text=True).stdout.split()
     assert sorted(out) == sorted(removed)
@@ -127,7 +124,7 @@ def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monke
     git("add", ".")
     git("commit", "-q", "-m", "a run")
     for name, value in (("ROOT", repo), ("ADAPTERS", adapters), ("RECORD", adapters / "adapter_hashes.json"),
-                        ("TRAIN_RESULTS", repo / "none.json")):
+                        ("TRAIN_RESULTS", repo / "none.json"), ("CACHE_RECORD", repo / "no-caches.json")):
         monkeypatch.setattr(kept, name, value)
     assert kept.main(["record", "run"]) == 0
     original = weights.read_bytes()
