@@ -217,7 +217,9 @@ def render_bench_readme() -> str:
              "`benchmarks/common.py` holds the helpers the scripts share; results stay in `benchmarks/results/`.",
              "The weights of experiment adapters no test reads left git: `results/adapters/adapter_hashes.json`",
              "records each run's commit and sha256, and `python scripts/kept_adapters.py restore NAME` brings",
-             "them back (a recorded command that names such an adapter needs that first).",
+             "them back (a recorded command that names such an adapter needs that first). The mined pairs",
+             "and larger corpora of `cache/` likewise: `cache/cache_hashes.json` records them with the",
+             "command that rebuilds them, `python scripts/kept_adapters.py restore-cache PATH` brings them back.",
              "", "| folder | purpose | scripts |", "|---|---|---|"]
     lines += [f"| [{f}/](#{f}) | {purpose} | {len(by_folder.get(f, []))} |" for f, purpose in FOLDERS.items()]
     for folder, purpose in FOLDERS.items():

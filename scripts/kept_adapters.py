@@ -41,6 +41,7 @@ TRAIN_RESULTS = ROOT / "benchmarks" / "results" / "gpu_train.json"
 WEIGHTS = "adapter_model.safetensors"
 CACHE = ROOT / "benchmarks" / "cache"
 CACHE_RECORD = CACHE / "cache_hashes.json"
+REBUILDING = "KEPT_CACHES_REBUILDING"  # the caches whose commands run now (set for their commands)
 CACHE_ABOUT = ("Recomputable caches of benchmarks/cache: per path (a file or a folder), the command that rebuilds it, "
                "the commit that holds it and each file's sha256 and bytes. Files listed under 'removed' left the "
                "tree: python scripts/kept_adapters.py restore-cache PATH (from that commit, or by the command "
@@ -249,7 +250,8 @@ def rebuild(key: str, entry: dict, files: list[str]) -> int:
     """Runs the cache's command (the checkout's Python first on PATH), then checks ``files``
     against their sha256: 1 when the command fails or gives other bytes, said per file."""
     print(f"{key}: rebuilding: {entry['command']}")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           REBUILDING: os.pathsep.join(filter(None, (os.environ.get(REBUILDING), key)))}
     if subprocess.run(entry["command"], shell=True, cwd=ROOT, env=env, check=False).returncode:
         print(f"{key}: the command failed: {entry['command']}", file=sys.stderr)
         return 1
@@ -276,6 +278,9 @@ def restore_cache(paths: list[str], rebuild_all: bool = False) -> int:
         if entry is None:
             print(f"{key} is not recorded in {CACHE_RECORD.relative_to(ROOT)}", file=sys.stderr)
             return 2
+        if key in os.environ.get(REBUILDING, "").split(os.pathsep):
+            print(f"{key}: being rebuilt by its command")  # a step of that command asks for it: no loop
+            continue
         todo = [f for f in entry["removed"] if rebuild_all or not _matches(ROOT / f, entry["files"][f]["sha256"])]
         if not todo:
             continue

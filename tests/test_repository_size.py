@@ -220,3 +220,7 @@ def test_a_cache_without_history_is_rebuilt_and_a_rebuild_that_differs_says_so(t
     kept.save_caches(record)
     assert kept.main(["restore-cache", key]) == 0
     assert kept.main(["restore-cache", key, "--rebuild"]) == 1 and data.read_bytes() == b"other"
+    # a step of the rebuilding command that asks for the same cache does not start it again
+    data.unlink()
+    monkeypatch.setenv(kept.REBUILDING, key)
+    assert kept.main(["restore-cache", key]) == 0 and not data.exists()

@@ -15,11 +15,11 @@
 #   benchmarks/cache/in-flight/RUN/                 a run in flight, parked: its last checkpoint and logs
 #                                                   (park RUN; the next `base`/`mined` of RUN resumes from it)
 #   benchmarks/cache/in-flight/embeddings-RUN/      a stopped mine's embeddings of the SciFact corpus (park-mine RUN)
-# Weights of runs no test re-scores, the larger corpora, the mined pairs and the teacher vectors left
-# git: recorded with sha256 and commit (benchmarks/results/adapters/adapter_hashes.json,
-# benchmarks/cache/cache_hashes.json), a step that reads one brings it back first with
-# scripts/kept_adapters.py restore RUN | restore-cache PATH (from history; a cache without history is
-# rebuilt by its recorded command, and a rebuild that differs from the recorded sha256 says so).
+# The weights of runs no test re-scores, the larger corpora and the mined pairs left git: recorded
+# with sha256 and commit (benchmarks/results/adapters/adapter_hashes.json,
+# benchmarks/cache/cache_hashes.json, which records the teacher vectors too), a step that reads one
+# brings it back first with scripts/kept_adapters.py restore RUN | restore-cache PATH (from history; a
+# cache without history is rebuilt by its recorded command, and a rebuild that differs says so).
 # EmbeddingGemma and the runs' working folders are rebuilt or kept outside the checkout
 # (ALIGNIR_MODELS, RUNS); a step killed on a machine that lives on resumes when re-run.
 #
@@ -104,6 +104,7 @@ corpora() {  # every breadth corpus in CORPORA: the repository's snapshot where 
 
 teacher_vectors() {  # $1: the pairs data (BEIR folder or mined .jsonl)
     corpora
+    kept_cache "$TEACHER_CACHE" || echo "the teacher cache is not the recorded one (above): vectors it lacks are computed" >&2
     "$PY" scripts/precompute_teacher.py --teacher embeddinggemma-300m --cache "$TEACHER_CACHE" --data "$1" \
         --data-mix "$MIX" "${CORPUS_ARGS[@]}" --negatives 1 --seeds "${SEED:-1}" --max-length 512 --threads 2
 }
