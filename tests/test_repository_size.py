@@ -60,6 +60,17 @@ def _tracked_sizes() -> dict[str, int]:
     return {p: (ROOT / p).stat().st_size for p in paths if (ROOT / p).is_file()}
 
 
+def _kept_module():
+    spec = importlib.util.spec_from_file_location("kept_adapters", ROOT / "scripts" / "kept_adapters.py")
+    kept = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kept)
+    return kept
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True, capture_output=True)
+
+
 def test_every_tracked_file_over_1_mib_is_allowed():
     big = sorted(p for p, size in _tracked_sizes().items() if size > LIMIT)
     assert [p for p in big if p not in ALLOWED] == []
@@ -98,31 +109,22 @@ def test_removed_weights_are_ignored_and_recorded():
 
 
 def test_the_kept_weights_match_their_record():
-    spec = importlib.util.spec_from_file_location("kept_adapters", ROOT / "scripts" / "kept_adapters.py")
-    kept = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kept)
+    kept = _kept_module()
     assert kept.check() == 0
 
 
 def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monkeypatch):
     """record, remove, restore in a scratch repository: the restored file is the recorded one, and a
     record whose sha256 does not match what the commit holds is refused."""
-    spec = importlib.util.spec_from_file_location("kept_adapters", ROOT / "scripts" / "kept_adapters.py")
-    kept = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kept)
+    kept = _kept_module()
     repo, adapters = tmp_path / "repo", tmp_path / "repo" / "benchmarks" / "results" / "adapters"
     (adapters / "run").mkdir(parents=True)
     weights = adapters / "run" / "adapter_model.safetensors"
     weights.write_bytes(bytes(range(256)) * 64)
     (adapters / "run" / "alignir_train.json").write_text('{"config": "{\'seed\': 7}"}')
 
-    def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                       capture_output=True)
-
-    git("init", "-q")
-    git("add", ".")
-    git("commit", "-q", "-m", "a run")
+    for args in (("init", "-q"), ("add", "."), ("commit", "-q", "-m", "a run")):
+        _git(repo, *args)
     for name, value in (("ROOT", repo), ("ADAPTERS", adapters), ("RECORD", adapters / "adapter_hashes.json"),
                         ("TRAIN_RESULTS", repo / "none.json"), ("CACHE_RECORD", repo / "no-caches.json")):
         monkeypatch.setattr(kept, name, value)
@@ -140,13 +142,6 @@ def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monke
     assert kept.main(["restore", "--all"]) == 1 and not weights.exists()
 
 
-def _kept_module():
-    spec = importlib.util.spec_from_file_location("kept_adapters", ROOT / "scripts" / "kept_adapters.py")
-    kept = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kept)
-    return kept
-
-
 def _scratch_cache(tmp_path, monkeypatch):
     """A scratch repository with one committed cache file and the module pointed at it."""
     kept = _kept_module()
@@ -157,12 +152,8 @@ def _scratch_cache(tmp_path, monkeypatch):
     data = cache / "corpora" / "c" / "corpus.jsonl.gz"
     data.write_bytes(bytes(range(256)) * 32)
     (cache / "corpora" / "c" / "SOURCE.json").write_text("{}")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "0"],
-                   cwd=repo, check=True)
-    subprocess.run(["git", "add", "."], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a cache"], cwd=repo,
-                   check=True)
+    for args in (("init", "-q"), ("add", "."), ("commit", "-q", "-m", "a cache")):
+        _git(repo, *args)
     for name, value in (("ROOT", repo), ("ADAPTERS", repo / "benchmarks" / "results" / "adapters"),
                         ("RECORD", repo / "benchmarks" / "results" / "adapters" / "adapter_hashes.json"),
                         ("CACHE", cache), ("CACHE_RECORD", cache / "cache_hashes.json")):
@@ -224,3 +215,26 @@ def test_a_cache_without_history_is_rebuilt_and_a_rebuild_that_differs_says_so(t
     data.unlink()
     monkeypatch.setenv(kept.REBUILDING, key)
     assert kept.main(["restore-cache", key]) == 0 and not data.exists()
+
+
+def test_the_kept_runs_are_those_a_test_reads():
+    """Each experiment run on the allow-list is re-scored by tests/test_kept_adapters.py, or is the
+    source of a kept map or an interpolation it rebuilds; any other run's weights leave the tree."""
+    import json
+
+    spec = importlib.util.spec_from_file_location("kept_adapter_tests", ROOT / "tests" / "test_kept_adapters.py")
+    readers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readers)
+    mark, = [m for m in readers.test_a_kept_adapter_re_scores_its_recorded_adi_row.pytestmark
+             if m.name == "parametrize"]
+    needed = set(mark.args[1])
+    adapters = "benchmarks/results/adapters/"
+    runs = json.loads((ROOT / "benchmarks/results/gpu_train.json").read_text())["runs"]
+    for run in runs.values():
+        sources = [run["interpolation"]["start"], run["interpolation"]["end"]] if run.get("interpolation") else []
+        if run.get("kept_adapter") and run["kept_adapter"].split("/")[-1] in needed:
+            map_file = ROOT / run["kept_adapter"] / "alignir_sparse_map.json"
+            if map_file.is_file():
+                sources.append(json.loads(map_file.read_text())["source_adapter"])
+        needed |= {s[len(adapters):] for s in sources if s.startswith(adapters)}
+    assert {p[len(adapters):].split("/")[0] for p in KEPT} == needed
