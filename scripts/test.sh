@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Lint (ruff) and run the test suite; sets up .venv first (scripts/setup.sh) unless it is current.
 #   bash scripts/test.sh          every test except the slow ones (what .ci/run calls)
-#   bash scripts/test.sh --fast   lint + the tests that need no real LLM and no Milvus
+#   bash scripts/test.sh --fast   lint + the tests a developer runs between edits (about 2 min on 2 cores):
+#                                 no real LLM, no Milvus and nothing end to end (markers model, milvus, e2e;
+#                                 e2e: builds through the CLI, child processes, Ray, browsers, memory measures)
 # Tests run on every core (pytest-xdist, -n auto --dist loadfile); ALIGNIR_TEST_WORKERS=0 runs them in one process.
 # Further arguments go to pytest. The slow tests (whole collections with a real model):
 # .venv/bin/python -m pytest -m slow
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 VENV=${ALIGNIR_VENV:-.venv}
 markers="not slow"
 if [ "${1:-}" = "--fast" ]; then
-  markers="not slow and not model and not milvus"
+  markers="not slow and not model and not milvus and not e2e"
   shift
 fi
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.setup-stamp" 2>/dev/null)" != "$(bash scripts/setup.sh --stamp)" ]; then

@@ -10,9 +10,14 @@
   for tests marked ``model``); skipped when the package is not installed. ``adi_smollm2``: the ADI
   index it builds, once per run even under pytest-xdist (a file lock in ``run_shared_dir``).
   ``share_model_cache``: a test's own ``$ALIGNIR_CACHE`` reuses the run's converted models.
+- ``onnx_exports`` / ``share_onnx_exports``: a test's own ``$ALIGNIR_CACHE`` reuses the ONNX
+  exports made earlier in the run (the tiny model is exported once per run, not once per test).
 
-Markers are checked, so that ``-m "not model and not milvus"`` (``scripts/test.sh --fast``) really
-leaves out every real LLM and every Milvus Lite server: a test that uses ``smollm2`` without the
+Markers: ``model``, ``milvus`` and ``slow`` (pyproject.toml) and ``e2e`` (registered here: builds
+through the CLI, child processes, Ray, browsers, memory measurements, recorded results derived
+again). ``scripts/test.sh --fast`` runs ``-m "not slow and not model and not milvus and not e2e"``.
+``model`` and ``milvus`` are checked, so that the fast lane really leaves out every real LLM and
+every Milvus Lite server: a test that uses ``smollm2`` without the
 ``model`` marker is a collection error, and one that loads a real LLM (a GGUF file, registered or
 not, however it is reached: the CLI's default model included) or connects to Milvus without its
 marker fails.
@@ -174,8 +179,15 @@ def _install_guards() -> None:
     models._load_gguf, milvus.connect = guarded_load_gguf, guarded_connect
 
 
+#: The fast lane (``scripts/test.sh --fast``) leaves these out; the full run keeps them.
+E2E = ("e2e: end to end or whole-process: an index built through the CLI, a child process (the CLI, a "
+       "server, a killed writer), Ray, a browser, a memory measurement, a recorded result derived again; "
+       "in the full run, left out of scripts/test.sh --fast")
+
+
 def pytest_configure(config):
     global _MODEL_CACHE
+    config.addinivalue_line("markers", E2E)
     from alignir.encoders.models import cache_dir
 
     _MODEL_CACHE = cache_dir() / "models"
@@ -248,6 +260,26 @@ def run_shared_dir(tmp_path_factory) -> Path:
     base temp folders (one per run), else the run's own base temp folder."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def onnx_exports(tmp_path_factory) -> Path:
+    """The run's one folder of ONNX exports (every pytest-xdist worker's): a test with its own
+    ``$ALIGNIR_CACHE`` that links it there (``share_onnx_exports``) finds the tiny model exported
+    by the first test of the run that needed it, instead of exporting it again (seconds each).
+    Exports are made under a file lock and renamed into place (encoders.onnx_runtime), so the
+    workers share them safely; a test about exporting keeps a folder of its own."""
+    return run_shared_dir(tmp_path_factory) / "onnx-exports"
+
+
+def share_onnx_exports(cache_root, shared) -> Path:
+    """``cache_root/onnx`` (the ONNX exports under ``$ALIGNIR_CACHE=cache_root``) made a link to
+    the run's ``shared`` folder (the ``onnx_exports`` fixture); returns ``cache_root``."""
+    root = Path(cache_root)
+    root.mkdir(parents=True, exist_ok=True)
+    Path(shared).mkdir(parents=True, exist_ok=True)
+    (root / "onnx").symlink_to(shared, target_is_directory=True)
+    return root
 
 
 @pytest.fixture(scope="session")

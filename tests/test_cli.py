@@ -1,6 +1,7 @@
 """The `alignir` CLI: bad input (clear message, exit != 0, nothing written), atomic builds under
 SIGKILL, and the full build/search/explain/resparsify/info/eval cycle — on a tiny random Llama
-saved as an HF folder (fast), and on ADI with the real SmolLM2 (marked `model`)."""
+saved as an HF folder, and on ADI with the real SmolLM2 (marked `model`). A test that builds an
+index or starts a child process is marked `e2e` (the full run, not `scripts/test.sh --fast`)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alignir.retrieval.cli import app
-from conftest import share_model_cache
+from conftest import share_model_cache, share_onnx_exports
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
@@ -40,8 +41,9 @@ def doc(i: int, text: str = "retrieval of documents about plants") -> str:
 
 
 @pytest.fixture()
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+def env(tmp_path, monkeypatch, onnx_exports):
+    """The test's folder; its own ``$ALIGNIR_CACHE`` (``cache``) with the run's ONNX exports."""
+    monkeypatch.setenv("ALIGNIR_CACHE", str(share_onnx_exports(tmp_path / "cache", onnx_exports)))
     return tmp_path
 
 
@@ -67,6 +69,7 @@ def test_bad_corpus_stops_before_writing(env, case, tiny_folder):
     assert not (env / "idx").exists()
 
 
+@pytest.mark.e2e
 def test_skip_bad_continues_and_reports(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(0), "{broken", doc(2), doc(3)])
     r = invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder, "--skip-bad")
@@ -98,6 +101,7 @@ def test_unknown_model_is_named(env):
 
 # ---------------------------------------------------------------- full cycle on the tiny model
 
+@pytest.mark.e2e
 def test_tiny_cycle(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
         ["plants and light", "stock market rates", "supersonic flow", "protein folding"])])
@@ -120,6 +124,7 @@ def test_tiny_cycle(env, tiny_folder):
     assert "documents  4" in invoke("info", "--index", idx).output
 
 
+@pytest.mark.e2e
 def test_sparse_flags_carry_the_sparse_config_names_and_the_old_ones_warn(env, tiny_folder):
     """--doc-k/--query-m/--pc1-lambda set SparseConfig's doc_k/query_m/pc1_lambda; the earlier
     --k/--m/--lambda, hidden from --help, set the same with one deprecation line each."""
@@ -147,6 +152,7 @@ def test_sparse_flags_carry_the_sparse_config_names_and_the_old_ones_warn(env, t
         assert "--doc-k" in shown and "--pc1-lambda" in shown and "--lambda" not in shown.replace("--pc1-lambda", "")
 
 
+@pytest.mark.e2e
 def test_fusion_option_calibrated_default_agree_and_zscore(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
         ["plants and light", "stock market rates", "supersonic flow", "protein folding", "plants grow"])])
@@ -177,6 +183,7 @@ def test_fusion_option_calibrated_default_agree_and_zscore(env, tiny_folder):
     assert not (env / "indexes").exists()
 
 
+@pytest.mark.e2e
 def test_search_explain_prints_the_plan_and_eval_records_it(env, tiny_folder):
     """--explain shows the fusion plan in force (rule, weights, gate, calibration and their
     sources); --json --explain and `alignir eval --json` carry it as a dict, the one
@@ -225,6 +232,7 @@ def test_search_explain_prints_the_plan_and_eval_records_it(env, tiny_folder):
 
 # ---------------------------------------------------------------- SIGKILL mid-build
 
+@pytest.mark.e2e
 def test_killed_build_leaves_old_index_usable(env, tiny_folder):
     small = write_lines(env / "small.jsonl", [doc(i) for i in range(3)])
     big = write_lines(env / "big.jsonl", [doc(i, "a longer text " * 30) for i in range(400)])
@@ -265,6 +273,7 @@ TRAINED = [("infonce", "contrastive", "pairs", {}), ("autoregembed", "ic", "pair
            ("llm2comp", "ctkd", "texts", {"k": 2}), ("gircse", "icr", "pairs", {"K": 2})]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method,stage,data,hp", TRAINED, ids=[m for m, *_ in TRAINED])
 def test_train_then_index_and_search_with_the_adapter(env, tiny_folder, data_files, method, stage, data, hp):
     """`alignir train` → `build-index --embedder METHOD --adapter DIR` → search, all from the CLI."""
@@ -301,6 +310,7 @@ def test_train_then_index_and_search_with_the_adapter(env, tiny_folder, data_fil
     assert json.loads(one_go.stdout)["metrics"] == json.loads(two_step.stdout)["metrics"]
 
 
+@pytest.mark.e2e
 def test_embedder_options_reach_the_index_and_its_queries(env, tiny_folder):
     """`--embedder-option` sets a family option (LLM2Comp's causal readout, GIRCSE's test-time K) for
     build-index and beir: stored in the manifest, part of the encoder identity, used by search; a key the
@@ -354,6 +364,7 @@ def test_embedder_options_reach_the_index_and_its_queries(env, tiny_folder):
 def test_adi_end_to_end_with_smollm2(env, smollm2):
     if not ADI.is_dir():
         pytest.skip(f"{ADI} not found (set ALIGNIR_SHARED)")
+    (env / "cache" / "onnx").unlink()  # SmolLM2's ONNX export is kept with the run's converted models
     share_model_cache(env / "cache")
     idx = env / "adi"
     r = invoke("build-index", ADI, "--index", idx)  # the default model: the shipped trained embedder
@@ -391,6 +402,7 @@ def test_adi_end_to_end_with_smollm2(env, smollm2):
     assert json.loads(invoke("search", "indexing", "--index", idx, "--json").stdout)["hits"]
 
 
+@pytest.mark.e2e
 def test_sharded_encode_merge_then_build(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i, t) for i, t in enumerate(
         ["plants and light", "stock market rates", "supersonic flow", "protein folding", "query logs"])])
@@ -427,6 +439,7 @@ def test_search_arguments_are_checked_before_the_model_loads(env, tiny_folder, m
         assert r.exit_code == 1 and msg in r.output and "Traceback" not in r.output, r.output
 
 
+@pytest.mark.e2e
 def test_undecodable_query_bytes_are_one_line(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
     assert invoke("build-index", corpus, "--index", env / "idx", "--model", tiny_folder).exit_code == 0
@@ -436,6 +449,7 @@ def test_undecodable_query_bytes_are_one_line(env, tiny_folder):
     assert r.returncode == 1 and len(err) == 1 and "not valid text" in err[0], r.stderr
 
 
+@pytest.mark.e2e
 def test_a_renamed_copy_of_the_same_weights_is_the_same_model(env, tiny_folder):
     """--model PATH is compared by content (sha256 of the weights), not by the folder's name."""
     import shutil
@@ -448,6 +462,7 @@ def test_a_renamed_copy_of_the_same_weights_is_the_same_model(env, tiny_folder):
     assert json.loads(r.stdout)["hits"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("key", ["family", "model"])
 def test_a_manifest_without_its_embedder_key_is_one_line(env, tiny_folder, key):
     corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
@@ -471,6 +486,7 @@ with writer_lock(sys.argv[1]):
 """
 
 
+@pytest.mark.e2e
 def test_a_second_writer_is_refused_or_waits(env, tiny_folder):
     """Two writers on one index: while a real process holds the writer lock, resparsify fails at
     once with one line naming that process; with --wait it runs after the holder is done."""
@@ -499,6 +515,7 @@ def test_a_second_writer_is_refused_or_waits(env, tiny_folder):
         holder.wait()
 
 
+@pytest.mark.e2e
 def test_info_verifies_the_files_unless_told_not_to(env, tiny_folder):
     corpus = write_lines(env / "corpus.jsonl", [doc(i) for i in range(4)])
     idx = env / "idx"

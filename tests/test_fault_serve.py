@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+# a server attacked from outside: end to end (scripts/test.sh --fast leaves it out)
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 

@@ -28,7 +28,8 @@ from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
 
 from conftest import ADI, TINY_CORPUS, share_model_cache, write_corpus  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# a local Ray cluster with actor processes: end to end (scripts/test.sh --fast leaves it out)
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("one_thread")]
 
 SPARSE = SparseConfig(doc_k=24, query_m=5)
 QUERIES = ["light plants", "stock market rates", "supersonic wind tunnel", "proteins fold"]

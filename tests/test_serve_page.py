@@ -11,6 +11,9 @@ import shutil
 
 import pytest
 
+# a real browser: end to end (scripts/test.sh --fast leaves it out)
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 

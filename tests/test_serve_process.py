@@ -11,6 +11,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+# `alignir serve` in a child process: end to end (scripts/test.sh --fast leaves it out)
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
