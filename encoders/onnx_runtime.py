@@ -99,9 +99,14 @@ def onnx_unavailable(embedder: Any) -> str | None:
 def model_key(embedder: Any) -> str:
     """The cache key of an embedder's exported backbone: the parts of its fingerprint that make
     the backbone (model identity with its file hashes, dtype, adapter sha256; not the template
-    or lengths, which the graph does not hold), the export format and the exporting torch."""
+    or lengths, which the graph does not hold), the export format and the exporting torch. A
+    model whose weights' sha256 identifies it is keyed without its folder's name and place, so
+    a moved or renamed copy of the same weights reuses the export (as an index accepts it)."""
     fp = embedder.fingerprint()
-    blob = json.dumps({"model": fp.get("model"), "dtype": fp.get("dtype"), "adapter": fp.get("adapter_sha256"),
+    model = fp.get("model")
+    if isinstance(model, dict) and model.get("sha256"):
+        model = {k: v for k, v in model.items() if k not in ("source", "name")}
+    blob = json.dumps({"model": model, "dtype": fp.get("dtype"), "adapter": fp.get("adapter_sha256"),
                        "format": EXPORT_FORMAT, "smoothing": SMOOTHING, "torch": torch.__version__},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]

@@ -63,6 +63,25 @@ def test_another_model_gets_another_file(tiny_model, tiny_model_bos):
     assert model_key(get_embedder("prompteol", tiny_model)) != model_key(get_embedder("prompteol", tiny_model_bos))
 
 
+def test_a_moved_copy_of_the_same_weights_reuses_the_export(tiny_folder, tmp_path):
+    """The key of a model folder is its weights' hash, not its name or place: a renamed copy
+    finds the export of the original; other weights get another key."""
+    import shutil
+
+    import torch
+
+    from alignir.encoders.models import load_model
+
+    copy = shutil.copytree(tiny_folder, tmp_path / "another-name")
+    key = model_key(get_embedder("prompteol", load_model(str(tiny_folder), device="cpu")))
+    assert model_key(get_embedder("prompteol", load_model(str(copy), device="cpu"))) == key
+    changed = load_model(str(copy), device="cpu")
+    with torch.no_grad():
+        next(changed.model.parameters()).add_(1.0)
+    changed.model.save_pretrained(copy)
+    assert model_key(get_embedder("prompteol", load_model(str(copy), device="cpu"))) != key
+
+
 def test_int8_quantises_all_but_the_down_projections(tiny_model, root):
     import onnx
 
