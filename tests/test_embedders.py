@@ -285,6 +285,7 @@ def test_smollm2_batched_equals_single_and_truncates(smollm2):
     assert cos.min() > 0.9999
 
 
+@pytest.mark.e2e  # torch.compile runs the C++ compiler
 @pytest.mark.skipif(shutil.which("cc") is None, reason="torch.compile on a CPU needs a C compiler")
 def test_compiled_forward_gives_the_eager_vectors(tiny_model):
     """``compile=True`` runs the full forward through torch.compile (dynamic shapes: one graph

@@ -103,6 +103,7 @@ def test_gpu_check_tiny_step_runs_on_the_cpu():
     assert out["float32"]["same_dense_top10"] and out["float32"]["same_sparse_top10"]
 
 
+@pytest.mark.e2e  # a child Python process
 @pytest.mark.parametrize("preset", [None, "false"])
 def test_gpu_check_does_not_take_the_test_suites_tokenizer_setting_for_a_users(preset):
     """tests/conftest.py turns the tokenizer's threads off for the suite; gpu_check imports it for

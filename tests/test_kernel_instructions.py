@@ -10,10 +10,13 @@ import pytest
 
 from benchmarks.speed.bench_kernel_instructions import _dumps, build_toggle
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("valgrind") and shutil.which("gcc") and Path("/usr/include/valgrind/callgrind.h").exists()),
-    reason="needs valgrind (with its headers) and gcc",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not (shutil.which("valgrind") and shutil.which("gcc") and Path("/usr/include/valgrind/callgrind.h").exists()),
+        reason="needs valgrind (with its headers) and gcc",
+    ),
+    pytest.mark.e2e,  # gcc and valgrind in child processes: end to end (scripts/test.sh --fast leaves it out)
+]
 
 _PROGRAM = """
 import ctypes, sys

@@ -31,6 +31,7 @@ def _source_modules() -> dict[str, Path]:
     return out
 
 
+@pytest.mark.e2e  # pip builds the wheel in a child process
 def test_wheel_holds_one_alignir_namespace(tmp_path):
     # build from a clean copy of the sources (an in-tree build/ could hold stale modules)
     src = tmp_path / "src"

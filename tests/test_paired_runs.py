@@ -76,6 +76,7 @@ def test_merging_replaces_the_rows_of_the_same_comparison(tmp_path):
 
 @pytest.mark.parametrize("row", json.loads(OUT.read_text())["rows"] if OUT.is_file() else [],
                          ids=lambda r: f"{r['run']}-vs-{r['against']}-{r['collection']}-{r['leg']}")
+@pytest.mark.e2e  # each recorded comparison derived again
 def test_each_recorded_comparison_follows_from_its_per_query_scores(row):
     mine = {q: a for q, a, _ in row["per_query"]}
     theirs = {q: b for q, _, b in row["per_query"]}

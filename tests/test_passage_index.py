@@ -351,6 +351,7 @@ def test_pyserini_export_writes_one_passage_per_line(long_index, tmp_path):
 
 # ----------------------------------------------------------------------------- the CLI
 
+@pytest.mark.e2e  # an index built through the CLI
 def test_cli_builds_searches_and_explains_a_long_document_index(tmp_path, tiny_folder, monkeypatch):
     from alignir.retrieval.cli import app
 

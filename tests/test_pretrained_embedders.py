@@ -270,6 +270,7 @@ def test_peft_adapters_are_merged_into_the_backbone_in_order(tmp_path, tiny_toke
 
 # ------------------------------------------------------------------ an index end to end
 
+@pytest.mark.e2e  # an index built and searched end to end
 def test_index_with_a_base_head_searches_end_to_end(tmp_path, tiny_tokenizer):
     from alignir.retrieval.indexer import build_index
     from alignir.retrieval.searcher import Searcher

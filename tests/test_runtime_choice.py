@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS, write_corpus
+from conftest import TINY_CORPUS, share_onnx_exports, write_corpus
 from typer.testing import CliRunner
 
 from alignir.encoders import onnx_runtime
@@ -32,7 +32,15 @@ def _emb(model, **kw):
     return get_embedder("prompteol", model, progress=False, **kw)
 
 
-def test_auto_takes_onnx_where_it_applies(tiny_model, root, monkeypatch):
+@pytest.fixture(scope="module")
+def exported(tiny_model, root):
+    """The tiny model put on ONNX by "auto" into the module's fresh ``root`` (its one export),
+    and what ``apply_runtime`` said meanwhile; the module's other tests reuse that export."""
+    heard: list[str] = []
+    return apply_runtime(_emb(tiny_model), "auto", root=root, on_export=heard.append), heard
+
+
+def test_auto_takes_onnx_where_it_applies(tiny_model, root, exported, monkeypatch):
     monkeypatch.delenv("ALIGNIR_RUNTIME", raising=False)
     ref = _emb(tiny_model)
     emb = apply_runtime(_emb(tiny_model), None, root=root)
@@ -43,11 +51,11 @@ def test_auto_takes_onnx_where_it_applies(tiny_model, root, monkeypatch):
     assert apply_runtime(emb, "onnx", root=root) is emb  # already there: unchanged
 
 
-def test_the_one_off_export_is_announced(tiny_model, tmp_path):
-    heard: list[str] = []
-    assert runtime_of(apply_runtime(_emb(tiny_model), "auto", root=tmp_path, on_export=heard.append)) == "onnx"
-    assert len(heard) == 1 and "exporting the model to ONNX once" in heard[0] and str(tmp_path) in heard[0]
-    apply_runtime(_emb(tiny_model), "auto", root=tmp_path, on_export=heard.append)
+def test_the_one_off_export_is_announced(tiny_model, root, exported):
+    emb, heard = exported
+    assert runtime_of(emb) == "onnx"
+    assert len(heard) == 1 and "exporting the model to ONNX once" in heard[0] and str(root) in heard[0]
+    apply_runtime(_emb(tiny_model), "auto", root=root, on_export=heard.append)
     assert len(heard) == 1  # cached: nothing to say
 
 
@@ -103,12 +111,12 @@ def test_a_failed_export_falls_back_to_torch_and_is_remembered(tiny_model, tmp_p
         apply_runtime(_emb(tiny_model), "onnx", root=tmp_path)
 
 
-def test_index_and_search_on_either_runtime_rank_alike(tiny_model, tmp_path, monkeypatch):
+def test_index_and_search_on_either_runtime_rank_alike(tiny_model, root, exported, tmp_path, monkeypatch):
     from alignir.retrieval.encoder import Encoder
     from alignir.retrieval.indexer import build_index
     from alignir.retrieval.searcher import Searcher
 
-    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ALIGNIR_CACHE", str(share_onnx_exports(tmp_path / "cache", root)))  # the module's export
     corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
     got = {}
     for runtime in ("torch", "onnx"):
@@ -137,6 +145,7 @@ def test_cli_runtime_flag_is_checked_before_the_model_loads(tmp_path):
         assert res.exit_code == 1 and "unknown runtime 'tensorrt'" in res.output, res.output
 
 
+@pytest.mark.e2e  # indexes built through the CLI, the model exported into a fresh cache
 def test_cli_builds_on_the_runtime_asked_for_and_info_says_so(tmp_path, tiny_folder, monkeypatch):
     from alignir.retrieval.cli import app
 

@@ -177,6 +177,7 @@ def tiny_train_beir(tmp_path):
     return d
 
 
+@pytest.mark.e2e  # a map fitted and an index built through the CLI
 def test_cli_fits_a_map_and_an_index_built_with_it_records_it(tiny_adapter, tiny_folder, tiny_train_beir,
                                                              tmp_path, monkeypatch):
     from typer.testing import CliRunner

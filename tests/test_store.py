@@ -285,6 +285,7 @@ def _writer(path: Path, n: int, d: int, pre: str = "") -> list[str]:
     return [sys.executable, "-c", WRITER.format(root=str(ROOT), n=n, d=d, path=str(path), pre=pre)]
 
 
+@pytest.mark.e2e  # writers killed in child processes
 def test_sigkill_mid_write_leaves_the_previous_index_intact(tmp_path):
     path = build(tmp_path / "idx")
     old_manifest = (path / "manifest.json").read_text()

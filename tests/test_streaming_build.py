@@ -147,6 +147,7 @@ def _peak(fn) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.e2e  # a memory measurement of whole builds
 def test_the_memory_a_build_allocates_is_a_batch_not_the_corpus(tmp_path, tiny_model):
     """Four times the documents (of ~26 kB each) cost a streamed build next to no more memory
     (Python allocations, tracemalloc), while holding them costs their size."""
