@@ -4,6 +4,8 @@ torch and is remembered, "onnx" says why it cannot; the product surfaces (Encode
 Searcher, the CLI) pass the choice through and get the same rankings either way."""
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import logging
 
@@ -17,10 +19,10 @@ from alignir.encoders.embedders import get_embedder
 from alignir.encoders.onnx_runtime import FAILED_NOTE, apply_runtime, onnx_unavailable, runtime_of
 from alignir.errors import InvalidInputError
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
-
-pytestmark = pytest.mark.usefixtures("one_thread")
+# found, not imported: importing onnxscript costs every test process seconds at collection
+MISSING = [name for name in ("onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not installed")]
 
 
 @pytest.fixture(scope="module")
