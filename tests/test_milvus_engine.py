@@ -24,8 +24,9 @@ from alignir.retrieval.milvus import (COMPLETE, PROPERTY, MilvusCollection, conn
                                       default_collection_name, export_index, index_manifest)
 from alignir.retrieval.milvus_engine import MilvusEngine, unavailable_reason  # noqa: E402
 from alignir.retrieval.milvus_search import MilvusSearcher  # noqa: E402
-from alignir.retrieval.searcher import MODES, Searcher  # noqa: E402
+from alignir.retrieval.searcher import MODES, Searcher, modes_for  # noqa: E402
 from benchmarks.faults.fault_milvus import killed_export  # noqa: E402
+from benchmarks.milvus.engine_parity import compare, near_tie  # noqa: E402
 
 from conftest import MILVUS_QUERIES as QUERIES  # noqa: E402
 from conftest import MILVUS_TEXTS as TEXTS  # noqa: E402
@@ -158,15 +159,6 @@ def test_leg_scores_and_filters_equal_the_folder(searchers):
             assert_same_hits(a, b)
 
 
-def _near_tie(lists: dict, legs, rel: float = 1e-5) -> bool:
-    """Whether two documents of a leg's list score within ``rel`` of each other."""
-    for leg in legs:
-        scores = sorted(lists[leg].values(), reverse=True)
-        if any(a - b <= rel * max(1.0, abs(a)) for a, b in zip(scores, scores[1:])):
-            return True
-    return False
-
-
 def test_server_side_rrf_of_a_batch_equals_the_folder(tiny_model, milvus_engine, tmp_path):
     """RRF fused in the engine for a batch of queries: each query is ranked as when sent alone
     (a batched hybrid search of this engine carries ranks over between queries), and as the folder
@@ -188,7 +180,7 @@ def test_server_side_rrf_of_a_batch_equals_the_folder(tiny_model, milvus_engine,
                 for i, query in enumerate(QUERIES):
                     alone = server.batch_search([query], k=k, mode=mode, fusion="rrf")[0]
                     assert [(h.id, h.score) for h in batch[i]] == [(h.id, h.score) for h in alone], (mode, k, i)
-                    if not _near_tie({leg: lists[leg][i] for leg in legs}, legs):
+                    if not near_tie({leg: lists[leg][i] for leg in legs}, legs):
                         assert_same_hits(want[i], batch[i])
                         compared += 1
         fused = server.batch_search(QUERIES, k=5, mode="dense+bm25", fusion="rrf")
@@ -366,11 +358,24 @@ def test_a_server_killed_mid_search_is_one_line_then_restarted(built, tiny_model
         engine.close()
 
 
+def _every_mode_equals_the_folder(folder, uri, texts, k=100) -> list[dict]:
+    """Every mode of the index and every fusion (client-side, and RRF fused in the engine)
+    returns the folder's top-``k`` ids and scores for all ``texts`` (benchmarks.milvus.engine_parity.
+    compare: assert_same_hits per query). RRF is held to it on the queries whose legs hold no
+    near tie (a near tie swapped by float32 rounding is another rank, so another RRF score)."""
+    rows = compare(folder, uri, texts, k)
+    assert {r["mode"] for r in rows} == set(modes_for(folder.index))
+    for row in rows:
+        assert row["id_mismatches"] == 0, (row["mode"], row["fusion"], row["fused_in"], row.get("first_mismatch"))
+        if row["plan"] != "rrf":
+            assert row["compared"] == len(texts), row
+    return rows
+
+
 @pytest.mark.model
 def test_adi_with_smollm2_every_mode_equals_the_folder(tmp_path, smollm2, adi_smollm2, milvus_engine):
-    """ADI, the real SmolLM2, the default config: every mode returns the folder's top-100 ids and
-    scores for all 35 queries; RRF fused in the engine too, on the queries whose legs hold no near
-    tie (ADI's BM25 ties often: the engine orders tied documents its own way)."""
+    """ADI, the real SmolLM2, the default config: every mode and fusion returns the folder's
+    top-100 ids and scores for all 35 queries."""
     from alignir.retrieval.beir import load_beir
 
     from conftest import ADI
@@ -379,27 +384,26 @@ def test_adi_with_smollm2_every_mode_equals_the_folder(tmp_path, smollm2, adi_sm
     assert export_index(tmp_path / "adi", milvus_engine.uri, progress=False)["count"] == 82
     folder = Searcher.open(tmp_path / "adi", loaded=smollm2)
     queries = load_beir(ADI).queries
-    texts = [queries[q] for q in sorted(queries)]
-    batch = folder.encode(texts)
-    engine = MilvusSearcher.from_searcher(folder, uri=milvus_engine.uri)
-    server = MilvusSearcher.from_searcher(folder, uri=milvus_engine.uri, server_fusion=True)
-    compared = 0
-    try:
-        for mode in MODES:
-            for fusion in (None, "rrf") if "+" in mode or mode == "hybrid" else (None,):
-                want = folder.batch_search(texts, k=100, mode=mode, fusion=fusion, encoded=batch)
-                for a, b in zip(want, engine.batch_search(texts, k=100, mode=mode, fusion=fusion, encoded=batch)):
-                    assert_same_hits(a, b)
-                if fusion != "rrf":
-                    continue
-                legs = folder.parse_mode(mode)
-                lists = folder.leg_lists(texts, legs=legs, k=folder.plan(mode, fusion="rrf").depth, encoded=batch)
-                got = server.batch_search(texts, k=100, mode=mode, fusion=fusion, encoded=batch)
-                for i, (a, b) in enumerate(zip(want, got)):
-                    if not _near_tie({leg: lists[leg][i] for leg in legs}, legs):
-                        assert_same_hits(a, b)
-                        compared += 1
-    finally:
-        engine.close()
-        server.close()
-    assert compared >= len(texts)
+    rows = _every_mode_equals_the_folder(folder, milvus_engine.uri, [queries[q] for q in sorted(queries)])
+    assert sum(r["compared"] for r in rows if r["fused_in"] == "engine") >= len(queries)
+
+
+@pytest.mark.slow
+def test_scifact_with_the_tiny_model_every_mode_equals_the_folder(tmp_path, tiny_model, milvus_engine):
+    """SciFact whole (5,183 abstracts, all 1,109 queries) indexed with the tiny model and the
+    default config: every mode and fusion through the engine returns the folder's top-100."""
+    from alignir.retrieval.beir import read_queries
+
+    from conftest import ADI
+
+    data = ADI.parent / "scifact"
+    if not data.is_dir():
+        pytest.skip(f"{data} not found (set ALIGNIR_SHARED)")
+    build_index(data, tmp_path / "idx", model="tiny", loaded=tiny_model, cache_dir=tmp_path / "cache",
+                progress=False)
+    summary = export_index(tmp_path / "idx", milvus_engine.uri, progress=False)
+    assert summary["documents"] == 5183
+    queries = read_queries(data / "queries.jsonl")
+    assert len(queries) == 1109
+    folder = Searcher.open(tmp_path / "idx", loaded=tiny_model)
+    _every_mode_equals_the_folder(folder, milvus_engine.uri, [queries[q] for q in sorted(queries)])
