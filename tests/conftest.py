@@ -359,7 +359,10 @@ TRAIN_CASE_IDS = [f"{m}-{s}-{'-'.join(h)}" for m, s, _, h in TRAIN_CASES]
 @pytest.fixture(scope="module")
 def data_files(tmp_path_factory):
     """Triples (query, positive, one negative) and plain texts from TINY_CORPUS / TRAIN_QUERIES."""
-    d = tmp_path_factory.mktemp("train_data")
+    return _write_train_data(tmp_path_factory.mktemp("train_data"))
+
+
+def _write_train_data(d: Path) -> dict[str, str]:
     trip = d / "triples.jsonl"
     with open(trip, "w") as fh:
         for i, (q, t) in enumerate(zip(TRAIN_QUERIES, TINY_CORPUS)):
@@ -431,19 +434,32 @@ def tiny_bert(tmp_path_factory, tiny_tokenizer):
     return folder
 
 
-@pytest.fixture
-def tiny_adapter(tmp_path, tiny_folder, data_files, monkeypatch):
-    """An InfoNCE adapter of the tiny model after two steps of `alignir train`, in tmp_path/stage1."""
+@pytest.fixture(scope="session")
+def _tiny_adapter_trained(tmp_path_factory, tiny_folder, onnx_exports):
+    """The adapter of ``tiny_adapter``, trained once per test process (tests only read it)."""
     from typer.testing import CliRunner
 
     from alignir.retrieval.cli import app
 
-    monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
-    out = tmp_path / "stage1"
-    res = CliRunner().invoke(app, ["train", "infonce", "--data", data_files["pairs"], "--model", str(tiny_folder),
-                                   "--out", str(out), "--steps", "2", "--batch-size", "3", "--max-length", "32"])
+    d = tmp_path_factory.mktemp("tiny-adapter")
+    out = d / "stage1"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ALIGNIR_CACHE", str(share_onnx_exports(d / "cache", onnx_exports)))
+        res = CliRunner().invoke(app, ["train", "infonce", "--data", _write_train_data(d)["pairs"], "--model",
+                                       str(tiny_folder), "--out", str(out), "--steps", "2", "--batch-size", "3",
+                                       "--max-length", "32"])
     assert res.exit_code == 0, res.output
     return out
+
+
+@pytest.fixture
+def tiny_adapter(tmp_path, monkeypatch, onnx_exports, _tiny_adapter_trained):
+    """An InfoNCE adapter of the tiny model after two steps of `alignir train` on ``data_files``'
+    triples (trained once per test process; read it, do not change it). The test runs with
+    ``$ALIGNIR_CACHE`` at tmp_path/cache, whose ONNX exports are the run's, so the adapter is
+    exported once, not once per test."""
+    monkeypatch.setenv("ALIGNIR_CACHE", str(share_onnx_exports(tmp_path / "cache", onnx_exports)))
+    return _tiny_adapter_trained
 
 
 # ------------------------------------------------------------------ Milvus
