@@ -25,9 +25,9 @@ included), ``max_score_diff`` (over the documents both lists hold), ``ndcg@10_fo
 move a leg's scores by rounding and may swap two near-tied documents (each leg's own row allows
 both); where a fusion magnifies that, the row says how it is judged:
 
-- min-max and the z-score rules (zscore, agree, calibrated): the tolerance adds each leg's
-  rounding allowance carried through its normalisation (:func:`carried_rel`; the row's
-  ``max_rel_tolerance``, which is 1e-5 where nothing is carried);
+- min-max and the z-score rules (zscore, agree, calibrated): the tolerance adds what each leg's
+  actual rounding difference on that query becomes through its normalisation (:func:`carried_rel`;
+  the row's ``max_rel_tolerance``, 1e-5 where nothing is carried);
 - RRF fused client-side: a swap is another rank, so another fused score: the queries where a
   leg of the engine ranks its documents otherwise (fusion.ranked: by score, equal scores by
   document number) are set aside (``set_aside``; ``set_aside_differing`` of
@@ -85,23 +85,26 @@ def mismatch(want: list, got: list, rel: float = REL) -> str | None:
     return None
 
 
-def carried_rel(plan: Any, lists: dict, want: list, rel: float = REL) -> float:
+def carried_rel(plan: Any, ours: dict, theirs: dict, want: list, rel: float = REL) -> float:
     """``rel`` for assert_same_hits on one query fused by a normalising rule (min-max, or z-score
-    under zscore, agree and calibrated): the fused scores' own ``rel`` plus each leg's rounding
-    allowance (``rel`` x its largest |score|) carried through the normalisation, times the leg's
-    weight: a min-max score moves by at most 4 x that / the list's range (the score, its min and
-    max each move), a z-score by (2 + its largest |z|) x that / the list's standard deviation."""
+    under zscore, agree and calibrated): the fused scores' own ``rel`` plus what each leg's actual
+    difference (the largest |folder - engine| score of a document both lists of the leg hold, which
+    the leg's own row bounds) becomes through the normalisation, times the leg's weight: a min-max
+    score moves by at most 4 x that / the list's range (the score, its min and its max each move),
+    a z-score by (2 + its largest |z|) x that / the list's standard deviation."""
     carried = 0.0
     for leg in plan.legs:
-        s = np.fromiter(lists[leg].values(), dtype=np.float64)
-        if s.size < 2:
+        a, b = ours[leg], theirs[leg]
+        delta = max((abs(a[d] - b[d]) for d in a.keys() & b.keys()), default=0.0)
+        s = np.fromiter(a.values(), dtype=np.float64)
+        if delta == 0 or s.size < 2:
             continue
         spread = float(np.ptp(s)) if plan.rule == "minmax" else float(s.std())
         if spread <= 0:
             continue
         factor = 4.0 if plan.rule == "minmax" else 2.0 + float(np.abs(s - s.mean()).max()) / spread
         weight = max(abs(plan.weights.get(leg, 0.0)), abs(plan.base_weights.get(leg, 0.0)))
-        carried += weight * factor * rel * float(np.abs(s).max()) / spread
+        carried += weight * factor * delta / spread
     return rel + carried / max(1.0, max((abs(h.score) for h in want), default=0.0))
 
 
@@ -175,7 +178,9 @@ def compare(folder: Any, uri: str, texts: Sequence[str], k: int = K, *, qids: Se
                     tied = {i for i in range(len(texts))
                             if any(rank_order(lists[leg][i]) != rank_order(theirs[leg][i]) for leg in plan.legs)}
                 elif plan.rule in NORMALISING:
-                    rels = [carried_rel(plan, {leg: lists[leg][i] for leg in plan.legs}, want[i])
+                    theirs = legs_of(engines[False], plan.legs, plan.depth)
+                    rels = [carried_rel(plan, {leg: lists[leg][i] for leg in plan.legs},
+                                        {leg: theirs[leg][i] for leg in plan.legs}, want[i])
                             for i in range(len(texts))]
             why = {i: mismatch(a, b, rels[i]) for i, (a, b) in enumerate(zip(want, got))}
             bad = [i for i, w in why.items() if w and i not in tied]
