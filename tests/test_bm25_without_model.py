@@ -74,6 +74,7 @@ def _bm25_hits(index) -> list:
         return [[[h.id, h.score] for h in s.search(q, k=3, mode="bm25")] for q in QUERIES]
 
 
+@pytest.mark.e2e  # a child Python process
 def test_a_bm25_search_imports_no_torch_and_loads_no_model(built):
     got = _run(SCRIPT, built, json.dumps(QUERIES))
     assert got["heavy"] == [] and got["loaded"] is False
@@ -94,6 +95,7 @@ def test_the_model_loads_on_the_first_query_that_needs_it(built, tiny_folder):
     assert lazy.embedder._encoder.loaded
 
 
+@pytest.mark.e2e  # a child Python process
 def test_a_bm25_only_build_imports_no_torch_and_ranks_as_the_full_index_s_bm25_leg(built, tmp_path):
     corpus = write_corpus(tmp_path / "corpus.jsonl", TINY_CORPUS)
     got = _run(BUILD, corpus, tmp_path / "idx", json.dumps(QUERIES))
@@ -101,6 +103,7 @@ def test_a_bm25_only_build_imports_no_torch_and_ranks_as_the_full_index_s_bm25_l
     assert got["hits"] == _bm25_hits(built) and all(got["hits"])
 
 
+@pytest.mark.e2e  # a child Python process
 def test_the_cli_builds_grows_and_searches_a_bm25_index_without_a_model(tmp_path):
     first = write_corpus(tmp_path / "first.jsonl", TINY_CORPUS[:4])
     more = tmp_path / "more.jsonl"

@@ -8,6 +8,8 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "interfaces.md"
 CALL = re.compile(r"`((?:encoders|index|retrieval|errors|checks|io|qrels)\.[A-Za-z_.]+)\(([^`]*?)\)(?: -> [^`]*)?`")
 
@@ -76,6 +78,7 @@ def test_every_documented_call_matches_the_code():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.e2e  # scripts/gen_interfaces.py in a child process
 def test_the_generated_signatures_are_up_to_date():
     """The signature section of the doc is what scripts/gen_interfaces.py renders from the code."""
     import subprocess

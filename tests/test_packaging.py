@@ -200,6 +200,7 @@ def test_the_layering_check_names_an_offending_import(tmp_path):
     assert _find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
+@pytest.mark.e2e  # a child Python process
 def test_index_package_loads_no_model_code():
     """Every module of alignir.index, and opening an index with all its parts (loaded through
     the part registry), import neither torch nor alignir.encoders."""

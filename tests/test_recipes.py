@@ -381,6 +381,7 @@ def test_the_long_run_chain_knows_what_is_scored_and_fixes_its_deadline_once(tmp
         run('echo "the step would start"', STOP_AT="tonight")
 
 
+@pytest.mark.e2e  # the long runs' shell steps in child processes
 def test_a_stopped_mine_parks_the_embeddings_of_its_adapter_only(tmp_path):
     """``park_embeddings RUN`` copies the embedding-cache folders whose fingerprint names RUN's
     adapter (not another model's) into PARKED/embeddings-RUN; on a bare machine

@@ -343,6 +343,7 @@ def test_permission_error_is_clear_and_changes_nothing():
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.e2e  # a writer in a child process
 def test_file_size_limit_mid_write_is_clear_and_leaves_no_partial_index(tmp_path):
     """RLIMIT_FSIZE makes the kernel fail a write part-way (EFBIG), as a full disk would."""
     path = build(tmp_path / "idx")

@@ -224,6 +224,7 @@ def test_an_index_built_before_the_option_reads_text_as_given(tiny_model, tmp_pa
     assert len(s.search("SUPERSONIC WIND TUNNEL", k=3, mode="dense")) == 3
 
 
+@pytest.mark.e2e  # indexes built through the CLI
 def test_the_cli_takes_the_text_form(tiny_folder, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

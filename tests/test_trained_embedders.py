@@ -138,6 +138,7 @@ def test_gircse_and_llm2comp_on_smollm2(smollm2):
     assert v.shape == (2, smollm2.hidden_size) and np.isfinite(v).all()
 
 
+@pytest.mark.e2e  # a child Python process
 def test_inference_embedders_do_not_import_training_code():
     """The embedders (and the adapters they read) are inference code; encoders/train builds on
     them, never the reverse."""
