@@ -86,15 +86,17 @@ def test_collection_names():
 @pytest.mark.parametrize("quantize", [None, "uint8"])
 def test_sharded_collection_equals_one_built_at_once(monkeypatch, quantize):
     """The 10M benchmark builds its collection shard by shard (one segment each) and merges the
-    shards' brute-force top-k: on 4 shards of 2,500 documents that must equal the index and the
-    brute force of the same documents stacked."""
-    monkeypatch.setattr(bench_pruning, "SHARD", 2_500)
+    shards' brute-force top-k: on 4 shards of 500 documents (a 2k size and 60 generated queries
+    for the test) that must equal the index and the brute force of the same documents stacked."""
+    monkeypatch.setattr(bench_pruning, "SHARD", 500)
+    monkeypatch.setitem(bench_pruning.SIZES, "2k", 2_000)
+    monkeypatch.setattr(bench_pruning.base, "N_QUERIES", 60)
     idx, Q, ex_d, ex_s, kind, _ = bench_pruning.build_sharded(
-        "aligned@adi-10k", STATS.parent / "unused.json", 30, 30, 20, quantize, lambda msg: None)
-    assert kind == "aligned" and idx.n_segments == 4 and idx.n_docs == 10_000
+        "aligned@adi-2k", STATS.parent / "unused.json", 30, 30, 20, quantize, lambda msg: None)
+    assert kind == "aligned" and idx.n_segments == 4 and idx.n_docs == 2_000
     stats = json.loads(STATS.read_text())
     nq = bench_pruning.base.N_QUERIES
-    shards = [workload.generate(stats, "aligned", 2_500, nq, seed=1 + s) for s in range(4)]
+    shards = [workload.generate(stats, "aligned", 500, nq, seed=1 + s) for s in range(4)]
     assert (shards[0][1][:30] != Q).nnz == 0
     if quantize is None:
         D = sp.vstack([docs for docs, _ in shards]).tocsr()
