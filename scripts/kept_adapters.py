@@ -284,20 +284,22 @@ def restore_cache(paths: list[str], rebuild_all: bool = False) -> int:
         todo = [f for f in entry["removed"] if rebuild_all or not _matches(ROOT / f, entry["files"][f]["sha256"])]
         if not todo:
             continue
-        try:
-            if rebuild_all:
-                raise HistoryMissing("--rebuild")
-            for f in todo:
-                data = from_history(entry["commit"], f, entry["files"][f]["sha256"])
-                if data is None:
-                    bad += 1
-                    continue
-                (ROOT / f).parent.mkdir(parents=True, exist_ok=True)
-                (ROOT / f).write_bytes(data)
-            print(f"restored {key} ({len(todo)} files from {entry['commit'][:12]})")
-        except HistoryMissing as e:
-            print(f"{key}: not in this clone's history ({e})" if str(e) != "--rebuild" else f"{key}: --rebuild")
-            bad += rebuild(key, entry, todo)
+        if rebuild_all:
+            print(f"{key}: --rebuild")
+        else:
+            try:
+                for f in todo:
+                    data = from_history(entry["commit"], f, entry["files"][f]["sha256"])
+                    if data is None:
+                        bad += 1
+                        continue
+                    (ROOT / f).parent.mkdir(parents=True, exist_ok=True)
+                    (ROOT / f).write_bytes(data)
+                print(f"restored {key} ({len(todo)} files from {entry['commit'][:12]})")
+                continue
+            except HistoryMissing as e:
+                print(f"{key}: not in this clone's history ({e})")
+        bad += rebuild(key, entry, todo)
     return 1 if bad else 0
 
 
