@@ -262,6 +262,18 @@ def run_shared_dir(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def needs_onnx() -> pytest.MarkDecorator:
+    """Skips a module's tests where a package of the ONNX runtime (encoders.onnx_runtime.ONNX_PACKAGES)
+    is not installed; the packages are found, not imported (importing onnxscript costs every test
+    process seconds at collection)."""
+    import importlib.util
+
+    from alignir.encoders.onnx_runtime import ONNX_PACKAGES
+
+    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed")
+
+
 @pytest.fixture(scope="session")
 def onnx_exports(tmp_path_factory) -> Path:
     """The run's one folder of ONNX exports (every pytest-xdist worker's): a test with its own

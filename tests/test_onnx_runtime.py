@@ -3,21 +3,17 @@ equal torch's, the export is cached by the encoder's model and reused, int8 keep
 down-projections fp32 and says so in the fingerprint."""
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS
+from conftest import TINY_CORPUS, needs_onnx
 
 from alignir.encoders.embedders import get_embedder
 from alignir.encoders import onnx_runtime
 from alignir.encoders.onnx_runtime import backbone_files, check_runtime, model_key, to_onnx
 from alignir.errors import InvalidInputError
 
-# found, not imported: importing onnxscript costs every test process seconds at collection
-MISSING = [name for name in ("onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
-pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not installed")]
+pytestmark = [pytest.mark.usefixtures("one_thread"), needs_onnx()]
 
 #: lengths from one token to a long sentence, so batches pad
 TEXTS = TINY_CORPUS + ["x", "retrieval", "", " ".join(TINY_CORPUS[:3])]

@@ -4,14 +4,12 @@ torch and is remembered, "onnx" says why it cannot; the product surfaces (Encode
 Searcher, the CLI) pass the choice through and get the same rankings either way."""
 from __future__ import annotations
 
-import importlib.util
-
 import json
 import logging
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS, share_onnx_exports, write_corpus
+from conftest import TINY_CORPUS, needs_onnx, share_onnx_exports, write_corpus
 from typer.testing import CliRunner
 
 from alignir.encoders import onnx_runtime
@@ -19,10 +17,7 @@ from alignir.encoders.embedders import get_embedder
 from alignir.encoders.onnx_runtime import FAILED_NOTE, apply_runtime, onnx_unavailable, runtime_of
 from alignir.errors import InvalidInputError
 
-# found, not imported: importing onnxscript costs every test process seconds at collection
-MISSING = [name for name in ("onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
-pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} not installed")]
+pytestmark = [pytest.mark.usefixtures("one_thread"), needs_onnx()]
 
 
 @pytest.fixture(scope="module")
