@@ -140,15 +140,20 @@ def test_a_shipped_adapter_is_the_kept_adapter_of_the_run_it_was_shipped_from():
             assert hashlib.sha256((adapter_dir(model) / name).read_bytes()).hexdigest() == kept_digest, (model, run, name)
 
 
+def _legs(three: float, dense: float = 0.5, sparse: float = 0.5, bm25: float = 0.45) -> dict[str, float]:
+    return {"dense+sparse+bm25": three, "dense": dense, "sparse": sparse, "bm25": bm25}
+
+
 TEXT_FORM = {"model": "default", "rows": [
-    {"collection": "adi", "setting": "original", "text_form": "auto", "ndcg@10": {"dense+sparse+bm25": 0.58}},
-    {"collection": "adi", "setting": "queries-capitals", "text_form": "auto", "ndcg@10": {"dense+sparse+bm25": 0.57}},
-    {"model": "new", "collection": "adi", "setting": "original", "text_form": "auto",
-     "ndcg@10": {"dense+sparse+bm25": 0.60}},
+    {"collection": "adi", "setting": "original", "text_form": "auto", "ndcg@10": _legs(0.58)},
+    {"collection": "adi", "setting": "queries-capitals", "text_form": "auto", "ndcg@10": _legs(0.57)},
+    {"model": "new", "collection": "adi", "setting": "original", "text_form": "auto", "ndcg@10": _legs(0.60)},
     {"model": "new", "collection": "adi", "setting": "queries-capitals", "text_form": "auto",
-     "ndcg@10": {"dense+sparse+bm25": 0.564}},
-    {"model": "half", "collection": "adi", "setting": "original", "text_form": "auto",
-     "ndcg@10": {"dense+sparse+bm25": 0.70}}]}
+     "ndcg@10": _legs(0.564)},
+    {"model": "half", "collection": "adi", "setting": "original", "text_form": "auto", "ndcg@10": _legs(0.70, 0.6)},
+    # against its own original: three legs 0.69 within 0.02 of 0.70, but dense 0.54 is 0.06 under 0.60
+    {"model": "half", "collection": "adi", "setting": "both-lower", "text_form": "auto", "ndcg@10": _legs(0.69, 0.54)},
+    {"model": "half", "collection": "adi", "setting": "original", "text_form": "off", "ndcg@10": _legs(0.44)}]}
 COST = [{"kind": "model-cost", "model": "new", "dataset": "scifact", "ratio_to": "default", "docs_per_s_ratio": 0.9},
         {"kind": "model-cost", "model": "new", "dataset": "med", "ratio_to": "default", "docs_per_s_ratio": 0.81},
         {"kind": "model-cost", "model": "slow", "dataset": "med", "ratio_to": "default", "docs_per_s_ratio": 0.79},
@@ -181,5 +186,28 @@ def test_a_run_ships_only_with_quality_form_and_cost(model, form, cost, ships):
                                      "default")
     assert v.quality and v.ships is ships
     line = ship_rule.decision([v], "default")
-    assert line == ("decision: ship new in place of default" if ships else
-                    "decision: keep default: no run passes quality, form and cost (1 of 1 pass quality)")
+    assert line.split(";")[0] == ("decision: ship new in place of default" if ships else
+                                  "decision: keep default: no run passes quality, form and cost (1 of 1 pass quality)")
+
+
+def test_a_models_own_form_rows_are_reported_with_their_goals():
+    """Rows of a model measured on part of the settings: each is judged against the model's own
+    original, its margin taken over the default's row where the default has one."""
+    rows = {(r["setting"], r["text_form"]): r for r in ship_rule.own_form_rows(TEXT_FORM, "half", "default")}
+    assert set(rows) == {("original", "auto"), ("both-lower", "auto"), ("original", "off")}
+    assert rows["original", "auto"]["vs_default"] == pytest.approx(0.12) and rows["original", "auto"]["goals_met"]
+    lower = rows["both-lower", "auto"]
+    assert lower["vs_default"] is None and not lower["goals_met"]  # the default has no both-lower row here
+    assert lower["goals"] == {"three_legs_ge_bm25": True, "three_legs_within_0.02_of_original": True,
+                              "dense_within_0.05_of_original": False}
+    assert not rows["original", "off"]["goals_met"]  # three legs 0.44 under BM25 0.45
+    assert ship_rule.own_form_rows(TEXT_FORM, "nobody", "default") == []
+    v = ship_rule.with_form_and_cost(judge("half", _rows(0.01, 0.01, 0.01, 0.01, 0.01), DEFAULT), TEXT_FORM, COST,
+                                     "default")
+    assert v.form_worst is None and not v.ships  # part of the settings: the form rule is not met
+    assert ship_rule.form_summary(v) == "1 of 2 settings, worst +0.120, goals met 1 of 3"
+    line = ship_rule.decision([v], "default")
+    assert line.endswith("(1 of 1 pass quality); half text form: 1 of 2 settings, worst +0.120, goals met 1 of 3")
+    table = ship_rule.render([v], DEFAULT, "default")
+    assert "| adi | auto | both-lower | 0.690 | 0.540 | 0.500 | 0.450 | – | missed: dense_within_0.05_of_original |" \
+        in table

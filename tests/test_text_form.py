@@ -241,3 +241,39 @@ def test_the_cli_takes_the_text_form(tiny_folder, tmp_path, monkeypatch):
     r = runner.invoke(app, ["build-index", str(corpus), "--index", str(tmp_path / "bad"), "--model", str(tiny_folder),
                             "--text-form", "upper"], catch_exceptions=False)
     assert r.exit_code != 0 and "text_form" in r.output and not (tmp_path / "bad").exists()
+
+
+# ---------------------------------------------------------------- the benchmark's result file
+
+def _form_row(collection, setting, form, three, dense, model=None):
+    row = {"collection": collection, "setting": setting, "text_form": form,
+           "ndcg@10": {"bm25": 0.45, "dense": dense, "sparse": 0.5, "dense+sparse+bm25": three}}
+    return row if model is None else {**row, "model": model}
+
+
+def test_the_benchmark_keeps_each_models_rows_and_judges_them_on_its_own_original(tmp_path):
+    from benchmarks.quality.text_form import WORK, work_folder, write_result
+
+    out = tmp_path / "text_form.json"
+    # a file written before rows named their model: its rows are the file's model's
+    out.write_text(json.dumps({"model": "base", "rows": [_form_row("adi", "original", "auto", 0.58, 0.53),
+                                                         _form_row("adi", "both-lower", "auto", 0.57, 0.50)]}))
+    other = [_form_row("adi", "original", "auto", 0.70, 0.60, "other"),
+             _form_row("adi", "both-lower", "auto", 0.69, 0.54, "other")]
+    write_result(out, "base", {"command": "other"}, other)
+    data = json.loads(out.read_text())
+    assert data["model"] == "base"  # the file's model stays the default's
+    rows = {(r["model"], r["setting"]): r for r in data["rows"]}
+    assert len(data["rows"]) == 4 and [r["model"] for r in data["rows"]] == ["base", "base", "other", "other"]
+    assert rows["base", "both-lower"]["goals"]["met"]  # 0.57 vs 0.58, dense 0.50 vs 0.53
+    # against its own original (0.70, dense 0.60), not the base's: dense 0.06 under
+    assert rows["other", "both-lower"]["goals"]["delta_vs_original"]["dense+sparse+bm25"] == pytest.approx(-0.01)
+    assert not rows["other", "both-lower"]["goals"]["dense_within_0.05_of_original"]
+    # a row replaces only the row of its own model
+    write_result(out, "base", {"command": "base"}, [_form_row("adi", "original", "auto", 0.59, 0.53, "base")])
+    data = json.loads(out.read_text())
+    rows = {(r["model"], r["setting"]): r for r in data["rows"]}
+    assert len(data["rows"]) == 4 and rows["base", "original"]["ndcg@10"]["dense+sparse+bm25"] == 0.59
+    assert rows["other", "original"]["ndcg@10"]["dense+sparse+bm25"] == 0.70
+    assert [c["command"] for c in data["commands"]] == ["other", "base"]
+    assert work_folder("base", "base") == WORK and work_folder("other", "base") != WORK

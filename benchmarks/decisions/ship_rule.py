@@ -6,7 +6,10 @@ default's on at least four of the five evaluation collections and lose nowhere b
 text in capitals, lower case without punctuation) by more than 0.005 against the default
 (form), and index at least 1/1.25 of the default's documents/s on the CPU, measured against it
 in one run (benchmarks/results/model_cost.json, every collection there: cost). A model not
-measured for form or cost does not ship. A run's rows are its scores in ``gpu_train.json``; a shipped model's are its product rows
+measured for form or cost does not ship. A model's own text-form rows (those naming it) are
+reported beside its verdict, measured on every setting or not: per row its legs, its margin over
+the default's row and the benchmark's goals against its own original (three legs >= BM25 and
+within 0.02 of the original, dense within 0.05 of it), and the decision line names what they cover. A run's rows are its scores in ``gpu_train.json``; a shipped model's are its product rows
 in ``training.json`` (``alignir beir``, the harness ``gpu_train.py`` reproduces in fp32), and,
 for a collection it has no product row of, the ``gpu_train.json`` row of the run it was shipped
 from (:data:`SHIPPED_FROM`). Runs missing a collection are listed as incomplete, with what they
@@ -26,6 +29,9 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from benchmarks.quality.text_form import GOALS as FORM_GOALS
+from benchmarks.quality.text_form import goals as form_goals
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 COLLECTIONS = ("scifact", "med", "cisi", "cran", "adi")
@@ -54,6 +60,12 @@ class Verdict:
     quality: bool | None = None  # the quality rule alone (``ships`` also needs form and cost)
     form_worst: float | None = None  # the lowest (run - default) over the text-form settings; None: not measured
     cost_ratio: float | None = None  # the lowest documents/s ratio to the default; None: not measured
+    form_rows: list[dict] = field(default_factory=list)  # the model's own text-form rows (:func:`own_form_rows`)
+    form_settings: int = 0  # the default's text-form settings (collection, setting, text form)
+
+
+def _form_model(row: dict, text_form: dict) -> str:
+    return row.get("model", text_form.get("model"))
 
 
 def form_margin(text_form: dict | None, model: str, default_model: str) -> float | None:
@@ -65,11 +77,45 @@ def form_margin(text_form: dict | None, model: str, default_model: str) -> float
     rows: dict[str, dict[tuple, float]] = {}
     for r in text_form.get("rows", []):
         key = (r["collection"], r["setting"], r.get("text_form"))
-        rows.setdefault(r.get("model", text_form.get("model")), {})[key] = float(r["ndcg@10"][FORM_LEG])
+        rows.setdefault(_form_model(r, text_form), {})[key] = float(r["ndcg@10"][FORM_LEG])
     base, mine = rows.get(default_model, {}), rows.get(model, {})
     if not base or not set(base) <= set(mine):
         return None
     return min(mine[k] - base[k] for k in base)
+
+
+def own_form_rows(text_form: dict | None, model: str, default_model: str) -> list[dict]:
+    """The text-form rows of ``model``, each with its legs (nDCG@10), its three-leg margin over the
+    default's row of the same collection, setting and text form (None where the default has none),
+    and the benchmark's goals recomputed against ``model``'s own original of that collection and form."""
+    if not text_form:
+        return []
+    rows = text_form.get("rows", [])
+    key = lambda r: (r["collection"], r["setting"], r.get("text_form"))  # noqa: E731
+    base = {key(r): r for r in rows if _form_model(r, text_form) == default_model}
+    mine = [r for r in rows if _form_model(r, text_form) == model]
+    originals = {(r["collection"], r.get("text_form")): r for r in mine if r["setting"] == "original"}
+    out = []
+    for r in mine:
+        g = form_goals(r, originals.get((r["collection"], r.get("text_form"))))
+        other = base.get(key(r))
+        out.append({"collection": r["collection"], "text_form": r.get("text_form"), "setting": r["setting"],
+                    "ndcg@10": {m: float(v) for m, v in r["ndcg@10"].items()},
+                    "vs_default": None if other is None else round(float(r["ndcg@10"][FORM_LEG])
+                                                                  - float(other["ndcg@10"][FORM_LEG]), 4),
+                    "goals_met": g["met"], "goals": {k: v for k, v in g.items() if isinstance(v, bool) and k != "met"}})
+    return out
+
+
+def form_summary(v: Verdict) -> str:
+    """What a verdict's own text-form rows cover: settings of the default's measured, goals met,
+    lowest margin over the default; "not measured" without rows."""
+    if not v.form_rows:
+        return "not measured"
+    margins = [r["vs_default"] for r in v.form_rows if r["vs_default"] is not None]
+    met = sum(r["goals_met"] for r in v.form_rows)
+    worst = f", worst {min(margins):+.3f}" if margins else ""
+    return f"{len(margins)} of {v.form_settings} settings{worst}, goals met {met} of {len(v.form_rows)}"
 
 
 def cost_ratio(model_cost: list | None, model: str, default_model: str) -> float | None:
@@ -85,6 +131,8 @@ def with_form_and_cost(v: Verdict, text_form: dict | None, model_cost: list | No
     model = v.run.split(":", 1)[0]
     v.quality = v.ships
     v.form_worst = form_margin(text_form, model, default_model)
+    v.form_rows = own_form_rows(text_form, model, default_model) if model != default_model else []
+    v.form_settings = sum(_form_model(r, text_form) == default_model for r in (text_form or {}).get("rows", []))
     v.cost_ratio = cost_ratio(model_cost, model, default_model)
     v.ships = bool(v.quality and v.form_worst is not None and v.form_worst >= -TOLERANCE - 1e-9
                    and v.cost_ratio is not None and v.cost_ratio >= 1 / MAX_SLOWDOWN - 1e-9)
@@ -97,8 +145,9 @@ def decision(verdicts: list[Verdict], default_model: str) -> str:
     if passing:
         return f"decision: ship {passing[0].run} in place of {default_model}"
     quality = sum(bool(v.quality) for v in verdicts)
+    measured = "".join(f"; {v.run} text form: {form_summary(v)}" for v in verdicts if v.form_rows)
     return (f"decision: keep {default_model}: no run passes quality, form and cost ({quality} of {len(verdicts)} "
-            f"pass quality)")
+            f"pass quality){measured}")
 
 
 def shipped_rows(training: dict, gpu_train: dict, model: str) -> dict[str, dict[str, float]]:
@@ -182,9 +231,29 @@ def render(verdicts: list[Verdict], default: dict[str, dict[str, float]], defaul
                  for c in COLLECTIONS]
         ships = "yes" if v.ships else ("no" if v.complete else "incomplete")
         worst = "" if v.worst_margin is None else f"{v.worst_margin:+.3f}"
-        form = "not measured" if v.form_worst is None else f"{v.form_worst:+.3f}"
+        form = form_summary(v) if v.form_worst is None else f"{v.form_worst:+.3f}"
         cost = "not measured" if v.cost_ratio is None else f"{v.cost_ratio:.2f}"
         lines.append(f"| {v.run} | {ships} | {v.wins} | {worst} | " + " | ".join(cells) + f" | {form} | {cost} |")
+    for v in verdicts:
+        if v.form_rows:
+            lines += ["", render_form(v, default_model)]
+    return "\n".join(lines)
+
+
+def render_form(v: Verdict, default_model: str) -> str:
+    """The text-form rows of one verdict's model, with the benchmark's goals against its own original."""
+    lines = [f"text form, {v.run} (nDCG@10; vs default: three legs over {default_model}'s row; goals: three legs "
+             f">= BM25 and within {FORM_GOALS['three_legs_vs_original']} of the original, dense within "
+             f"{FORM_GOALS['dense_vs_original']} of it)", "",
+             "| collection | form | setting | three legs | dense | sparse | BM25 | vs default | goals |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in v.form_rows:
+        n = r["ndcg@10"]
+        vs = "–" if r["vs_default"] is None else f"{r['vs_default']:+.3f}"
+        missed = [k for k, ok in r["goals"].items() if not ok]
+        goal = "met" if r["goals_met"] else "missed: " + ", ".join(missed)
+        lines.append(f"| {r['collection']} | {r['text_form']} | {r['setting']} | {n[FORM_LEG]:.3f} | {n['dense']:.3f} "
+                     f"| {n['sparse']:.3f} | {n['bm25']:.3f} | {vs} | {goal} |")
     return "\n".join(lines)
 
 

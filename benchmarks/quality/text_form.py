@@ -1,5 +1,5 @@
-"""Text-form benchmark: how the default model's legs hold when a collection's text comes in
-capitals or lower case without punctuation, with the LLM's text form "auto" (runs of capitals
+"""Text-form benchmark: how a model's legs (the default's unless ``--model``) hold when a
+collection's text comes in capitals or lower case without punctuation, with the LLM's text form "auto" (runs of capitals
 read in sentence case, encoders.text_form) and "off" (text read as given).
 
 Five settings per collection (corpus form / query form):
@@ -13,20 +13,22 @@ Five settings per collection (corpus form / query form):
 Each is scored by nDCG@10 of BM25, dense, sparse and the three legs (dense+sparse+bm25, the
 default fusion) through the product: ``build_index`` on the variant corpus (fusion calibrated
 on its pseudo-queries), then ``Searcher``. Goals: three legs >= BM25 and within 0.02 of the
-original; dense within 0.05 of the original (the original of the same text form).
+original; dense within 0.05 of the original (the original of the same model and text form).
 
-One embedding cache (``--work``/cache) serves every build: the cache keys vectors by the text
+One embedding cache (``--work``/cache; ``--work`` defaults to a folder per model) serves every build: the cache keys vectors by the text
 the transformer reads, so a setting whose read text equals an earlier one's encodes nothing
 (the lower-case corpus under either form; the natural corpus under "auto" and "off"). Each
 setting's leg lists (top ``--k`` of each leg, and of the calibration pseudo-queries, in the
 format of benchmarks/quality/dump_leg_lists.py plus ``setting`` and ``text_form``) go to
 ``--work``/lists/COLLECTION-SETTING-FORM.json.gz, outside git, for offline fusion rules.
 
-Result file: benchmarks/results/text_form.json (rows merged by collection, form and setting, so
-collections can be run one at a time).
+Result file: benchmarks/results/text_form.json (rows merged by model, collection, form and
+setting, so collections and models can be run one at a time). Each row names its ``model``; a
+row without one (written before rows named it) is the file's top-level ``model``, the default's.
 
     nice -n 10 python -m benchmarks.quality.text_form --collections adi
     nice -n 10 python -m benchmarks.quality.text_form --collections med
+    nice -n 10 python -m benchmarks.quality.text_form --collections adi --model gemma3-270m-alignir
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "text_form.json"
 DATA = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets"
 WORK = Path("/work/scratch/text_form")
+#: the model of rows that name none (the default when rows began to name their model)
+LEGACY_MODEL = "smollm2-135m-alignir-v4"
 THREE = "dense+sparse+bm25"
 MODES = ("bm25", "dense", "sparse", THREE)
 LEGS = ("dense", "sparse", "bm25")
@@ -147,14 +151,14 @@ def score_setting(collection: str, setting: str, form: str, args: argparse.Names
     with gzip.open(out, "wt") as f:
         json.dump(dump, f)
     ndcg = {m: round(float(metrics[m]["ndcg@10"]), 4) for m in MODES}
-    return {"collection": collection, "setting": setting, "text_form": form, "corpus_form": corpus_form,
+    return {"model": args.model, "collection": collection, "setting": setting, "text_form": form, "corpus_form": corpus_form,
             "query_form": query_form, "queries": len(ds.queries), "ndcg@10": ndcg,
             "new_document_vectors": encoded, "build_seconds": round(build_s, 1),
             "search_seconds": round(search_s, 1), "load_avg": load_avg(), "lists": str(out), "plan": plan}
 
 
 def goals(row: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
-    """The goals of one row against the original setting of its collection and form."""
+    """The goals of one row against the original setting of its model, collection and form."""
     n = row["ndcg@10"]
     out: dict[str, Any] = {"three_legs_ge_bm25": n[THREE] >= n["bm25"] - GOALS["three_legs_vs_bm25"]}
     if original is not None:
@@ -166,24 +170,36 @@ def goals(row: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any
     return out
 
 
+def row_key(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    """(model, collection, text form, setting): what names a row (``model`` set by :func:`merge`)."""
+    return row["model"], row["collection"], row["text_form"], row["setting"]
+
+
 def merge(result: dict[str, Any], row: dict[str, Any]) -> None:
-    """Put ``row`` into ``result`` (replacing the row of the same collection, form and setting) and
-    recompute every row's goals."""
-    key = (row["collection"], row["text_form"], row["setting"])
-    rows = [r for r in result["rows"] if (r["collection"], r["text_form"], r["setting"]) != key] + [row]
+    """Put ``row`` into ``result`` (replacing the row of the same model, collection, form and
+    setting) and recompute every row's goals against the original of its model. Rows without a
+    model get the file's ``model``; the file's model's rows come first."""
+    default = result.setdefault("model", LEGACY_MODEL)
+    for r in result["rows"]:
+        r.setdefault("model", default)
+    row.setdefault("model", default)
+    rows = [r for r in result["rows"] if row_key(r) != row_key(row)] + [row]
     order = list(SETTINGS)
-    rows.sort(key=lambda r: (r["collection"], r["text_form"], order.index(r["setting"])))
-    originals = {(r["collection"], r["text_form"]): r for r in rows if r["setting"] == "original"}
+    rows.sort(key=lambda r: (r["model"] != default, r["model"], r["collection"], r["text_form"],
+                             order.index(r["setting"])))
+    originals = {row_key(r)[:3]: r for r in rows if r["setting"] == "original"}
     for r in rows:
-        r["goals"] = goals(r, originals.get((r["collection"], r["text_form"])))
+        r["goals"] = goals(r, originals.get(row_key(r)[:3]))
     result["rows"] = rows
 
 
-def write_result(out: Path, model: str, run: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+def write_result(out: Path, default_model: str, run: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """Merge this run's rows and command into the result file as it is now on disk (another run
-    may have written other collections meanwhile), atomically."""
+    may have written other collections or models meanwhile), atomically. The file's ``model``
+    (the model of rows that name none) is kept; a new file takes ``default_model``."""
     result = json.loads(out.read_text()) if out.exists() else {}
-    result.update(description=__doc__.split("\n\n")[0].replace("\n", " "), model=model, goals=GOALS,
+    result.setdefault("model", default_model)
+    result.update(description=__doc__.split("\n\n")[0].replace("\n", " "), goals=GOALS,
                   settings={k: {"corpus": c, "queries": q} for k, (c, q) in SETTINGS.items()})
     result.setdefault("rows", [])
     for row in rows:
@@ -193,6 +209,11 @@ def write_result(out: Path, model: str, run: dict[str, Any], rows: list[dict[str
     tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(out)
+
+
+def work_folder(model: str, default_model: str) -> Path:
+    """The default ``--work`` of ``model``: one per model, so no two models share indexes or leg lists."""
+    return WORK if model == default_model else WORK.with_name(f"{WORK.name}-{Path(model).name}")
 
 
 def commit() -> str:
@@ -212,11 +233,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--data", default=str(DATA))
-    ap.add_argument("--work", default=str(WORK), help="variant folders, indexes, cache and leg lists (outside git)")
+    ap.add_argument("--work", default=None, help="variant folders, indexes, cache and leg lists (outside git; "
+                    f"default {WORK} for the default model, {WORK}-MODEL for another)")
     ap.add_argument("--k", type=int, default=1000, help="depth of the leg lists written")
     ap.add_argument("--out", default=str(RESULT))
     args = ap.parse_args(argv)
     args.built = set()
+    if args.work is None:
+        args.work = str(work_folder(args.model, DEFAULT_MODEL))
     settings = [s for s in args.settings.split(",") if s]
     forms = [f for f in args.forms.split(",") if f]
     unknown = [s for s in settings if s not in SETTINGS] + [f for f in forms if f not in ("auto", "off")]
@@ -236,9 +260,9 @@ def main(argv: list[str] | None = None) -> None:
         row = score_setting(collection, setting, form, args)
         mine.append(row)
         run["load_avg_end"] = load_avg()
-        write_result(out, args.model, run, mine)
+        write_result(out, DEFAULT_MODEL, run, mine)
         n = row["ndcg@10"]
-        print(f"{collection} {setting:30s} {form:4s} bm25 {n['bm25']:.4f} dense {n['dense']:.4f} "
+        print(f"{args.model} {collection} {setting:30s} {form:4s} bm25 {n['bm25']:.4f} dense {n['dense']:.4f} "
               f"sparse {n['sparse']:.4f} three {n[THREE]:.4f} new vectors {row['new_document_vectors']} "
               f"build {row['build_seconds']}s load {row['load_avg'][0]}", flush=True)
 
