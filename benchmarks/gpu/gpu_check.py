@@ -4,7 +4,7 @@ Made to run on a lent GPU machine that can fetch nothing: it needs torch with CU
 transformers, peft, numba, scipy, pyarrow and tqdm, and none of faiss, bm25s, pytrec_eval or
 gguf (it imports only the encoder side of alignir and the numba inverted index).
 
-1. **Same vectors on the GPU.** The tiny test model (tests/conftest.py: a seeded 2-layer Llama,
+1. **Same vectors on the GPU.** The tiny test model (alignir.encoders.testing: a seeded 2-layer Llama,
    d = 32, byte-level BPE) encodes a toy corpus and queries on the CPU (fp32) and on the GPU
    (fp32, then the GPU default bf16); per-row cosine to the CPU vectors and the top-10 of the
    dense (exact inner product) and aligned-token sparse legs (numba inverted index) on a toy index
@@ -25,7 +25,7 @@ gguf (it imports only the encoder side of alignir and the numba inverted index).
     python -m benchmarks.gpu.gpu_check --out benchmarks/results/gpu_check.json \\
         --tokenizer .gpu_carry/smollm2-tokenizer --corpus .gpu_carry/med-corpus.jsonl
 
-Run it from the repository root (it reads the tiny model of tests/conftest.py). On a machine
+Run it from the repository root. On a machine
 without CUDA it runs the same steps on the CPU at a reduced size (``--device cpu``),
 which is how the script itself is tested.
 """
@@ -46,9 +46,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-#: whether whoever runs the check chose the tokenizer's threads themselves (see :func:`_conftest`)
-_PARALLELISM_CHOSEN = "TOKENIZERS_PARALLELISM" in os.environ
-
 #: SmolLM2-135M(-Instruct)'s configuration (its config.json; the GGUF holds the same sizes)
 SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                     num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
@@ -57,19 +54,6 @@ SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=3
 QUERIES = ["effects of light on plant growth", "central bank interest rates and stock prices",
            "heat transfer in supersonic flow", "ranking documents by relevance", "how proteins fold",
            "a fox and a dog"]
-
-
-def _conftest():
-    """tests/conftest.py (the tiny model and corpus), imported without its setting of the
-    tokenizer's threads: the test suite turns them off, and left in place here it would pass for
-    a user's choice, so the product would tokenize on one thread beside the GPU."""
-    import tests.conftest as conftest
-
-    from alignir.encoders import models
-
-    if not _PARALLELISM_CHOSEN and not models._parallelism_set_here:
-        os.environ.pop("TOKENIZERS_PARALLELISM", None)
-    return conftest
 
 
 def _sync(device: torch.device) -> None:
@@ -83,11 +67,10 @@ def _cos_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _tiny_loaded(device: str, dtype: torch.dtype):
-    conftest = _conftest()
-    tiny, _train_tokenizer = conftest._tiny_loaded, conftest._train_tokenizer
     from alignir.encoders.models import wrap_model
+    from alignir.encoders.testing import tiny_model
 
-    cpu = tiny(_train_tokenizer(False), "tiny-llama")
+    cpu = tiny_model()
     model = cpu.model.to(dtype)
     return wrap_model("tiny-llama", cpu.tokenizer, model, cpu.identity, device)
 
@@ -114,7 +97,8 @@ def _toy_corpus(corpus: str | None, n: int = 300) -> list[str]:
         with open(corpus) as fh:
             rows = [json.loads(line) for _, line in zip(range(n), fh)]
         return [(r.get("title", "") + " " + r["text"]).strip()[:600] for r in rows]
-    TINY_CORPUS = _conftest().TINY_CORPUS
+    from alignir.encoders.testing import TINY_CORPUS
+
     return [f"{TINY_CORPUS[i % len(TINY_CORPUS)]} ({i})" for i in range(n)]
 
 
@@ -163,7 +147,9 @@ def _docs_of_tokens(tokenizer, corpus: str | None, n: int, n_tokens: int) -> lis
         with open(corpus) as fh:
             texts = [(json.loads(line).get("title", "") + " " + json.loads(line)["text"]).strip() for line in fh]
     else:
-        texts = list(_conftest().TINY_CORPUS)
+        from alignir.encoders.testing import TINY_CORPUS
+
+        texts = list(TINY_CORPUS)
     ids: list[int] = []
     for t in texts:
         ids.extend(tokenizer(t + " ", add_special_tokens=False)["input_ids"])
@@ -187,7 +173,9 @@ def _smollm2_loaded(device: str, dtype: torch.dtype, tokenizer_dir: str | None, 
     if tokenizer_dir:
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     else:
-        tok = _conftest()._train_tokenizer(False)
+        from alignir.encoders.testing import train_tokenizer
+
+        tok = train_tokenizer(False)
     cfg = dict(SMOLLM2_135M)
     if layers:
         cfg["num_hidden_layers"] = layers

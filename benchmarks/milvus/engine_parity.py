@@ -6,7 +6,7 @@
     python -m benchmarks.milvus.engine_parity /work/shared/datasets/scifact --index DIR --name "scifact (v4)"
 
 Builds ``--index`` when it does not exist (``--tiny``: with the seeded 2-layer test model of
-tests/conftest.py, which also opens it; else the default model), starts the engine
+alignir.encoders.testing, which also opens it; else the default model), starts the engine
 (retrieval/milvus_engine.py) on a free loopback port over a temporary folder, exports the index,
 encodes every query of queries.jsonl once (all of them, judged or not) and searches that batch
 in the folder ``Searcher`` and in the engine: every mode the index has (``modes_for``); each
@@ -211,10 +211,10 @@ def compare(folder: Any, uri: str, texts: Sequence[str], k: int = K, *, qids: Se
 
 
 def tiny_model() -> Any:
-    """The seeded tiny test model of tests/conftest.py (deterministic: the same weights every call)."""
-    from tests.conftest import _tiny_loaded, _train_tokenizer
+    """The seeded tiny test model (alignir.encoders.testing; deterministic: the same weights every call)."""
+    from alignir.encoders.testing import tiny_model as build
 
-    return _tiny_loaded(_train_tokenizer(bos=False), "tiny-llama")
+    return build()
 
 
 def load() -> list[float]:
