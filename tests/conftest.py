@@ -21,7 +21,9 @@ again). ``scripts/test.sh --fast`` runs ``-m "not slow and not model and not mil
 every Milvus Lite server: a test that uses ``smollm2`` without the
 ``model`` marker is a collection error, and one that loads a real LLM (a GGUF file, registered or
 not, however it is reached: the CLI's default model included) or connects to Milvus without its
-marker fails.
+marker fails. So does one that starts a child Python process without ``e2e`` (``python_child``
+says which children count: an interpreter, the alignir console script, a script run by Python,
+multiprocessing's spawn and forkserver starts; git and other programs do not).
 - ``one_thread``: torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``).
 - ``data_files``: training data on TINY_CORPUS, ``{"pairs": triples.jsonl, "texts": texts.txt}``
   (module scope); ``TRAIN_QUERIES``, ``TRAIN_CASES`` / ``TRAIN_CASE_IDS`` (every method/stage),
@@ -35,8 +37,13 @@ marker fails.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,13 +100,13 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError("tests using the smollm2 fixture need @pytest.mark.model: " + ", ".join(bad))
 
 
-def _guard(marker: str, what: str) -> None:
+def _guard(marker: str, what: str, advice: str = "") -> None:
     """Fail the running test if it lacks ``marker`` (raised here and again at its teardown, in
-    case the code under test catches the first)."""
+    case the code under test catches the first); ``advice`` follows the message."""
     item = _RUNNING[-1] if _RUNNING else None
     if item is not None and item.get_closest_marker(marker) is None:
         _VIOLATIONS.append((marker, what))
-        pytest.fail(f"{item.nodeid} {what} without @pytest.mark.{marker}", pytrace=False)
+        pytest.fail(f"{item.nodeid} {what} without @pytest.mark.{marker}{advice}", pytrace=False)
 
 
 def _install_guards() -> None:
@@ -119,6 +126,104 @@ def _install_guards() -> None:
         return connect(*args, **kw)
 
     models._load_gguf, milvus.connect = guarded_load_gguf, guarded_connect
+    _install_child_guards()
+
+
+# ------------------------------------------------------------------ child Python processes
+
+#: an interpreter's file name (python, python3, python3.11, pypy3)
+_PYTHON_NAME = re.compile(r"(python|pypy)[0-9.]*")
+#: an interpreter or the alignir console script named in a shell script (bare or by path)
+_PYTHON_IN_SCRIPT = re.compile(r"(?:^|(?<=[\s;&|(`'\"=]))(?:[^\s;&|()`'\"]*/)?(?:python|pypy)[0-9.]*(?=$|[\s;&|)`'\"])"
+                               r"|(?:^|(?<=[\s;&|(`'\"]))(?:[^\s;&|()`'\"]*/bin/)?alignir(?=$|[\s;&|)`'\"])")
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
+E2E_ADVICE = ("; mark the test @pytest.mark.e2e (a child Python process costs the fast lane, "
+              "scripts/test.sh --fast, its start-up and imports; run the code in-process, e.g. typer's CliRunner, "
+              "to keep the test there)")
+
+
+def _names_python(word: str) -> bool:
+    """Whether ``word`` names a Python interpreter: this one, or a file named python*/pypy*."""
+    return word == sys.executable or _PYTHON_NAME.fullmatch(os.path.basename(word)) is not None
+
+
+def _runs_python(program: str, path: str | None) -> bool:
+    """Whether the program ``program`` (found on ``path`` when it has no folder) runs Python: an
+    interpreter, the alignir console script, or any script whose ``#!`` line names Python."""
+    if _names_python(program) or os.path.basename(program) == "alignir":
+        return True
+    found = program if os.sep in program else shutil.which(program, path=path)
+    if not found:
+        return False
+    try:
+        if os.path.realpath(found) == os.path.realpath(sys.executable):
+            return True
+        with open(found, "rb") as fh:
+            head = fh.readline(256)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"python" in head
+
+
+def python_child(args, *, shell: bool = False, executable=None, env=None) -> str | None:
+    """Why a child process started as ``subprocess.Popen(args, shell=, executable=, env=)`` runs
+    Python (its command, shortened), or None. Python: an interpreter (this one or any python*),
+    the alignir console script or another script run by Python, as the program, after ``env``
+    or a wrapper (``valgrind ... /path/python``), or in a ``sh -c`` / ``shell=True`` script; or
+    a child handed an interpreter in an environment variable the test set (``PYTHON=...`` for a
+    shell library that runs ``"$PYTHON"``)."""
+    words = [os.fsdecode(args)] if isinstance(args, (str, bytes, os.PathLike)) else [os.fsdecode(a) for a in args]
+    if not words:
+        return None
+    shown = " ".join(words)
+    shown = shown if len(shown) <= 120 else shown[:117] + "..."
+    path = (env or os.environ).get("PATH")
+    handed = sorted(k for k, v in (env or {}).items() if os.environ.get(k) != v and _names_python(str(v)))
+    if handed:
+        return f"{shown}; handed a Python interpreter in ${handed[0]}"
+    if shell:
+        return shown if _PYTHON_IN_SCRIPT.search(words[0]) else None
+    program = os.fsdecode(executable) if executable is not None else words[0]
+    rest = words[1:]
+    if os.path.basename(program) == "env":
+        while rest and (rest[0].startswith("-") or "=" in rest[0]):
+            rest = rest[1:]
+        program, rest = (rest[0], rest[1:]) if rest else (program, [])
+    if _runs_python(program, path):
+        return shown
+    if os.path.basename(program) in _SHELLS and "-c" in rest[:-1]:
+        return shown if _PYTHON_IN_SCRIPT.search(rest[rest.index("-c") + 1]) else None
+    return shown if any(os.sep in w and _names_python(w) for w in rest) else None
+
+
+def _install_child_guards() -> None:
+    """A test that starts a child Python process (subprocess, asyncio, multiprocessing with the
+    spawn or forkserver start method) fails without the ``e2e`` marker; other programs (git,
+    compilers, the Milvus engine) and forked children pass."""
+    from multiprocessing import popen_forkserver, popen_spawn_posix
+
+    init = subprocess.Popen.__init__
+    params = inspect.signature(init)
+
+    @functools.wraps(init)
+    def guarded_init(self, *args, **kw):
+        if _RUNNING and _RUNNING[-1].get_closest_marker("e2e") is None:
+            bound = params.bind(self, *args, **kw).arguments
+            why = python_child(bound["args"], shell=bound.get("shell", False), executable=bound.get("executable"),
+                               env=bound.get("env"))
+            if why:
+                _guard("e2e", f"starts a Python child process ({why})", E2E_ADVICE)
+        init(self, *args, **kw)
+
+    subprocess.Popen.__init__ = guarded_init
+    for module, method in ((popen_spawn_posix, "spawn"), (popen_forkserver, "forkserver")):
+        launch = module.Popen._launch
+
+        def guarded_launch(self, process_obj, _launch=launch, _method=method):
+            _guard("e2e", f"starts a Python child process (multiprocessing, {_method} start method)", E2E_ADVICE)
+            return _launch(self, process_obj)
+
+        module.Popen._launch = guarded_launch
 
 
 #: The fast lane (``scripts/test.sh --fast``) leaves these out; the full run keeps them.

@@ -102,6 +102,7 @@ def test_the_embedding_cache_checks_texts_with_it(tmp_path):
         cache.lookup(None, [3], "query")
 
 
+@pytest.mark.e2e  # a child Python process
 def test_checks_import_neither_torch_nor_numba():
     code = ("import sys, alignir.checks\n"
             "print(','.join(m for m in ('torch', 'numba') if m in sys.modules))")

@@ -58,6 +58,7 @@ def test_a_kept_corpus_is_the_one_its_source_file_describes(name):
     assert source["overlap_check"]["result"].startswith("no record contains a sentence")
 
 
+@pytest.mark.e2e  # run_lib.sh's steps run $PYTHON in child processes
 def test_a_kept_corpus_replaces_a_stale_local_build_and_leaves_a_current_one(tmp_path):
     """benchmarks/training/run_lib.sh ``unpack_corpus``: a folder holding another build of the corpus (the
     archive moved on) is replaced by the kept one; a folder that holds it already is left alone."""

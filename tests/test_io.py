@@ -83,6 +83,7 @@ with file_lock(sys.argv[1]):
 """
 
 
+@pytest.mark.e2e  # the lock holder is a child Python process
 def test_file_lock_waits_for_another_process_to_release_it(tmp_path):
     lock = tmp_path / "new-folder" / "model.lock"
     child = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdin=subprocess.PIPE,

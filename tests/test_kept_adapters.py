@@ -187,6 +187,7 @@ def test_an_adapter_without_its_weights_names_the_restore_command(tmp_path):
         load_adapter(None, folder)
 
 
+@pytest.mark.e2e  # run_lib.sh's steps run $PYTHON in child processes
 def test_a_long_run_step_restores_kept_weights_or_says_how(tmp_path):
     """run_lib.sh ``kept_weights``: weights in KEEP pass; a run kept without them is restored by
     scripts/kept_adapters.py, and one the record cannot bring back fails with the command named;

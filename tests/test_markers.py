@@ -1,6 +1,11 @@
 """The marker checks of conftest.py: a real LLM load or a Milvus connection in a test without
-the ``model`` / ``milvus`` marker fails it, so the fast lane cannot load either by accident."""
+the ``model`` / ``milvus`` marker fails it, and so does a child Python process in a test without
+``e2e``, so the fast lane cannot load either or start Python children by accident."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -59,3 +64,76 @@ def test_a_marked_test_passes_the_guard(tmp_path, monkeypatch):
         models._load_gguf(lambda: tmp_path / "missing.gguf", "0" * 64, "x", None)
     assert not isinstance(e.value, pytest.fail.Exception)
     assert conftest._VIOLATIONS == []
+
+
+def test_a_python_child_process_without_the_e2e_marker_fails(forgiven):
+    with pytest.raises(pytest.fail.Exception, match=r"starts a Python child process \(.*python.* -c pass\) "
+                                                    r"without @pytest.mark.e2e; mark the test @pytest.mark.e2e"):
+        subprocess.run([sys.executable, "-c", "pass"])
+    assert [m for m, _ in conftest._VIOLATIONS] == ["e2e"]
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_multiprocessing_child_without_the_e2e_marker_fails(forgiven, method):
+    import multiprocessing
+
+    process = multiprocessing.get_context(method).Process(target=print)
+    with pytest.raises(pytest.fail.Exception, match=rf"multiprocessing, {method} start method\) without @pytest.mark.e2e"):
+        process.start()
+    assert process._popen is None  # never started
+    assert [m for m, _ in conftest._VIOLATIONS] == ["e2e"]
+
+
+def test_other_programs_start_without_the_e2e_marker():
+    out = subprocess.run(["git", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("git version")
+    assert subprocess.run("git --version", shell=True, capture_output=True).returncode == 0
+    assert conftest._VIOLATIONS == []
+
+
+@pytest.mark.e2e
+def test_an_e2e_test_starts_python_children():
+    out = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "42"
+    assert conftest._VIOLATIONS == []
+
+
+def _which_python(tmp_path):
+    """A script run by Python through its #! line, and one run by the shell."""
+    by_python, by_shell = tmp_path / "tool", tmp_path / "other"
+    by_python.write_text(f"#!{sys.executable}\nprint(1)\n")
+    by_shell.write_text("#!/bin/sh\necho 1\n")
+    return str(by_python), str(by_shell)
+
+
+@pytest.mark.parametrize("args,kw,python", [
+    (["SYS"], {}, True),
+    (["python3", "-m", "pip"], {}, True),
+    (["/usr/bin/python3.11", "x.py"], {}, True),
+    (["/opt/venv/bin/alignir", "search"], {}, True),
+    (["alignir", "info"], {}, True),
+    (["BY_PYTHON"], {}, True),
+    (["env", "-i", "A=1", "python3", "-c", "pass"], {}, True),
+    (["valgrind", "--tool=callgrind", "SYS", "-c", "pass"], {}, True),
+    (["bash", "-c", "cd /tmp && python3 -m http.server"], {}, True),
+    (["sh", "-c", 'PY=/x/bin/python; "$PY" -V'], {}, True),
+    ("python -c 'print(1)' | cat", {"shell": True}, True),
+    ("/x/bin/alignir info --index i", {"shell": True}, True),
+    (["bash", "-c", "source lib.sh; step"], {"env": {"PYTHON": "SYS"}}, True),
+    (["git", "--version"], {}, False),
+    (["git", "commit", "-m", "python"], {}, False),
+    (["BY_SHELL"], {}, False),
+    (["bash", "-c", "git status && ls /work/alignir"], {}, False),
+    ("git -c user.name=t status", {"shell": True}, False),
+    (["zstd", "-q", "f"], {}, False),
+    (["bash", "-c", "source lib.sh; step"], {"env": {"RUNS": "/tmp/runs"}}, False),
+])
+def test_which_children_run_python(tmp_path, args, kw, python):
+    by_python, by_shell = _which_python(tmp_path)
+    swap = {"SYS": sys.executable, "BY_PYTHON": by_python, "BY_SHELL": by_shell}
+    if not isinstance(args, str):
+        args = [swap.get(a, a) for a in args]
+    if "env" in kw:
+        kw = {**kw, "env": {**os.environ, **{k: swap.get(v, v) for k, v in kw["env"].items()}}}
+    why = conftest.python_child(args, **kw)
+    assert (why is not None) == python, why

@@ -244,6 +244,7 @@ def test_signed_sparse_search_is_exact(built, exported):
         c.close()
 
 
+@pytest.mark.e2e  # the export runs in a child Python process
 def test_an_export_killed_mid_insert_resumes(built, tiny_model, tmp_path):
     """SIGKILL the exporting process after 3 of 10 batches; the re-run inserts only the rest, the
     count is the number of documents (no duplicates) and every mode equals the folder."""
@@ -456,6 +457,7 @@ def test_cli_search_and_eval_through_milvus_equal_the_folder(tmp_path, tiny_fold
             assert milvus["metrics"][mode][metric] == pytest.approx(v, abs=1e-9), (mode, metric)
 
 
+@pytest.mark.e2e  # the holder is a child Python process
 def test_a_db_held_by_another_process_is_one_line(tmp_path, capfd):
     """Milvus Lite opens a .db in one process at a time: a second process gets one line, no traceback."""
     uri = str(tmp_path / "held.db")

@@ -205,6 +205,7 @@ def test_cli_export_and_search_against_the_engine(built, milvus_engine, tmp_path
     assert r.exit_code == 0 and f"{len(TEXTS)} rows, whole" in r.output, r.output
 
 
+@pytest.mark.e2e  # exports killed in child Python processes
 @pytest.mark.parametrize("after,method", [(0, "insert"), (3, "insert"), (0, "upsert"), (1, "upsert")])
 def test_an_interrupted_export_is_refused_until_resumed(built, tiny_model, milvus_engine, tmp_path, after, method):
     """Killed before insert 0 or 3, before the record is written (upsert 0: the collection

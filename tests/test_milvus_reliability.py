@@ -51,6 +51,7 @@ def _killed_export(index, uri, after: int, method: str = "insert") -> subprocess
     return killed_export(index, uri, after, method)
 
 
+@pytest.mark.e2e  # exports killed in child Python processes
 @pytest.mark.parametrize("after,method", [(0, "insert"), (3, "insert"), (len(TEXTS), "alter_collection_properties")])
 def test_an_interrupted_export_is_refused_until_resumed(built, tiny_model, tmp_path, after, method):
     """Killed after 0, 3 or all inserts (before the completion mark): search names the rows it
@@ -73,6 +74,7 @@ def test_an_interrupted_export_is_refused_until_resumed(built, tiny_model, tmp_p
         milvus.close()
 
 
+@pytest.mark.e2e  # an export killed in a child Python process
 def test_info_backend_milvus_refuses_an_interrupted_export(built, tmp_path):
     from typer.testing import CliRunner
 
@@ -107,6 +109,7 @@ def _fresh(built, tmp_path, tag):
     return uri, default_collection_name(built / "idx")
 
 
+@pytest.mark.e2e  # the alignir command in a child process
 @pytest.mark.parametrize("damage", ["empty-manifest", "delete-data", "truncate-data", "garbage-manifest"])
 def test_damaged_lite_storage_is_refused_in_one_line(built, tiny_model, tmp_path, damage):
     """Damaged storage files of the collection never answer (fewer) hits successfully."""
@@ -256,6 +259,7 @@ def test_connection_errors_name_their_cause(tmp_path):
         connect("http://127.0.0.1:9", timeout=2)
 
 
+@pytest.mark.e2e  # child Python processes as another user
 def test_a_folder_this_user_cannot_write_is_named():
     """A .db in a folder the user cannot write (root runs the check as nobody: root writes anywhere)."""
     import tempfile
@@ -300,6 +304,7 @@ def test_a_read_only_file_system_is_named(tmp_path, monkeypatch):
 
 
 
+@pytest.mark.e2e  # the alignir command in a child process
 def test_cli_export_prints_no_library_noise(built, tmp_path):
     """A successful export prints its JSON summary and nothing from the Milvus libraries."""
     proc = _cli("export", "milvus", "--index", built / "idx", "--uri", tmp_path / "n.db")

@@ -34,6 +34,7 @@ pytestmark = [
     pytest.mark.skipif(pyserini_missing() is not None, reason=str(pyserini_missing())),
     pytest.mark.skipif(not ADI.is_dir(), reason="shared ADI collection not present"),
     pytest.mark.slow,  # ~70 s on the shared 2 cores: one JVM start + the pyserini/torch import
+    pytest.mark.e2e,  # pyserini runs in a child Python process
 ]
 
 

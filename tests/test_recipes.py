@@ -319,6 +319,7 @@ def _run_lib(tmp_path, runs: Path, parked: Path, call: str) -> str:
     return done.stdout
 
 
+@pytest.mark.e2e  # run_lib.sh's steps run $PYTHON in child processes
 def test_a_parked_run_resumes_on_a_bare_machine_exactly(tiny_model, data_files, tmp_path):
     """A paused run's checkpoint and logs are parked in the repository (``keep_or_park``, after a
     ``STOP_AT`` pause, or ``long_run.sh park RUN``); on a
@@ -351,6 +352,7 @@ def test_a_parked_run_resumes_on_a_bare_machine_exactly(tiny_model, data_files, 
     assert not (parked / "r").exists()
 
 
+@pytest.mark.e2e  # run_lib.sh's steps run $PYTHON in child processes
 def test_the_long_run_chain_knows_what_is_scored_and_fixes_its_deadline_once(tmp_path):
     """``long_run.sh budget`` skips a collection already scored for a run, and turns STOP_AT into one
     absolute deadline that every command it starts shares."""

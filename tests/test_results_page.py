@@ -22,6 +22,7 @@ def gen():
     return module
 
 
+@pytest.mark.e2e  # scripts/gen_results.py in a child process
 def test_the_committed_pages_are_what_the_script_renders():
     r = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -110,6 +110,7 @@ def test_rewrite_replaces_the_old_index(tmp_path):
     assert leftovers(tmp_path, "idx") == []
 
 
+@pytest.mark.e2e  # a child Python process (a pid that is gone)
 def test_two_rename_swap_and_recovery_of_an_interrupted_swap(tmp_path, monkeypatch):
     monkeypatch.setattr(writer, "USE_RENAME_EXCHANGE", False)
     build(tmp_path / "idx")
@@ -319,6 +320,7 @@ def test_sigkill_mid_write_leaves_the_previous_index_intact(tmp_path):
     assert leftovers(tmp_path, "idx") == []
 
 
+@pytest.mark.e2e  # a writer in a child process
 def test_permission_error_is_clear_and_changes_nothing():
     base = Path(tempfile.mkdtemp(prefix="alignir-perm-"))
     try:
