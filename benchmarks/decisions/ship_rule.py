@@ -288,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
                                             "default": default_model, "form_tolerance": TOLERANCE,
                                             "max_slowdown": MAX_SLOWDOWN},
                "default": default, "verdicts": [asdict(v) for v in verdicts],
+               "text_form_rows": [{"model": v.run, **{k: r[k] for k in ("collection", "text_form", "setting")},
+                                   **{m: r["ndcg@10"][m] for m in (FORM_LEG, "dense", "sparse", "bm25")},
+                                   "vs_default": r["vs_default"], "goals_met": r["goals_met"],
+                                   "goals_missed": [k for k, ok in r["goals"].items() if not ok]}
+                                  for v in verdicts for r in v.form_rows],
                "decision": decision(verdicts, default_model)}
         atomic_write_json(RESULTS / "ship_rule.json", out, indent=1)
     return 0
