@@ -455,28 +455,12 @@ def train_losses(out):
 
 
 def assert_same_ranking(got, want, *, rtol: float, min_scale: float = 1e-6, where=None) -> None:
-    """Two ranked lists of ``(id, score)`` are the same ranking up to float rounding.
+    """Two ranked lists of ``(id, score)`` are the same ranking up to float rounding
+    (alignir.retrieval.ranking_match.ranking_mismatch)."""
+    from alignir.retrieval.ranking_match import ranking_mismatch
 
-    The tolerance is ``rtol * max(min_scale, largest |score| of want)``. Every rank's score must
-    agree within it, and a document may stand at another rank than in ``want`` only inside a near
-    tie: its score in ``want`` (or ``want``'s last score, for a document new to the list, i.e. a
-    tie cut differently at the k-th place) is within the tolerance of the score at its new rank.
-    """
-    got, want = [(d, float(s)) for d, s in got], [(d, float(s)) for d, s in want]
-    assert len(got) == len(want), (where, f"{len(got)} hits, expected {len(want)}")
-    if not want:
-        return
-    tol = rtol * max(min_scale, max(abs(s) for _, s in want))
-    bad = [i for i, (g, w) in enumerate(zip(got, want)) if abs(g[1] - w[1]) > tol]
-    assert not bad, (where, f"scores differ at ranks {bad[:5]}, max |diff| "
-                            f"{max(abs(g[1] - w[1]) for g, w in zip(got, want)):.3g} > {tol:.3g}")
-    want_score = dict(want)
-    for rank, (doc, score) in enumerate(got):
-        if doc == want[rank][0]:
-            continue
-        ref = want_score.get(doc, want[-1][1])
-        assert abs(ref - score) <= tol, (where, f"rank {rank + 1}: {doc} (reference score {ref}) replaces "
-                                                f"{want[rank][0]} ({want[rank][1]}), not a near tie")
+    why = ranking_mismatch(got, want, rtol=rtol, min_scale=min_scale)
+    assert why is None, (where, why)
 
 
 @pytest.fixture(scope="session")
@@ -541,7 +525,10 @@ def milvus_config():
 def assert_same_hits(want, got, rel: float = 1e-5) -> None:
     """Two lists of hits (``.id``, ``.score``) rank alike up to float32 rounding: Milvus sums float32
     in another order, so documents may trade places inside a near tie (within ``rel`` of max(1, top score))."""
-    assert_same_ranking([(h.id, h.score) for h in got], [(h.id, h.score) for h in want], rtol=rel, min_scale=1.0)
+    from alignir.retrieval.ranking_match import hits_mismatch
+
+    why = hits_mismatch(want, got, rel=rel)
+    assert why is None, why
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ Milvus path fuses client-side).
 
 One row per dataset x mode x fusion x where fused, in benchmarks/results/milvus_parity.json (rows
 of other datasets kept): ``queries``, ``k`` (top 100), ``id_mismatches`` (queries whose hits are
-not the folder's as tests/conftest.assert_same_hits judges them, the rule of the engine tests:
+not the folder's as alignir.retrieval.ranking_match.hits_mismatch judges them, the rule of the engine tests:
 every rank's score within 1e-5 x max(1, top score) of the folder's, and a document at another
 rank than the folder's only inside such a near tie, a tie cut differently at the k-th place
 included), ``max_score_diff`` (over the documents both lists hold), ``ndcg@10_folder`` /
@@ -54,10 +54,11 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from alignir.errors import InvalidInputError
+from alignir.retrieval.ranking_match import hits_mismatch
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "milvus_parity.json"
 K = 100
-#: assert_same_hits' tolerance: scores within REL x max(1, the top score) of the folder's
+#: hits_mismatch' tolerance: scores within REL x max(1, the top score) of the folder's
 REL = 1e-5
 #: the rules that normalise each leg's list before a weighted sum (fusion.py)
 NORMALISING = ("minmax", "zscore", "agree", "calibrated")
@@ -75,18 +76,12 @@ def near_tie(lists: dict, legs: Sequence[str], rel: float = 1e-5) -> bool:
 
 
 def mismatch(want: list, got: list, rel: float = REL) -> str | None:
-    """Why ``got`` is not ``want``'s ranking (tests/conftest.assert_same_hits), None when it is."""
-    from tests.conftest import assert_same_hits
-
-    try:
-        assert_same_hits(want, got, rel=rel)
-    except AssertionError as e:
-        return str(e)
-    return None
+    """Why ``got`` is not ``want``'s ranking (the engine tests' rule), None when it is."""
+    return hits_mismatch(want, got, rel=rel)
 
 
 def carried_rel(plan: Any, ours: dict, theirs: dict, want: list, rel: float = REL) -> float:
-    """``rel`` for assert_same_hits on one query fused by a normalising rule (min-max, or z-score
+    """``rel`` for hits_mismatch on one query fused by a normalising rule (min-max, or z-score
     under zscore, agree and calibrated): the fused scores' own ``rel`` plus what each leg's actual
     difference (the largest |folder - engine| score of a document both lists of the leg hold, which
     the leg's own row bounds) becomes through the normalisation, times the leg's weight: a min-max
