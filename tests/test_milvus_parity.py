@@ -126,9 +126,12 @@ def test_rrf_exact_duplicate_documents_get_the_folder_scores(tmp_path, tiny_mode
     scores and another copy enters the top k (not a float near-tie): the default fuses client-side.
     Milvus' batched dense scores of identical documents may still differ by one float32 ulp
     (0.60511798 vs 0.60511792 here), which RRF turns into other ranks, so copies may trade places
-    and fused scores: the top k holds the folder's texts."""
+    and fused scores: the top k holds the folder's texts. The capitals copies are near
+    duplicates here, read as given (text form "off"): under "auto" the LLM reads them as the
+    originals, so they join the exact ties, and an ulp between tied copies of two texts decides
+    which text RRF keeps at the k-th place."""
     texts = TINY_CORPUS + [t.upper() for t in TINY_CORPUS] + [TINY_CORPUS[2]] * 2
-    idx = _build(tmp_path, tiny_model, texts)
+    idx = _build(tmp_path, tiny_model, texts, text_form="off")
     uri = str(tmp_path / "dup.db")
     export_index(idx, uri, progress=False)
     folder = Searcher.open(idx, loaded=tiny_model)
