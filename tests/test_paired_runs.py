@@ -52,6 +52,15 @@ def test_a_shipped_model_is_searched_with_its_own_weights_and_a_run_with_its_kep
     assert recorded_mean(GPU_TRAIN, TRAINING, "smollm2-135m-alignir-v4", "cisi", "dense+sparse+bm25") == v4_cisi
 
 
+
+def test_a_run_re_recorded_after_a_fusion_change_reads_its_old_three_legs_on_request():
+    row = {"fusion_before": 0.6, "metrics": {"dense": {"ndcg@10": 0.5}, "dense+sparse+bm25": {"ndcg@10": 0.59}}}
+    gpu = {"runs": {"r": {"scores": {"trained": {"adi": row}}}}}
+    assert recorded_mean(gpu, {"runs": {}}, "r", "adi", "dense+sparse+bm25") == 0.59
+    assert recorded_mean(gpu, {"runs": {}}, "r", "adi", "dense+sparse+bm25", before_fusion_change=True) == 0.6
+    assert recorded_mean(gpu, {"runs": {}}, "r", "adi", "dense", before_fusion_change=True) == 0.5
+    assert recorded_mean(gpu, {"runs": {}}, "r", "cisi", "dense") is None
+
 def test_an_index_is_found_under_either_spelling_of_its_adapter_path(tmp_path):
     from benchmarks.gpu.gpu_train import index_folder
     from benchmarks.decisions.paired_runs import ROOT
@@ -85,8 +94,8 @@ def test_each_recorded_comparison_follows_from_its_per_query_scores(row):
         assert again[key] == pytest.approx(row[key], abs=1e-4), key
     # the exact or seeded p-value, recomputed with the command's resamples
     assert again["p_two_sided"] == pytest.approx(row["p_two_sided"], rel=1e-3, abs=1e-5)
-    # the same queries and index as the scoring: the means are gpu_train.json's rows (a shipped
-    # model's three legs as they were when the comparison was run, before the fusion guard)
+    # the same queries and index as the scoring: the means are gpu_train.json's rows (three legs
+    # as they were when the comparison was run, before the fusion guard: ``fusion_before``)
     for side, name in (("mean", row["run"]), ("against_mean", row["against"])):
         recorded = recorded_mean(GPU_TRAIN, TRAINING, name, row["collection"], row["leg"], before_fusion_change=True)
         assert recorded is not None and row[side] == pytest.approx(recorded, abs=1e-4)

@@ -134,9 +134,10 @@ def per_query(folder: Path, adapter: str, work: Path, legs: Sequence[str], devic
 def recorded_mean(gpu_train: dict, training: dict, name: str, collection: str, leg: str,
                   before_fusion_change: bool = False) -> float | None:
     """The nDCG@10 on file for a run's (``gpu_train.json``) or shipped model's (the rows the ship
-    rule reads) leg on a collection, if scored. With ``before_fusion_change``, a shipped model's
-    three-leg value re-recorded after a change of the fusion is read as it was before it
-    (``fusion_before``, benchmarks.training.record_fusion_rows): what runs scored earlier compare with."""
+    rule reads) leg on a collection, if scored. With ``before_fusion_change``, a three-leg value
+    re-recorded after a change of the fusion is read as it was before it (``fusion_before``: a
+    shipped model's, benchmarks.training.record_fusion_rows; a run's,
+    benchmarks.training.record_gpu_fusion_rows): what comparisons made earlier were scored with."""
     from alignir.encoders.shipped import SHIPPED
 
     if name in SHIPPED:
@@ -145,7 +146,11 @@ def recorded_mean(gpu_train: dict, training: dict, name: str, collection: str, l
             return float(before)
         return shipped_rows(training, gpu_train, name).get(collection, {}).get(leg)
     scores = gpu_train["runs"][name].get("scores", {}).get("trained", {}).get(collection)
-    return None if scores is None else scores["metrics"].get(leg, {}).get("ndcg@10")
+    if scores is None:
+        return None
+    if before_fusion_change and leg == "dense+sparse+bm25" and "fusion_before" in scores:
+        return float(scores["fusion_before"])
+    return scores["metrics"].get(leg, {}).get("ndcg@10")
 
 
 def merge_rows(path: Path, rows: list[dict]) -> None:
