@@ -68,6 +68,11 @@ def _form_model(row: dict, text_form: dict) -> str:
     return row.get("model", text_form.get("model"))
 
 
+def _form_key(row: dict) -> tuple:
+    """What a text-form row measures, whatever its model: (collection, setting, text form)."""
+    return row["collection"], row["setting"], row.get("text_form")
+
+
 def form_margin(text_form: dict | None, model: str, default_model: str) -> float | None:
     """The lowest three-leg nDCG@10 margin of ``model`` over the default on the text-form
     benchmark's settings (same collection, setting and text form), or None when ``model`` lacks
@@ -76,8 +81,7 @@ def form_margin(text_form: dict | None, model: str, default_model: str) -> float
         return None
     rows: dict[str, dict[tuple, float]] = {}
     for r in text_form.get("rows", []):
-        key = (r["collection"], r["setting"], r.get("text_form"))
-        rows.setdefault(_form_model(r, text_form), {})[key] = float(r["ndcg@10"][FORM_LEG])
+        rows.setdefault(_form_model(r, text_form), {})[_form_key(r)] = float(r["ndcg@10"][FORM_LEG])
     base, mine = rows.get(default_model, {}), rows.get(model, {})
     if not base or not set(base) <= set(mine):
         return None
@@ -91,14 +95,13 @@ def own_form_rows(text_form: dict | None, model: str, default_model: str) -> lis
     if not text_form:
         return []
     rows = text_form.get("rows", [])
-    key = lambda r: (r["collection"], r["setting"], r.get("text_form"))  # noqa: E731
-    base = {key(r): r for r in rows if _form_model(r, text_form) == default_model}
+    base = {_form_key(r): r for r in rows if _form_model(r, text_form) == default_model}
     mine = [r for r in rows if _form_model(r, text_form) == model]
     originals = {(r["collection"], r.get("text_form")): r for r in mine if r["setting"] == "original"}
     out = []
     for r in mine:
         g = form_goals(r, originals.get((r["collection"], r.get("text_form"))))
-        other = base.get(key(r))
+        other = base.get(_form_key(r))
         out.append({"collection": r["collection"], "text_form": r.get("text_form"), "setting": r["setting"],
                     "ndcg@10": {m: float(v) for m, v in r["ndcg@10"].items()},
                     "vs_default": None if other is None else round(float(r["ndcg@10"][FORM_LEG])
