@@ -2,14 +2,19 @@
 
 Result files whose rows a rerun replaces (:func:`replace_rows`): a benchmark writes its new rows in
 place of the old rows with the same key and keeps every other row, in order. The encoders of
-``NAME=ADAPTER`` arguments (:func:`adapter_encoders`) for the per-adapter benchmarks."""
+``NAME=ADAPTER`` arguments (:func:`adapter_encoders`) for the per-adapter benchmarks. The folder of
+the BEIR test collections (:data:`DATASETS`). Cheap to import: numpy and torch load only when used."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
-from alignir.io import atomic_write_json
+ROOT = Path(__file__).resolve().parents[1]
+#: the shared data beside the repository ($ALIGNIR_SHARED), and its BEIR collections (adi, med, ...)
+SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
+DATASETS = SHARED / "datasets"
 
 RowKey = Sequence[str] | Callable[[dict], Hashable]
 
@@ -31,6 +36,8 @@ def merged_rows(old: list[dict], rows: list[dict], key: RowKey) -> list[dict]:
 def replace_rows(path: str | Path, rows: list[dict], key: RowKey, wrapped: bool = False) -> list[dict]:
     """Merge ``rows`` into the results file ``path`` (:func:`merged_rows`) and write it
     atomically: a bare JSON list, or ``{"rows": [...]}`` when ``wrapped``. Returns the rows written."""
+    from alignir.io import atomic_write_json
+
     path = Path(path)
     old: Any = json.loads(path.read_text()) if path.exists() else ({"rows": []} if wrapped else [])
     if wrapped != isinstance(old, dict):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,7 +31,10 @@ from alignir.encoders.train.corpus_sources import SOURCES, Source
 from alignir.errors import AlignirError
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets"
+if str(ROOT) not in sys.path:  # run as a script: the repository root holds benchmarks/
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import DATASETS  # noqa: E402
 
 
 def _sha256(path: Path) -> str:

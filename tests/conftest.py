@@ -298,8 +298,11 @@ def smollm2():
     return load_model("smollm2-135m", device="cpu")
 
 
+#: The shared data beside the repository ($ALIGNIR_SHARED) and its BEIR collections (adi, med, ...).
+SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
+DATASETS = SHARED / "datasets"
 #: The shared ADI collection (BEIR folder); tests that need it skip where it is absent.
-ADI = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets" / "adi"
+ADI = DATASETS / "adi"
 
 
 def run_shared_dir(tmp_path_factory) -> Path:

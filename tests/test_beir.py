@@ -17,8 +17,8 @@ from alignir.retrieval.beir import (
     read_queries,
     resolve_dataset,
 )
+from conftest import ADI
 
-ADI = Path("/work/shared/datasets/adi")
 needs_adi = pytest.mark.skipif(not ADI.is_dir(), reason="shared ADI collection not present")
 
 

@@ -12,23 +12,21 @@ model is needed. Two documented differences are tested too:
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from alignir.retrieval.beir import load_beir
 from alignir.retrieval.bm25 import bm25_run
 from alignir.retrieval.metrics import evaluate
 
+from conftest import DATASETS
+
 beir_evaluation = pytest.importorskip("beir.retrieval.evaluation")
 
-SHARED = Path(os.environ.get("ALIGNIR_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 K_VALUES = [1, 5, 10, 100]
 
 
 def _dataset(name: str):
-    folder = SHARED / "datasets" / name
+    folder = DATASETS / name
     if not folder.exists():
         pytest.skip(f"{folder} not found (set ALIGNIR_SHARED)")
     return load_beir(folder)

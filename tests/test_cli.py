@@ -16,11 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from alignir.retrieval.cli import app
-from conftest import share_model_cache, share_onnx_exports
+from conftest import ADI, share_model_cache, share_onnx_exports
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
-ADI = SHARED / "datasets" / "adi"
 
 runner = CliRunner()
 

@@ -26,8 +26,8 @@ from benchmarks.quality.pyserini_support import _impact_index_job, impact_search
 from alignir.retrieval.beir import load_beir  # noqa: E402
 from alignir.retrieval.metrics import evaluate  # noqa: E402
 from alignir.retrieval.runs import quantize, read_trec, write_json_vector_collection, write_pyserini_queries  # noqa: E402
+from conftest import ADI  # noqa: E402
 
-ADI = Path("/work/shared/datasets/adi")
 K = 10
 
 pytestmark = [

@@ -3,7 +3,6 @@ command with no training step, recorded in the index so the searcher rebuilds th
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +11,9 @@ import pytest
 from alignir.encoders.shipped import (SHIPPED, adapter_dir, hybrid_fusion, leg_set_fusion, resolve_adapter,
                                       resolve_shipped)
 from alignir.errors import InvalidInputError
-from conftest import share_model_cache
+from conftest import ADI, share_model_cache
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
 NAME = "smollm2-135m-alignir"
 
 
@@ -106,14 +104,13 @@ def test_the_shipped_model_reproduces_its_recorded_adi_ndcg(name, tmp_path, monk
 
     from alignir.retrieval.cli import app
 
-    adi = SHARED / "datasets" / "adi"
-    if not adi.is_dir():
-        pytest.skip(f"{adi} not found")
+    if not ADI.is_dir():
+        pytest.skip(f"{ADI} not found")
     runs = json.loads((ROOT / "benchmarks/results/training.json").read_text())["runs"]
     recorded = runs[f"adi/{name}"]
     monkeypatch.setenv("ALIGNIR_CACHE", str(tmp_path / "cache"))
     share_model_cache(tmp_path / "cache")  # the run's converted models and ONNX exports
-    r = CliRunner().invoke(app, ["beir", str(adi), "--model", name, "--index", str(tmp_path / "adi"), "--json"],
+    r = CliRunner().invoke(app, ["beir", str(ADI), "--model", name, "--index", str(tmp_path / "adi"), "--json"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)["metrics"]

@@ -15,7 +15,7 @@ from alignir.encoders.train.stages import stage_configs
 from alignir.encoders.train.trainer import TrainConfig, train
 from alignir.qrels import read_qrels
 
-from conftest import ROOT, TINY_CORPUS, TRAIN_QUERIES, train_config, train_log, train_losses, write_corpus, write_queries
+from conftest import DATASETS, TINY_CORPUS, TRAIN_QUERIES, train_config, train_log, train_losses, write_corpus, write_queries
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -61,9 +61,9 @@ def test_a_train_query_that_is_also_a_test_query_never_trains(beir):
 
 
 def test_scifact_train_pairs_hold_no_test_query():
-    folder = ROOT.parent / "shared" / "datasets" / "scifact"
+    folder = DATASETS / "scifact"
     if not folder.is_dir():
-        pytest.skip("../shared/datasets/scifact is not beside the repo")
+        pytest.skip(f"{folder} not found (set ALIGNIR_SHARED)")
     assert queries_shared_with_test(folder) == ["871", "1291"]
     test = {json.loads(line)["_id"]: json.loads(line)["text"] for line in open(folder / "queries.jsonl")}
     test_texts = {test[q] for q in read_qrels(folder, "test")}

@@ -11,8 +11,8 @@ import pytest
 from alignir.encoders.train.mix import load_mix, parse_mix
 from alignir.encoders.train.unsupervised import (CorpusDoc, body_without_title, crop_pairs, crop_span, load_corpus_docs,
                                                  title_pairs)
+from conftest import DATASETS
 
-DATASETS = Path("/work/shared/datasets")
 needs_data = pytest.mark.skipif(not (DATASETS / "cran").is_dir(), reason="BEIR datasets not on this machine")
 
 

@@ -25,6 +25,7 @@ from alignir.encoders.analysis import analyze_embeddings, write_plots  # noqa: E
 from alignir.encoders.embedders import get_embedder  # noqa: E402
 from alignir.encoders.models import load_model  # noqa: E402
 from alignir.retrieval.commands.analyze import sample_texts  # noqa: E402
+from benchmarks.common import DATASETS  # noqa: E402
 
 
 def main() -> None:
@@ -45,7 +46,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     coll = Path(args.collection)
     if not coll.is_dir():
-        coll = ROOT.parent / "shared" / "datasets" / args.collection
+        coll = DATASETS / args.collection
     _, texts = sample_texts(coll, args.n, args.seed)
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)

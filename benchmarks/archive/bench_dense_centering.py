@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from alignir.index.dense import DenseIndex  # noqa: E402
+from benchmarks import common  # noqa: E402
 
-DATASETS = Path(os.environ.get("ALIGNIR_DATASETS", "/work/shared/datasets"))
+DATASETS = Path(os.environ.get("ALIGNIR_DATASETS", common.DATASETS))
 #: name -> DenseIndex.build options; "raw-ip" is the anchor
 VARIANTS = {
     "raw-ip": {},

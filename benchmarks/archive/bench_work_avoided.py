@@ -40,6 +40,7 @@ from alignir.encoders.models import load_model
 from alignir.encoders.shipped import DEFAULT_MODEL, resolve_shipped
 from alignir.retrieval.beir import resolve_dataset
 from alignir.retrieval.indexer import read_source
+from benchmarks.common import DATASETS
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGETS = {"cpu": (CPU_BATCH_TOKENS, CPU_MAX_ROWS), "gpu": (GPU_MAX_TOKENS, GPU_MAX_ROWS)}
@@ -115,7 +116,7 @@ def prefix_row(loaded, model: str, n_docs: int, rounds: int, max_length: int, da
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", default="adi,cisi,cran,med,scifact")
-    ap.add_argument("--data", default=str(ROOT.parent / "shared/datasets"), help="folder of the BEIR folders")
+    ap.add_argument("--data", default=str(DATASETS), help="folder of the BEIR folders")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--max-length", type=int, default=512)
     ap.add_argument("--docs", type=int, default=24, help="MED documents of the prefix-cache check")

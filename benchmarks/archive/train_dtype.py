@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 
 from alignir.environment import cpu_flags
+from benchmarks.common import DATASETS
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "datasets" / "scifact"
+DATA = DATASETS / "scifact"
 
 
 def train(dtype: str, steps: int, threads: int, work: Path) -> dict:

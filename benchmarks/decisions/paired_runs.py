@@ -35,12 +35,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from benchmarks.common import DATASETS
 from benchmarks.decisions.ship_rule import COLLECTIONS, RULED_LEG, shipped_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = RESULTS / "paired_runs.json"
-DATASETS = ROOT.parent / "shared" / "datasets"
 KEY = ("run", "against", "collection", "leg")
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from benchmarks.common import DATASETS  # noqa: E402
 from benchmarks.quality.beir_sample import write_sample  # noqa: E402
 from alignir.retrieval.beir import load_beir  # noqa: E402
 
@@ -72,7 +73,7 @@ def quality(model: str, folder: Path, index_root: Path, max_length: int) -> dict
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "datasets")
+    ap.add_argument("--data", type=Path, default=DATASETS)
     ap.add_argument("--index-root", type=Path, default=ROOT / "indexes")
     ap.add_argument("--sample-docs", type=int, default=1000)
     ap.add_argument("--cost-docs", type=int, default=64)

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from alignir.encoders.shipped import BUILTIN_PREFIX  # noqa: E402
 from alignir.retrieval.config import SparseConfig  # noqa: E402
+from benchmarks.common import DATASETS  # noqa: E402
 from benchmarks.quality.bench_quality import Harness  # noqa: E402
 
 GRID = {
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--label", help="the rows' key (default: --model); e.g. MODEL+RUN for a trained adapter")
     ap.add_argument("--pair", action="append", required=True,
                     help="NAME=INDEX_DIR; the dataset is --datasets/NAME")
-    ap.add_argument("--datasets", default=str(ROOT.parent / "shared" / "datasets"))
+    ap.add_argument("--datasets", default=str(DATASETS))
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/sparse_defaults.json"))
     args = ap.parse_args(argv)
     command = "python -m benchmarks.defaults.sparse_defaults " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))

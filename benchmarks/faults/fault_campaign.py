@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from alignir.errors import AlignirError
+from benchmarks.common import DATASETS
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "faults.json"
 QUERIES = ["computer information retrieval", "indexing of documents", "automatic abstracting",
@@ -81,8 +82,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--attacks", default="folder,milvus,inputs,adds,serve",
                     help="comma list of folder, milvus, milvus_engine, inputs, adds, serve")
-    ap.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" /
-                    "datasets" / "adi", help="BEIR folder whose files the input attacks mutate")
+    ap.add_argument("--dataset", type=Path, default=DATASETS / "adi", help="BEIR folder whose files the input attacks mutate")
     args = ap.parse_args()
     attacks = {a.strip() for a in args.attacks.split(",") if a.strip()}
     known = {"folder", "milvus", "milvus_engine", "inputs", "adds", "serve"}

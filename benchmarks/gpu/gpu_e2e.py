@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import DATASETS
+
 ROOT = Path(__file__).resolve().parents[2]
 #: the tokenizer setting found at start (the product turns its threads on beside a GPU unless a user chose)
 _TOKENIZER_SETTING = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -49,8 +51,7 @@ _TOKENIZER_SETTING = os.environ.get("TOKENIZERS_PARALLELISM")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="med,scifact", help="comma-separated names under --data, or folders")
-    ap.add_argument("--data", default=os.path.join(os.environ.get("ALIGNIR_SHARED", str(ROOT.parent / "shared")),
-                                                   "datasets"))
+    ap.add_argument("--data", default=str(DATASETS))
     ap.add_argument("--model", default=None, help="default: the shipped default model")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--reference", default=str(ROOT / "benchmarks" / "results" / "training.json"),

@@ -25,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 from alignir.retrieval.beir import load_beir  # noqa: E402
 from alignir.retrieval.bm25 import BM25  # noqa: E402
 from alignir.retrieval.metrics import evaluate, self_hits_apply  # noqa: E402
+from benchmarks import common  # noqa: E402
 
 DATASETS = ("adi", "med", "cran", "cisi", "scifact")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="/work/shared/datasets")
+    ap.add_argument("--data", default=str(common.DATASETS))
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--k", type=int, default=1000, help="hits per query")
     ap.add_argument("--k1", type=float, default=0.9)

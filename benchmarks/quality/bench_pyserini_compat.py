@@ -33,6 +33,7 @@ from benchmarks.quality.pyserini_support import _impact_index_job, run_pyserini_
 from alignir.retrieval.beir import load_beir  # noqa: E402
 from alignir.retrieval.metrics import evaluate  # noqa: E402
 from alignir.retrieval.runs import quantize, read_trec  # noqa: E402
+from benchmarks.common import DATASETS  # noqa: E402
 
 
 def _ranking(docs: np.ndarray, scores: np.ndarray, ids: list[str]) -> list[tuple[str, float]]:
@@ -41,7 +42,7 @@ def _ranking(docs: np.ndarray, scores: np.ndarray, ids: list[str]) -> list[tuple
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="/work/shared/datasets/adi")
+    ap.add_argument("--dataset", default=str(DATASETS / "adi"))
     ap.add_argument("--index", required=True, help="alignir index folder (built if missing)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--embedder", default="prompteol")

@@ -21,8 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import DATASETS
+
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "datasets"
 MODES = ("dense", "sparse", "hybrid", "dense+sparse+bm25", "bm25")
 
 
@@ -36,7 +37,7 @@ def reference(dataset: str, model: str) -> dict:
 
 
 def run_beir(dataset: str, model: str, runtime: str, work: Path) -> tuple[dict, float]:
-    cmd = [str(Path(sys.executable).with_name("alignir")), "beir", str(DATA / dataset), "--model", model,
+    cmd = [str(Path(sys.executable).with_name("alignir")), "beir", str(DATASETS / dataset), "--model", model,
            "--runtime", runtime, "--json", "--index", str(work / "index"), "--cache-dir", str(work / "cache")]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)

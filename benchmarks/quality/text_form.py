@@ -46,9 +46,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from benchmarks.common import DATASETS
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "text_form.json"
-DATA = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared")) / "datasets"
 WORK = Path("/work/scratch/text_form")
 #: the model of rows that name none (the default when rows began to name their model)
 LEGACY_MODEL = "smollm2-135m-alignir-v4"
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--forms", default="auto,off", help="text forms to score: auto, off")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings")
     ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--data", default=str(DATASETS))
     ap.add_argument("--work", default=None, help="variant folders, indexes, cache and leg lists (outside git; "
                     f"default {WORK} for the default model, {WORK}-MODEL for another)")
     ap.add_argument("--k", type=int, default=1000, help="depth of the leg lists written")

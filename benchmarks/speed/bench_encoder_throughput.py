@@ -40,6 +40,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from alignir.encoders.embedders import get_embedder  # noqa: E402
 from alignir.encoders.models import backbone, load_model  # noqa: E402
 from alignir.encoders.pooling import pool_last  # noqa: E402
+from benchmarks.common import DATASETS  # noqa: E402
 
 
 def load_docs(folder: Path, n: int) -> list[str]:
@@ -214,7 +215,7 @@ def run_model(spec: str, docs: list[str], args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
-    ap.add_argument("--dataset", type=Path, default=ROOT.parent / "shared" / "datasets" / "scifact")
+    ap.add_argument("--dataset", type=Path, default=DATASETS / "scifact")
     ap.add_argument("--n-docs", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-length", type=int, default=512)
@@ -229,7 +230,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "encoder_throughput.json")
     args = ap.parse_args()
     if not args.dataset.is_dir():
-        ap.error(f"--dataset {args.dataset} is not a BEIR folder (expected ../shared/datasets/scifact)")
+        ap.error(f"--dataset {args.dataset} is not a BEIR folder (expected {DATASETS / 'scifact'})")
     torch.set_num_threads(args.threads)
     docs = load_docs(args.dataset, args.n_docs)
     niceness = os.nice(0)

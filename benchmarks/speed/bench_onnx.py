@@ -43,6 +43,7 @@ from alignir.encoders.templates import INSTRUCTIONS
 from alignir.retrieval.beir import load_beir
 from alignir.retrieval.indexer import read_source
 from alignir.environment import cpu_name
+from benchmarks.common import DATASETS
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = ("torch-fp32", "torch-int8", "onnx-fp32", "onnx-int8")
@@ -89,7 +90,7 @@ def verdict(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared/datasets/med"))
+    ap.add_argument("--data", default=str(DATASETS / "med"))
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--docs", type=int, default=48)
     ap.add_argument("--doc-length", type=int, default=256)

@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import DATASETS
+
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("ALIGNIR_SHARED", ROOT.parent / "shared"))
 
 
 def _load() -> list[float]:
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
             for ds in args.datasets.split(","):
-                texts = _rows(SHARED / "datasets" / ds, embedder)
+                texts = _rows(DATASETS / ds, embedder)
                 rounds = []
                 for r in range(args.rounds):
                     first_ray = r % 2 == 1

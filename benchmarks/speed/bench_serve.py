@@ -34,10 +34,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.common import replace_rows
+from benchmarks.common import DATASETS, replace_rows
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "serve.json"
-ADI_QUERIES = Path(os.environ.get("ALIGNIR_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "datasets" / "adi" / "queries.jsonl"
+ADI_QUERIES = DATASETS / "adi" / "queries.jsonl"
 LISTENING = re.compile(r"listening on http://([\d.]+):(\d+)")
 
 

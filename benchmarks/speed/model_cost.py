@@ -38,13 +38,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import DATASETS
 from benchmarks.speed.bench_encoder_throughput import load_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DATASETS = ROOT.parent / "shared" / "datasets"
 OUT = ROOT / "benchmarks" / "results" / "model_cost.json"
 MODELS = ("gemma3-270m-alignir", "smollm2-135m-alignir-v4")
 

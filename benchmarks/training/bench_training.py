@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.common import DATASETS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -96,8 +98,8 @@ def gircse_multi_k(loaded, adapter, Ks, coll, max_length):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--train", default=str(ROOT.parent / "shared/datasets/scifact"))
-    ap.add_argument("--eval", default=str(ROOT.parent / "shared/datasets/adi"))
+    ap.add_argument("--train", default=str(DATASETS / "scifact"))
+    ap.add_argument("--eval", default=str(DATASETS / "adi"))
     ap.add_argument("--eval-sample-docs", type=int, default=0,
                     help="evaluate on every judged test document plus random distractors up to this many "
                          "documents (0: the whole corpus)")

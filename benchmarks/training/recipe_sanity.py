@@ -18,13 +18,14 @@ import torch
 
 from alignir.encoders.models import load_model
 from alignir.encoders.train.trainer import TrainConfig, train
+from benchmarks.common import DATASETS
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("method")
     ap.add_argument("stage")
-    ap.add_argument("--data", default="/work/shared/datasets/cisi", help="BEIR folder whose corpus gives the pairs")
+    ap.add_argument("--data", default=str(DATASETS / "cisi"), help="BEIR folder whose corpus gives the pairs")
     ap.add_argument("--mix", default="title=200", help="data mix (unlabelled sources)")
     ap.add_argument("--out", default="/work/bg/out/train/sanity")
     ap.add_argument("--steps", type=int, default=6)
