@@ -155,10 +155,38 @@ def check_uri(uri: Any, must_exist: bool = False) -> bool:
     return True
 
 
-#: gRPC keepalive for a local Milvus Lite: its Python gRPC server answers pings more often than
-#: every 5 minutes on an idle channel with GOAWAY "too_many_pings" (pymilvus pings every 10 s),
-#: which broke a connection left idle while queries were encoded
+#: gRPC keepalive for a server with gRPC's default ping policy: a local Milvus Lite (its Python gRPC
+#: server) and the Milvus 2.5 engine (retrieval/milvus_engine.py, a C++ gRPC server built without
+#: keepalive settings) answer pings more often than every 5 minutes on an idle channel with GOAWAY
+#: "too_many_pings" (pymilvus pings every 10 s), which broke a connection left idle while queries
+#: were encoded. A Milvus server accepts pymilvus' pings and keeps its defaults.
 LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_permit_without_calls": False}
+#: ``host:port`` of the servers with that ping policy that this process runs (see :func:`lite_ping_policy`)
+_LITE_POLICY: set[str] = set()
+
+
+def _address(uri: str) -> str:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(uri)
+    return f"{parsed.hostname}:{parsed.port}"
+
+
+def lite_ping_policy(uri: str, on: bool = True) -> None:
+    """Record (``on``) or forget that the server at ``http(s)://host:port`` answers pings as Milvus
+    Lite does, so that :func:`connect` gives its connections :data:`LITE_GRPC_OPTIONS` (a
+    MilvusEngine records its own URI when it starts)."""
+    (_LITE_POLICY.add if on else _LITE_POLICY.discard)(_address(uri))
+
+
+def grpc_options(uri: str) -> dict[str, Any] | None:
+    """The gRPC channel options :func:`connect` passes for ``uri``: :data:`LITE_GRPC_OPTIONS` for a
+    local ``.db`` or a server recorded by :func:`lite_ping_policy`, else None (pymilvus' own)."""
+    if "://" not in uri or _address(uri) in _LITE_POLICY:
+        return dict(LITE_GRPC_OPTIONS)
+    return None
+
+
 def connect(uri: str, timeout: float = 10.0, must_exist: bool = False) -> Any:
     """A ``pymilvus.MilvusClient`` for ``uri`` (``*.db`` → Milvus Lite, ``http(s)://`` → a
     server); token / user + password from ``MILVUS_TOKEN`` / ``MILVUS_USER`` + ``MILVUS_PASSWORD``.
@@ -175,8 +203,9 @@ def connect(uri: str, timeout: float = 10.0, must_exist: bool = False) -> Any:
     elif os.environ.get("MILVUS_USER"):
         kw["user"] = os.environ["MILVUS_USER"]
         kw["password"] = os.environ.get("MILVUS_PASSWORD", "")
-    if local:
-        kw["grpc_options"] = dict(LITE_GRPC_OPTIONS)
+    options = grpc_options(uri)
+    if options:
+        kw["grpc_options"] = options
     lite_log = logging.getLogger("milvus_lite.server_manager")  # logs its own traceback when a .db cannot open
     was = lite_log.disabled
     lite_log.disabled = True

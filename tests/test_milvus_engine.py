@@ -103,6 +103,19 @@ def test_the_engine_starts_on_a_free_port_and_stops(tmp_path):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+def test_connections_to_the_engine_use_keepalive_settings_it_accepts(milvus_engine):
+    """The engine answers pymilvus' 10-s idle pings with GOAWAY "too_many_pings" as Milvus Lite
+    does: its connections, the start-up probe's shared channel included, ping every 6 min at most."""
+    from alignir.retrieval.milvus import LITE_GRPC_OPTIONS
+
+    client = connect(milvus_engine.uri)
+    try:
+        opts = client._get_connection()._grpc_options
+    finally:
+        client.close()
+    assert {k: opts.get(k) for k in LITE_GRPC_OPTIONS} == LITE_GRPC_OPTIONS
+
+
 def test_fetch_refuses_a_wheel_of_another_sha256(tmp_path):
     from alignir.retrieval.milvus_engine import WHEEL, fetch
 

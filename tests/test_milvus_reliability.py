@@ -245,6 +245,34 @@ def test_lite_connections_use_keepalive_settings_its_server_accepts(tmp_path):
     assert opts["grpc.keepalive_time_ms"] >= 300_000 and opts["grpc.keepalive_permit_without_calls"] is False
 
 
+def test_servers_recorded_with_the_lite_ping_policy_get_its_keepalive_settings(tmp_path):
+    """An http(s) URI keeps pymilvus' keepalive (10-s pings, which a Milvus server accepts) unless
+    its server was recorded as answering pings as Milvus Lite does; two Milvus Lite servers
+    reached over http stand for both (pymilvus shares one channel per address)."""
+    from milvus_lite.server_manager import server_manager_instance as lite
+
+    from alignir.retrieval.milvus import LITE_GRPC_OPTIONS, grpc_options, lite_ping_policy
+
+    plain, recorded = (lite.start_and_get_uri(str(tmp_path / f"{n}.db")) for n in ("plain", "recorded"))
+    lite_ping_policy(recorded)
+    try:
+        assert grpc_options(plain) is None and grpc_options(recorded) == LITE_GRPC_OPTIONS
+        got = {}
+        for uri in (plain, recorded):
+            client = connect(uri)
+            try:
+                got[uri] = client._get_connection()._grpc_options
+            finally:
+                client.close()
+    finally:
+        lite_ping_policy(recorded, on=False)
+        for n in ("plain", "recorded"):
+            lite.release_server(str(tmp_path / f"{n}.db"))
+    assert "grpc.keepalive_time_ms" not in got[plain]
+    assert {k: got[recorded].get(k) for k in LITE_GRPC_OPTIONS} == LITE_GRPC_OPTIONS
+    assert grpc_options(recorded) is None  # forgotten
+
+
 def test_connection_errors_name_their_cause(tmp_path):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(os.urandom(64))
