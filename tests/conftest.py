@@ -23,7 +23,8 @@ every Milvus Lite server: a test that uses ``smollm2`` without the
 not, however it is reached: the CLI's default model included) or connects to Milvus without its
 marker fails. So does one that starts a child Python process without ``e2e`` (``python_child``
 says which children count: an interpreter, the alignir console script, a script run by Python,
-multiprocessing's spawn and forkserver starts; git and other programs do not).
+multiprocessing's spawn and forkserver starts; git and other programs do not), whether through
+subprocess, ``os.system`` / ``os.popen``, ``os.spawn*``, ``os.posix_spawn[p]`` or ``os.exec*``.
 - ``one_thread``: torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``).
 - ``data_files``: training data on TINY_CORPUS, ``{"pairs": triples.jsonl, "texts": texts.txt}``
   (module scope); ``TRAIN_QUERIES``, ``TRAIN_CASES`` / ``TRAIN_CASE_IDS`` (every method/stage),
@@ -196,11 +197,67 @@ def python_child(args, *, shell: bool = False, executable=None, env=None) -> str
     return shown if any(os.sep in w and _names_python(w) for w in rest) else None
 
 
+#: os functions that start a program, wrapped by _install_os_guards: (program, argv, env) of a call
+#: is read from their arguments (spawn*: after the mode; *l*: argv inline; *e: env last)
+_OS_STARTS = ("system", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe",
+              "posix_spawn", "posix_spawnp")
+_OS_EXECS = ("execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe")
+#: the test process (each xdist worker's own): an exec elsewhere is in a child it forked
+_TEST_PID = os.getpid()
+
+
+def os_python_child(name: str, args: tuple, kw: dict) -> str | None:
+    """Why the call ``os.<name>(*args, **kw)`` (one of ``_OS_STARTS`` / ``_OS_EXECS``) runs Python,
+    as :func:`python_child` tells it, or None (also for arguments the call itself will refuse)."""
+    args = (*args, *(kw[k] for k in ("mode", "path", "file", "command", "argv", "args", "env") if k in kw))
+    try:
+        if name == "system":
+            return python_child(args[0], shell=True)
+        if name.startswith("posix_spawn"):
+            program, argv, env = args[:3]
+        else:
+            form = name.removeprefix("spawn").removeprefix("exec")  # v, ve, vp, vpe, l, le, lp, lpe
+            program, rest = (args[1], args[2:]) if name.startswith("spawn") else (args[0], args[1:])
+            env, rest = (rest[-1], rest[:-1]) if form.endswith("e") else (None, rest)
+            argv = rest[0] if form.startswith("v") else rest
+        return python_child([program, *list(argv)[1:]], env=env)
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def _install_os_guards() -> None:
+    """``os.system``, ``os.spawn*`` and ``os.posix_spawn[p]`` of Python fail an unmarked test as
+    subprocess does (``os.popen`` runs subprocess); ``os.exec*`` of Python too, in the test process
+    (it would replace pytest) and in a child the test forked, which cannot fail the test: that
+    child says why on stderr and exits 127 instead of becoming Python."""
+    for name in _OS_STARTS + _OS_EXECS:
+        real = getattr(os, name, None)
+        if real is None:
+            continue
+
+        @functools.wraps(real)
+        def guarded(*args, _real=real, _name=name, **kw):
+            if _RUNNING and _RUNNING[-1].get_closest_marker("e2e") is None:
+                why = os_python_child(_name, args, kw)
+                if why and _name in _OS_EXECS and os.getpid() != _TEST_PID:
+                    os.write(2, f"{_RUNNING[-1].nodeid} execs Python ({why}) in a forked child without "
+                                f"@pytest.mark.e2e\n".encode())
+                    os._exit(127)
+                if why:
+                    _guard("e2e", f"starts a Python child process (os.{_name}: {why})", E2E_ADVICE)
+            return _real(*args, **kw)
+
+        setattr(os, name, guarded)
+
+
 def _install_child_guards() -> None:
     """A test that starts a child Python process (subprocess, asyncio, multiprocessing with the
-    spawn or forkserver start method) fails without the ``e2e`` marker; other programs (git,
-    compilers, the Milvus engine) and forked children pass."""
+    spawn or forkserver start method, os.system / popen / spawn* / posix_spawn* / exec*) fails
+    without the ``e2e`` marker; other programs (git, compilers, the Milvus engine) and forked
+    children pass."""
     from multiprocessing import popen_forkserver, popen_spawn_posix
+
+    _install_os_guards()
 
     init = subprocess.Popen.__init__
     params = inspect.signature(init)

@@ -137,3 +137,117 @@ def test_which_children_run_python(tmp_path, args, kw, python):
         kw = {**kw, "env": {**os.environ, **{k: swap.get(v, v) for k, v in kw["env"].items()}}}
     why = conftest.python_child(args, **kw)
     assert (why is not None) == python, why
+
+
+ENV_PY = {"PYTHON": "SYS"}
+
+
+@pytest.mark.parametrize("name,args,kw,python", [
+    ("system", ("SYS -c pass",), {}, True),
+    ("system", ("cd /tmp && python3 -m http.server",), {}, True),
+    ("system", ("true",), {}, False),
+    ("system", (), {"command": "git --version"}, False),
+    ("execv", ("SYS", ["python", "-c", "pass"]), {}, True),
+    ("execv", ("/bin/echo", ["python3", "hi"]), {}, False),  # argv[0] names no program
+    ("execve", (), {"path": "SYS", "argv": ["x", "-V"], "env": {}}, True),
+    ("execvp", ("python3", ["python3", "-V"]), {}, True),
+    ("execlp", ("git", "git", "--version"), {}, False),
+    ("execle", ("/bin/sh", "sh", "-c", "python3 x.py", {}), {}, True),
+    ("execle", ("/bin/sh", "sh", "-c", "ls", {}), {}, False),
+    ("spawnv", (os.P_WAIT, "SYS", ["x", "-c", "pass"]), {}, True),
+    ("spawnlp", (os.P_WAIT, "git", "git", "status"), {}, False),
+    ("spawnl", (os.P_NOWAIT, "BY_PYTHON", "tool"), {}, True),
+    ("spawnve", (os.P_WAIT, "/bin/sh", ["sh", "-c", "source lib.sh; step"], ENV_PY), {}, True),
+    ("spawnvpe", (os.P_WAIT, "BY_SHELL", ["other"], {}), {}, False),
+    ("posix_spawn", ("SYS", ["SYS", "-c", "pass"], os.environ), {}, True),
+    ("posix_spawnp", ("alignir", ["alignir", "info"], os.environ), {}, True),
+    ("posix_spawnp", ("git", ["git", "--version"], os.environ), {}, False),
+])
+def test_which_os_calls_run_python(tmp_path, name, args, kw, python):
+    by_python, by_shell = _which_python(tmp_path)
+    swap = {"SYS": sys.executable, "BY_PYTHON": by_python, "BY_SHELL": by_shell}
+
+    def put(a):
+        if isinstance(a, str):
+            return swap.get(a, a.replace("SYS", sys.executable))
+        if isinstance(a, list):
+            return [put(x) for x in a]
+        if isinstance(a, dict) and a is not os.environ:
+            return {**os.environ, **{k: put(v) for k, v in a.items()}}
+        return a
+
+    why = conftest.os_python_child(name, tuple(put(a) for a in args), {k: put(v) for k, v in kw.items()})
+    assert (why is not None) == python, why
+
+
+def test_os_calls_of_python_without_the_e2e_marker_fail(forgiven):
+    py = [sys.executable, "-c", "raise SystemExit(3)"]
+    calls = {
+        "system": lambda: os.system(" ".join(py)),
+        "popen": lambda: os.popen(" ".join(py)).close(),
+        "spawnv": lambda: os.spawnv(os.P_WAIT, sys.executable, py),
+        "spawnlp": lambda: os.spawnlp(os.P_WAIT, "python3", *py),
+        "posix_spawn": lambda: os.posix_spawn(sys.executable, py, os.environ),
+        "posix_spawnp": lambda: os.posix_spawnp(sys.executable, py, os.environ),
+    }
+    for name, call in calls.items():
+        with pytest.raises(pytest.fail.Exception, match=r"starts a Python child process \(.*python.*\) "
+                                                        r"without @pytest.mark.e2e; mark the test"):
+            call()
+        assert [m for m, _ in conftest._VIOLATIONS] == ["e2e"], name
+        conftest._VIOLATIONS.clear()
+
+
+def test_os_calls_of_other_programs_pass_without_the_e2e_marker():
+    assert os.system("true") == 0
+    with os.popen("echo hello") as out:
+        assert out.read() == "hello\n"
+    assert os.spawnlp(os.P_WAIT, "sh", "sh", "-c", "exit 4") == 4
+    pid = os.posix_spawnp("true", ["true"], os.environ)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert conftest._VIOLATIONS == []
+
+
+def _in_forked_child(body) -> tuple[int, str]:
+    """``body()`` in a forked child: its exit status (body's return value; 99 when it raised) and
+    what it wrote to stderr."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 2)
+        try:
+            code = body()
+        except BaseException:
+            code = 99
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        err = fh.read().decode()
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), err
+
+
+def test_an_exec_of_python_without_the_e2e_marker_is_refused():
+    """In the test process an exec of Python fails the test (it would replace pytest); in a child
+    the test forked it ends the child (127) with the reason instead. Other programs are exec'd.
+    Each exec runs in a forked child, so that a missing check cannot replace this process."""
+    py = [sys.executable, "-c", "raise SystemExit(3)"]
+
+    def in_the_test_process():
+        conftest._TEST_PID = os.getpid()
+        with pytest.raises(pytest.fail.Exception, match=r"starts a Python child process \(os.execv: .*python"):
+            os.execv(sys.executable, py)
+        return 0
+
+    assert _in_forked_child(in_the_test_process) == (0, "")
+    code, err = _in_forked_child(lambda: os.execl(sys.executable, *py))
+    assert code == 127 and "execs Python (" in err and err.endswith("in a forked child without @pytest.mark.e2e\n")
+    assert _in_forked_child(lambda: os.execvp("sh", ["sh", "-c", "exit 4"])) == (4, "")
+    assert conftest._VIOLATIONS == []
+
+
+@pytest.mark.e2e
+def test_an_e2e_test_starts_python_through_os_calls():
+    assert os.system(f"{sys.executable} -c 'raise SystemExit(5)'") >> 8 == 5
+    assert os.spawnv(os.P_WAIT, sys.executable, [sys.executable, "-c", "raise SystemExit(6)"]) == 6
+    assert conftest._VIOLATIONS == []
