@@ -159,7 +159,9 @@ def check_uri(uri: Any, must_exist: bool = False) -> bool:
 #: server) and the Milvus 2.5 engine (retrieval/milvus_engine.py, a C++ gRPC server built without
 #: keepalive settings) answer pings more often than every 5 minutes on an idle channel with GOAWAY
 #: "too_many_pings" (pymilvus pings every 10 s), which broke a connection left idle while queries
-#: were encoded. A Milvus server accepts pymilvus' pings and keeps its defaults.
+#: were encoded. A server on this machine (a loopback address) gets them too: it may be that engine
+#: started from a shell, and a loopback connection has no network to watch. A remote Milvus server
+#: accepts pymilvus' pings and keeps its defaults.
 LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_permit_without_calls": False}
 #: ``host:port`` of the servers with that ping policy that this process runs (see :func:`lite_ping_policy`)
 _LITE_POLICY: set[str] = set()
@@ -179,10 +181,22 @@ def lite_ping_policy(uri: str, on: bool = True) -> None:
     (_LITE_POLICY.add if on else _LITE_POLICY.discard)(_address(uri))
 
 
+def _loopback(uri: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlparse
+
+    host = urlparse(uri).hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def grpc_options(uri: str) -> dict[str, Any] | None:
     """The gRPC channel options :func:`connect` passes for ``uri``: :data:`LITE_GRPC_OPTIONS` for a
-    local ``.db`` or a server recorded by :func:`lite_ping_policy`, else None (pymilvus' own)."""
-    if "://" not in uri or _address(uri) in _LITE_POLICY:
+    local ``.db``, a server on a loopback address or one recorded by :func:`lite_ping_policy`, else
+    None (pymilvus' own)."""
+    if "://" not in uri or _loopback(uri) or _address(uri) in _LITE_POLICY:
         return dict(LITE_GRPC_OPTIONS)
     return None
 

@@ -245,32 +245,41 @@ def test_lite_connections_use_keepalive_settings_its_server_accepts(tmp_path):
     assert opts["grpc.keepalive_time_ms"] >= 300_000 and opts["grpc.keepalive_permit_without_calls"] is False
 
 
-def test_servers_recorded_with_the_lite_ping_policy_get_its_keepalive_settings(tmp_path):
-    """An http(s) URI keeps pymilvus' keepalive (10-s pings, which a Milvus server accepts) unless
-    its server was recorded as answering pings as Milvus Lite does; two Milvus Lite servers
-    reached over http stand for both (pymilvus shares one channel per address)."""
-    from milvus_lite.server_manager import server_manager_instance as lite
-
+def test_loopback_and_recorded_servers_get_the_lite_keepalive_settings():
+    """A remote http(s) server keeps pymilvus' keepalive (10-s pings, which a Milvus server
+    accepts); one on a loopback address, or recorded as answering pings as Milvus Lite does, gets
+    Milvus Lite's (the engine started from a shell is reached on 127.0.0.1)."""
     from alignir.retrieval.milvus import LITE_GRPC_OPTIONS, grpc_options, lite_ping_policy
 
-    plain, recorded = (lite.start_and_get_uri(str(tmp_path / f"{n}.db")) for n in ("plain", "recorded"))
-    lite_ping_policy(recorded)
+    for uri in ("http://127.0.0.1:19530", "http://localhost:19530", "https://[::1]:443", "local.db"):
+        assert grpc_options(uri) == LITE_GRPC_OPTIONS, uri
+    for uri in ("http://10.0.0.7:19530", "https://milvus.example.com:443", "http://localhost.example.com:1"):
+        assert grpc_options(uri) is None, uri
+    lite_ping_policy("http://10.0.0.7:19530")
     try:
-        assert grpc_options(plain) is None and grpc_options(recorded) == LITE_GRPC_OPTIONS
-        got = {}
-        for uri in (plain, recorded):
-            client = connect(uri)
-            try:
-                got[uri] = client._get_connection()._grpc_options
-            finally:
-                client.close()
+        assert grpc_options("http://10.0.0.7:19530") == LITE_GRPC_OPTIONS
+        assert grpc_options("http://10.0.0.8:19530") is None
     finally:
-        lite_ping_policy(recorded, on=False)
-        for n in ("plain", "recorded"):
-            lite.release_server(str(tmp_path / f"{n}.db"))
-    assert "grpc.keepalive_time_ms" not in got[plain]
-    assert {k: got[recorded].get(k) for k in LITE_GRPC_OPTIONS} == LITE_GRPC_OPTIONS
-    assert grpc_options(recorded) is None  # forgotten
+        lite_ping_policy("http://10.0.0.7:19530", on=False)
+    assert grpc_options("http://10.0.0.7:19530") is None  # forgotten
+
+
+def test_a_milvus_lite_server_reached_over_http_gets_its_keepalive_settings(tmp_path):
+    """Milvus Lite served over http on 127.0.0.1 (as the engine is): the connection carries the options."""
+    from milvus_lite.server_manager import server_manager_instance as lite
+
+    from alignir.retrieval.milvus import LITE_GRPC_OPTIONS
+
+    uri = lite.start_and_get_uri(str(tmp_path / "served.db"))
+    try:
+        client = connect(uri)
+        try:
+            got = client._get_connection()._grpc_options
+        finally:
+            client.close()
+    finally:
+        lite.release_server(str(tmp_path / "served.db"))
+    assert {k: got.get(k) for k in LITE_GRPC_OPTIONS} == LITE_GRPC_OPTIONS
 
 
 def test_connection_errors_name_their_cause(tmp_path):
