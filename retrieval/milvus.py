@@ -163,24 +163,6 @@ def check_uri(uri: Any, must_exist: bool = False) -> bool:
 #: started from a shell, and a loopback connection has no network to watch. A remote Milvus server
 #: accepts pymilvus' pings and keeps its defaults.
 LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_permit_without_calls": False}
-#: ``host:port`` of the servers with that ping policy that this process runs (see :func:`lite_ping_policy`)
-_LITE_POLICY: set[str] = set()
-
-
-def _address(uri: str) -> str:
-    from urllib.parse import urlparse
-
-    parsed = urlparse(uri)
-    return f"{parsed.hostname}:{parsed.port}"
-
-
-def lite_ping_policy(uri: str, on: bool = True) -> None:
-    """Record (``on``) or forget that the server at ``http(s)://host:port`` answers pings as Milvus
-    Lite does, so that :func:`connect` gives its connections :data:`LITE_GRPC_OPTIONS` (a
-    MilvusEngine records its own URI when it starts)."""
-    (_LITE_POLICY.add if on else _LITE_POLICY.discard)(_address(uri))
-
-
 def _loopback(uri: str) -> bool:
     import ipaddress
     from urllib.parse import urlparse
@@ -194,9 +176,8 @@ def _loopback(uri: str) -> bool:
 
 def grpc_options(uri: str) -> dict[str, Any] | None:
     """The gRPC channel options :func:`connect` passes for ``uri``: :data:`LITE_GRPC_OPTIONS` for a
-    local ``.db``, a server on a loopback address or one recorded by :func:`lite_ping_policy`, else
-    None (pymilvus' own)."""
-    if "://" not in uri or _loopback(uri) or _address(uri) in _LITE_POLICY:
+    local ``.db`` or a server on a loopback address (the engine's), else None (pymilvus' own)."""
+    if "://" not in uri or _loopback(uri):
         return dict(LITE_GRPC_OPTIONS)
     return None
 

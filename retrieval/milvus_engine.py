@@ -7,10 +7,10 @@ and unpacks only the binary and its libraries into a cache folder
 beside the ``milvus-lite`` 3.x package the embedded ``.db`` backend uses.
 
 :class:`MilvusEngine` runs it on ``127.0.0.1:PORT`` (a free port unless given) over a data
-folder, waits until it answers, and stops it (SIGTERM, then SIGKILL). Starting it records its
-URI with retrieval/milvus.py's ``lite_ping_policy``: a C++ gRPC server built without keepalive
-settings, it answers pymilvus' 10-s idle pings as Milvus Lite does (GOAWAY "too_many_pings"), so
-``connect`` gives its connections Milvus Lite's keepalive options::
+folder, waits until it answers, and stops it (SIGTERM, then SIGKILL). A C++ gRPC server built
+without keepalive settings, it answers pymilvus' 10-s idle pings as Milvus Lite does (GOAWAY
+"too_many_pings"), so ``connect`` gives connections to it (a loopback address) Milvus Lite's
+keepalive options::
 
     with MilvusEngine("/data/milvus") as engine:            # or engine.start() / engine.stop()
         export_index("indexes/adi", engine.uri)               # uri = "http://127.0.0.1:PORT"
@@ -196,20 +196,18 @@ class MilvusEngine:
                                          preexec_fn=_die_with_parent)
 
     def _wait_ready(self, port: int, timeout: float) -> bool:
-        """Until the server answers list_collections; False when the process ended first. The URI
-        is recorded for Milvus Lite's keepalive options first: pymilvus keeps the probe's channel
-        and its options for every later client of the same address."""
+        """Until the server answers list_collections; False when the process ended first. The
+        probe uses :func:`grpc_options` as ``connect`` does: pymilvus keeps the probe's channel and
+        its options for every later client of the same address."""
         from pymilvus import MilvusClient
 
-        from alignir.retrieval.milvus import grpc_options, lite_ping_policy
+        from alignir.retrieval.milvus import grpc_options
 
         uri = f"http://127.0.0.1:{port}"
-        lite_ping_policy(uri)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 self.proc = None
-                lite_ping_policy(uri, on=False)
                 return False
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -222,7 +220,6 @@ class MilvusEngine:
             except Exception:  # not listening yet: the client raises its own and grpc errors alike
                 time.sleep(0.2)
         self.stop()
-        lite_ping_policy(uri, on=False)
         raise MilvusError(f"the Milvus engine on 127.0.0.1:{port} did not answer within {timeout:.0f} s: "
                           f"{self._log_tail()}")
 

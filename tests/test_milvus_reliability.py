@@ -245,23 +245,16 @@ def test_lite_connections_use_keepalive_settings_its_server_accepts(tmp_path):
     assert opts["grpc.keepalive_time_ms"] >= 300_000 and opts["grpc.keepalive_permit_without_calls"] is False
 
 
-def test_loopback_and_recorded_servers_get_the_lite_keepalive_settings():
+def test_loopback_servers_get_the_lite_keepalive_settings():
     """A remote http(s) server keeps pymilvus' keepalive (10-s pings, which a Milvus server
-    accepts); one on a loopback address, or recorded as answering pings as Milvus Lite does, gets
-    Milvus Lite's (the engine started from a shell is reached on 127.0.0.1)."""
-    from alignir.retrieval.milvus import LITE_GRPC_OPTIONS, grpc_options, lite_ping_policy
+    accepts); one on a loopback address gets Milvus Lite's (the engine, started by a MilvusEngine
+    or from a shell, is reached on 127.0.0.1)."""
+    from alignir.retrieval.milvus import LITE_GRPC_OPTIONS, grpc_options
 
     for uri in ("http://127.0.0.1:19530", "http://localhost:19530", "https://[::1]:443", "local.db"):
         assert grpc_options(uri) == LITE_GRPC_OPTIONS, uri
     for uri in ("http://10.0.0.7:19530", "https://milvus.example.com:443", "http://localhost.example.com:1"):
         assert grpc_options(uri) is None, uri
-    lite_ping_policy("http://10.0.0.7:19530")
-    try:
-        assert grpc_options("http://10.0.0.7:19530") == LITE_GRPC_OPTIONS
-        assert grpc_options("http://10.0.0.8:19530") is None
-    finally:
-        lite_ping_policy("http://10.0.0.7:19530", on=False)
-    assert grpc_options("http://10.0.0.7:19530") is None  # forgotten
 
 
 def test_a_milvus_lite_server_reached_over_http_gets_its_keepalive_settings(tmp_path):
