@@ -277,3 +277,17 @@ def test_the_benchmark_keeps_each_models_rows_and_judges_them_on_its_own_origina
     assert rows["other", "original"]["ndcg@10"]["dense+sparse+bm25"] == 0.70
     assert [c["command"] for c in data["commands"]] == ["other", "base"]
     assert work_folder("base", "base") == WORK and work_folder("other", "base") != WORK
+
+
+def test_the_recorded_rows_are_judged_against_their_own_models_original():
+    """Each row of the committed result file carries the goals of its own model's original (a
+    file last written by an older writer once judged one model's rows by another's original)."""
+    from benchmarks.quality.text_form import RESULT, goals
+
+    data = json.loads(RESULT.read_text())
+    rows = data["rows"]
+    assert all("model" in r for r in rows)
+    originals = {(r["model"], r["collection"], r["text_form"]): r for r in rows if r["setting"] == "original"}
+    for r in rows:
+        original = originals.get((r["model"], r["collection"], r["text_form"]))
+        assert r["goals"] == goals(r, original), (r["model"], r["collection"], r["text_form"], r["setting"])
