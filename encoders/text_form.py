@@ -36,8 +36,8 @@ from typing import Sequence
 
 from alignir.errors import InvalidInputError
 
-__all__ = ["TEXT_FORMS", "DEFAULT_TEXT_FORM", "RUN_WORDS", "RUN_LETTERS", "check_text_form", "capital_runs",
-           "fold_capitals", "read_text", "read_texts"]
+__all__ = ["TEXT_FORMS", "DEFAULT_TEXT_FORM", "RUN_WORDS", "RUN_LETTERS", "check_text_form", "WORD", "capital_runs",
+           "sentence_start", "fold_capitals", "read_text", "read_texts"]
 
 #: the accepted values of the ``text_form`` embedder option
 TEXT_FORMS = ("auto", "off")
@@ -47,7 +47,8 @@ DEFAULT_TEXT_FORM = "auto"
 RUN_WORDS = 3
 RUN_LETTERS = 8
 
-_WORD = re.compile(r"[^\W\d_]+")
+#: a word of the text: a run of letters (digits, underscores and other characters separate words)
+WORD = re.compile(r"[^\W\d_]+")
 #: what may stand between a sentence end and the sentence's first letter
 _OPENERS = frozenset("\"'([{«“‘")
 _SENTENCE_ENDS = frozenset(".!?")
@@ -75,7 +76,7 @@ def capital_runs(text: str) -> list[tuple[int, int]]:
             runs.append((words[0][0], words[-1][1]))
         words.clear()
 
-    for m in _WORD.finditer(text):
+    for m in WORD.finditer(text):
         if _is_capitals(m.group()):
             words.append(m.span())
         else:
@@ -90,7 +91,7 @@ def _lower(ch: str) -> str:
     return low if len(low) == 1 else low[0]
 
 
-def _sentence_start(text: str, pos: int) -> bool:
+def sentence_start(text: str, pos: int) -> bool:
     """Whether the letter at ``pos`` begins a sentence: only white space and opening quotes or
     brackets stand between it and the start of the text, a ``. ! ?`` or a blank line."""
     newlines = 0
@@ -115,9 +116,9 @@ def fold_capitals(text: str) -> str:
         return text
     out = list(text)
     for start, end in runs:
-        for m in _WORD.finditer(text, start, end):
+        for m in WORD.finditer(text, start, end):
             a, b = m.span()
-            keep_first = _sentence_start(text, a)
+            keep_first = sentence_start(text, a)
             for i in range(a + 1 if keep_first else a, b):
                 out[i] = _lower(text[i])
     return "".join(out)
