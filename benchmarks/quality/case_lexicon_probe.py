@@ -26,7 +26,6 @@ text-form benchmark's embedding cache (``--work``/cache) the build encodes nothi
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -108,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     build_index(folder, index, cache_dir=Path(args.work) / "cache", text_form="auto", progress=False)
     build_s = time.perf_counter() - t0
-    with open(folder / "corpus.jsonl", encoding="utf-8") as f:
-        texts = [t for line in f for rec in [json.loads(line)] for t in (rec.get("title") or "", rec.get("text") or "")]
-    lexicon = corpus_lexicon(texts)
+    lexicon = corpus_lexicon([t for doc in ds.corpus.values() for t in (doc.title, doc.text)])
     readings: dict[str, Callable[[str], str]] = {
         "natural": lambda q: q,
         "capitals folded": lambda q: q.upper(),  # the searcher's own fold reads them
