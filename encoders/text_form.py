@@ -32,12 +32,12 @@ keep the original text.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
 from alignir.errors import InvalidInputError
 
 __all__ = ["TEXT_FORMS", "DEFAULT_TEXT_FORM", "RUN_WORDS", "RUN_LETTERS", "check_text_form", "WORD", "capital_runs",
-           "sentence_start", "fold_capitals", "read_text", "read_texts"]
+           "sentence_start", "WordForm", "fold_capitals", "read_text", "read_texts"]
 
 #: the accepted values of the ``text_form`` embedder option
 TEXT_FORMS = ("auto", "off")
@@ -108,9 +108,25 @@ def sentence_start(text: str, pos: int) -> bool:
     return True
 
 
-def fold_capitals(text: str) -> str:
+def _upper_first(word: str) -> str:
+    """``word`` with its first letter upper case (one character: "ß" stays as it is)."""
+    up = word[:1].upper()
+    return (up if len(up) == 1 else word[:1]) + word[1:]
+
+
+#: the form a reader gives one word of a run of capitals (its letters as written; None: no form
+#: known, the word is folded): encoders.word_forms.WordForms.form
+WordForm = Callable[[str], "str | None"]
+
+
+def fold_capitals(text: str, word_form: WordForm | None = None) -> str:
     """``text`` with its runs of capitals in sentence case (``text_form="auto"``); the same length,
-    only letter case changed."""
+    only letter case changed.
+
+    ``word_form``: gives a word of a run the form a corpus writes it in (e.g. "SIDS", "PrP",
+    "Caenorhabditis": encoders.word_forms); a word it knows no form for, or whose form has
+    another length, is folded as without it. A form at a sentence start gets a capital first
+    letter."""
     runs = capital_runs(text)
     if not runs:
         return text
@@ -118,19 +134,23 @@ def fold_capitals(text: str) -> str:
     for start, end in runs:
         for m in WORD.finditer(text, start, end):
             a, b = m.span()
-            keep_first = sentence_start(text, a)
-            for i in range(a + 1 if keep_first else a, b):
+            first = sentence_start(text, a)
+            form = word_form(m.group()) if word_form is not None else None
+            if form is not None and len(form) == b - a:
+                out[a:b] = _upper_first(form) if first else form
+                continue
+            for i in range(a + 1 if first else a, b):
                 out[i] = _lower(text[i])
     return "".join(out)
 
 
-def read_text(text: str, text_form: str) -> str:
-    """What the LLM reads of ``text`` under ``text_form``."""
-    return fold_capitals(text) if text_form == "auto" else text
+def read_text(text: str, text_form: str, word_form: WordForm | None = None) -> str:
+    """What the LLM reads of ``text`` under ``text_form`` (``word_form``: see :func:`fold_capitals`)."""
+    return fold_capitals(text, word_form) if text_form == "auto" else text
 
 
-def read_texts(texts: Sequence[str], text_form: str) -> list[str]:
+def read_texts(texts: Sequence[str], text_form: str, word_form: WordForm | None = None) -> list[str]:
     """:func:`read_text` of each text."""
     if text_form == "off":
         return list(texts)
-    return [fold_capitals(t) for t in texts]
+    return [fold_capitals(t, word_form) for t in texts]

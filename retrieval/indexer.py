@@ -34,6 +34,7 @@ from alignir.index.writer import replace_part, replace_parts, update_params, wri
 from alignir.errors import NotAnIndexError
 from alignir.retrieval.beir import Document
 from alignir.encoders.shipped import DEFAULT_MODEL
+from alignir.encoders.word_forms import WordForms
 from alignir.retrieval.config import (MODEL_LEGS, UNSET, DenseConfig, IndexConfig, LexicalConfig, PassageConfig,
                                       SparseConfig, index_legs, parse_legs)
 from alignir.retrieval.ingest import DEFAULT_BATCH_DOCS, PassagePlanner, ingest
@@ -184,9 +185,10 @@ def build_index(
                 encoder.runner = pool.encode_chunks  # type: ignore[union-attr]
             stage(f"reading{', encoding' if uses_model else ''} and analysing the documents, "
                   f"{batch_size} at a time")
+            forms = WordForms() if encoder is not None and reads_capitals(encoder.embedder) else None
             got = ingest(stream, folder, encoder=encoder, passages=cfg.passages, lexical=cfg.lexical,
                          keep_texts=store_text or calibrates, batch_size=batch_size, progress=progress,
-                         stage=stage)
+                         stage=stage, word_forms=forms)
             t_enc = time.perf_counter() - t0
             parts: dict[str, Any] = {"lexical": got.lexical, "passages": got.pmap,
                                      "texts": SpooledTexts(got.texts, batch_size) if store_text else None}
@@ -208,6 +210,8 @@ def build_index(
                     parts["dense"] = DenseIndex.build(H, **cfg.dense.build_options())
                 sparsifier = encoder.sparsifier
                 pc1, extra = sparsifier.pc1, term_map_arrays(sparsifier.term_map)
+                if forms is not None:
+                    extra.update(forms.to_arrays())
                 manifest = {"encoder": doc_encoder_fingerprint(encoder.embedder),
                             "embedder": {"family": embedder, "model": model, "options": opts},
                             "params": {"sparse": cfg.sparse.to_dict(), "term_map": sparsifier.term_map.kind}}
@@ -594,16 +598,44 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
                                                     "purged_deleted": len(dead),
                                                     "skipped_lines": [[s.line, s.reason] for s in new.skipped]}]
         out["build"] = build
+        extra = None
+        if encoder is not None:
+            extra = term_map_arrays(encoder.sparsifier.term_map)
+            forms = _added_word_forms(encoder, stored, old_docs, new.values())
+            if forms is not None:
+                extra.update(forms.to_arrays())
         stage(f"writing {index_dir}")
         write_index(index_dir, out, [*old_ids, *new.ids()], H, parts=parts,
-                    pc1=None if encoder is None else encoder.sparsifier.pc1,
-                    extra_arrays=None if encoder is None else term_map_arrays(encoder.sparsifier.term_map))
+                    pc1=None if encoder is None else encoder.sparsifier.pc1, extra_arrays=extra)
         if encoder is not None:
             if calibrate:
                 stage("calibrating the fusion (pseudo-queries from the corpus)")
             store_calibration(index_dir, texts if calibrate else None, encoder.loaded, runtime=runtime,
                               encoder=encoder)
         return read_manifest(index_dir)
+
+
+def reads_capitals(embedder: Any) -> bool:
+    """Whether ``embedder`` folds runs of capitals (``text_form="auto"``, encoders.text_form), so
+    that its index keeps the forms of the corpus's words to read queries in capitals with."""
+    return getattr(embedder, "text_form", "off") == "auto"
+
+
+def _added_word_forms(encoder: Encoder, stored: Any, old_docs: list[Document] | None,
+                      new_docs: Iterable[Document]) -> WordForms | None:
+    """The word forms of an index after :func:`add_documents` (encoders.word_forms): counted
+    again over every document when the stored ones' texts are at hand (deleted and replaced
+    documents leave no trace), else the stored counts plus the new documents' (None: an index
+    that kept none and whose texts are unknown, or an encoder that does not fold capitals)."""
+    if not reads_capitals(encoder.embedder):
+        return None
+    if old_docs is not None:
+        forms = WordForms()
+    else:
+        forms = WordForms.from_arrays(stored.extra)
+        if forms is None:
+            return None
+    return forms.add_all(t for d in (*(old_docs or ()), *new_docs) for t in (d.title, d.text))
 
 
 def _added_rows(encoder: Encoder, stored: Any, cfg: IndexConfig, legs: Sequence[str], keep: list[int],

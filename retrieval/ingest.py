@@ -120,11 +120,13 @@ class PassagePlanner:
 
 def ingest(stream: Any, folder: Path, *, encoder: Any = None, passages: PassageConfig | None = None,
            lexical: LexicalConfig | None = None, keep_texts: bool = False, batch_size: int = DEFAULT_BATCH_DOCS,
-           progress: bool = False, stage: Callable[[str], None] = log.info) -> Ingested:
+           progress: bool = False, stage: Callable[[str], None] = log.info, word_forms: Any = None) -> Ingested:
     """Read ``stream`` (a retrieval.sources.DocumentStream) once, ``batch_size`` documents at a
     time, spooling into ``folder``: rows encoded by ``encoder`` (a retrieval.encoder.Encoder;
     None: no model, no rows), long documents split by ``passages`` (default PassageConfig()),
-    the BM25 leg of ``lexical`` (None: none), the texts when ``keep_texts``."""
+    the BM25 leg of ``lexical`` (None: none), the texts when ``keep_texts``; the forms of the
+    documents' words are counted into ``word_forms`` (an encoders.word_forms.WordForms; None:
+    not counted)."""
     from alignir.retrieval.bm25 import LexicalBuilder
 
     planner = PassagePlanner(passages or PassageConfig(), encoder.embedder) if encoder is not None else None
@@ -142,6 +144,8 @@ def ingest(stream: Any, folder: Path, *, encoder: Any = None, passages: PassageC
                     texts.append(doc.title, doc.text)
             if bm25 is not None:
                 bm25.add(contents)
+            if word_forms is not None:
+                word_forms.add_all(t for _, doc in batch for t in (doc.title, doc.text))
             if encoder is not None:
                 plan = planner.plan(contents)  # type: ignore[union-attr]
                 rows.append(encoder.dense(plan.texts, "document", progress=progress))  # type: ignore[union-attr]

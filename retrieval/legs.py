@@ -51,20 +51,24 @@ LEGS = ("dense", "sparse", "bm25")
 class QueryContext:
     """The texts of one query batch and the query-encoder pass that the model legs share,
     run at most once (lazily, under the searcher's encode lock: tokenizers and torch modules
-    are not re-entrant)."""
+    are not re-entrant). ``word_form``: how the encoder reads a word of a query's run of
+    capitals (the index's encoders.word_forms.WordForms.form; None: the fold alone)."""
 
-    def __init__(self, texts: Sequence[str], embedder: Any, lock: threading.Lock | None = None) -> None:
+    def __init__(self, texts: Sequence[str], embedder: Any, lock: threading.Lock | None = None,
+                 word_form: Callable[[str], str | None] | None = None) -> None:
         self.texts = list(texts)
         self._embedder = embedder
         self._lock = lock or threading.Lock()
+        self._word_form = word_form
         self._pass: tuple[np.ndarray, list[np.ndarray]] | None = None
 
     def model_pass(self) -> tuple[np.ndarray, list[np.ndarray]]:
         """(dense vectors h [n, d], surface token ids per query) from one encoder pass."""
         if self._pass is None:
+            kw = {} if self._word_form is None else {"word_form": self._word_form}
             with self._lock:
-                H = self._embedder.encode_queries(self.texts)
-                surface = self._embedder.surface_token_ids(self.texts)
+                H = self._embedder.encode_queries(self.texts, **kw)
+                surface = self._embedder.surface_token_ids(self.texts, **kw)
             self._pass = (H, surface)
         return self._pass
 

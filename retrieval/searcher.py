@@ -51,6 +51,7 @@ import scipy.sparse as sp
 
 from alignir.encoders.shipped import SHIPPED, shipped_name
 from alignir.encoders.terms import TermContribution
+from alignir.encoders.word_forms import WordForms
 from alignir.index.reader import StoredIndex, open_index
 from alignir.retrieval import fusion as fusion_mod
 from alignir.retrieval.calibration import FusionCalibration
@@ -196,6 +197,10 @@ class Searcher:
                                      else legs_for(stored, sparsifier, self.passage_agg))
         self._encode_lock = threading.Lock()
         self._numbers = {d: i for i, d in enumerate(stored.doc_ids)}
+        #: how the corpus writes its words (encoders.word_forms): the model legs read a query's
+        #: runs of capitals through it (None: an index without them, or set to None to read
+        #: them by the fold alone)
+        self.word_forms: WordForms | None = WordForms.from_arrays(stored.extra)
         #: the index's collection-level fusion calibration (None: not calibrated)
         self.calibration = FusionCalibration.from_dict(stored.manifest.get("params", {}).get("fusion_calibration"))
         # the index's saved fusion (the shipped model's own, when the index was built with one): a
@@ -368,7 +373,8 @@ class Searcher:
             if unknown:
                 raise InvalidInputError(f"unknown leg(s) {unknown}; this searcher's legs: {', '.join(self.legs)}")
         t0 = time.perf_counter()
-        ctx = QueryContext(texts, self.embedder, self._encode_lock)
+        ctx = QueryContext(texts, self.embedder, self._encode_lock,
+                           None if self.word_forms is None else self.word_forms.form)
         encoded = {name: self._leg(name).encode(ctx) for name in names}
         return QueryBatch(legs=encoded, seconds=time.perf_counter() - t0)
 

@@ -293,19 +293,11 @@ def test_the_recorded_rows_are_judged_against_their_own_models_original():
         assert r["goals"] == goals(r, original), (r["model"], r["collection"], r["text_form"], r["setting"])
 
 
-def test_the_case_lexicon_probe_restores_the_corpus_forms_of_a_capital_query():
-    from benchmarks.quality.case_lexicon_probe import corpus_lexicon, read_with_lexicon, word_agreement
+def test_the_case_lexicon_probe_counts_the_words_read_as_written():
+    from alignir.encoders.word_forms import WordForms
+    from benchmarks.quality.case_lexicon_probe import word_agreement
 
-    corpus = ["Loss of PrP in mice. Mice without PrP live long, and SIDS is rare in them.",
-              "We bred the mice. A SURVEY OF PRION DISEASE was cited.",  # a run of capitals: not counted
-              "Mice carry PrP."]
-    lexicon = corpus_lexicon(corpus)
-    # "Mice" only opens sentences and "Loss" only a text: neither is counted as a capital form
-    assert lexicon["prp"] == "PrP" and lexicon["sids"] == "SIDS" and lexicon["mice"] == "mice"
-    assert "loss" not in lexicon and "survey" not in lexicon
-    query = "PRP LOSS IN MICE AND SIDS"
-    read = read_with_lexicon(query, lexicon)
-    assert read == "PrP loss in mice and SIDS" and len(read) == len(query)
-    # the shipped fold gives "Prp loss in mice and sids": 2 of 6 words differ from the query as written
+    forms = WordForms().add_all(["Mice without PrP live long, and SIDS is rare in them."])
+    # the fold gives "Prp loss in mice and sids": 2 of 6 words differ from the query as written
     assert word_agreement(["PrP loss in mice and SIDS"], fold_capitals) == pytest.approx(4 / 6, abs=1e-4)
-    assert word_agreement(["PrP loss in mice and SIDS"], lambda t: read_with_lexicon(t, lexicon)) == 1.0
+    assert word_agreement(["PrP loss in mice and SIDS"], lambda t: fold_capitals(t, forms.form)) == 1.0

@@ -1,22 +1,20 @@
-"""What a fold of capitals cannot restore, and what a lexicon of the corpus's own word forms would.
+"""What a fold of capitals cannot restore, and what the index's word forms restore of it.
 
 ``text_form="auto"`` reads a run of capitals in sentence case (encoders.text_form). A query in
 capitals then loses the case of its acronyms and names ("SIDS", "PrP", "Caenorhabditis"), which
-the natural-case documents keep. This probe measures, on one collection with its natural corpus
-and its queries in capitals (the text-form benchmark's ``queries-capitals`` setting):
+the natural-case documents keep. An index built with ``text_form="auto"`` keeps how its corpus
+writes each word (encoders.word_forms), and the searcher reads a query's runs of capitals
+through those forms. This benchmark measures, on one collection with its natural corpus and its
+queries in capitals (the text-form benchmark's ``queries-capitals`` setting):
 
 - word agreement: the share of the queries' words whose case, as the LLM would read them, equals
   the case the query was written in;
 - nDCG@10 of each leg and of the default three legs, with the queries read three ways: as
-  written (``natural``), in capitals folded by the shipped rule (``capitals folded``), and in
-  capitals with every word of a run given its corpus form (``capitals lexicon``).
+  written (``natural``), in capitals read by the fold alone (``capitals folded``: the searcher's
+  ``word_forms`` set to None) and in capitals read through the index's word forms
+  (``capitals lexicon``: what a search does).
 
-The lexicon: for each word (lower-cased), the form it takes most often in the corpus's titles and
-texts, counting only words outside runs of capitals and not at a sentence start (where case says
-nothing); at a sentence start the form's first letter is a capital. Only the queries are read
-through it; the index is the natural corpus's own, built through the product with the default
-model and ``text_form="auto"``. It is a probe, not a product setting: the result says what an
-index that kept such a lexicon would gain.
+The index is the natural corpus's own, built through the product with the default model.
 
 Result file: benchmarks/results/case_lexicon_probe.json (rows merged by collection). With the
 text-form benchmark's embedding cache (``--work``/cache) the build encodes nothing:
@@ -29,7 +27,6 @@ import argparse
 import shlex
 import sys
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable
 
@@ -39,40 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "case_lexicon_probe.json"
 WORK = Path("/work/scratch/text_form")
 MODES = ("bm25", "dense", "sparse", "dense+sparse+bm25")
-
-
-def corpus_lexicon(texts: list[str]) -> dict[str, str]:
-    """Lower-cased word -> its most frequent form among the words of ``texts`` that stand outside
-    runs of capitals and not at a sentence start (ties: the form seen first)."""
-    from alignir.encoders.text_form import WORD, capital_runs, sentence_start
-
-    forms: dict[str, Counter] = defaultdict(Counter)
-    for text in texts:
-        runs = capital_runs(text)
-        for m in WORD.finditer(text):
-            a = m.start()
-            if any(s <= a < e for s, e in runs) or sentence_start(text, a):
-                continue
-            forms[m.group().lower()][m.group()] += 1
-    return {w: c.most_common(1)[0][0] for w, c in forms.items()}
-
-
-def read_with_lexicon(text: str, lexicon: dict[str, str]) -> str:
-    """``text`` with its runs of capitals folded (the shipped rule), then each word of a run that
-    the lexicon knows written in the lexicon's form (a capital first letter at a sentence start)."""
-    from alignir.encoders.text_form import WORD, capital_runs, fold_capitals, sentence_start
-
-    out = list(fold_capitals(text))
-    for start, end in capital_runs(text):
-        for m in WORD.finditer(text, start, end):
-            a, b = m.span()
-            form = lexicon.get(m.group().lower())
-            if form is None or len(form) != b - a:
-                continue
-            if sentence_start(text, a):
-                form = form[:1].upper() + form[1:]
-            out[a:b] = form
-    return "".join(out)
 
 
 def word_agreement(queries: list[str], read: Callable[[str], str]) -> float:
@@ -96,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from alignir.encoders.text_form import fold_capitals
+    from alignir.encoders.word_forms import WordForms
     from alignir.retrieval.beir import load_beir
     from alignir.retrieval.evaluation import evaluate_runs, run_queries
+    from alignir.index.store import open_index
     from alignir.retrieval.indexer import build_index
     from alignir.retrieval.searcher import Searcher
 
@@ -107,21 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     build_index(folder, index, cache_dir=Path(args.work) / "cache", text_form="auto", progress=False)
     build_s = time.perf_counter() - t0
-    lexicon = corpus_lexicon([t for doc in ds.corpus.values() for t in (doc.title, doc.text)])
-    readings: dict[str, Callable[[str], str]] = {
-        "natural": lambda q: q,
-        "capitals folded": lambda q: q.upper(),  # the searcher's own fold reads them
-        "capitals lexicon": lambda q: read_with_lexicon(q.upper(), lexicon),
-    }
+    forms = WordForms.from_arrays(open_index(index).extra)
+    if forms is None:
+        raise SystemExit(f"{index} keeps no word forms (built with text_form='off'?)")
     queries = list(ds.queries.values())
-    row = {"collection": args.collection, "queries": len(queries), "lexicon_words": len(lexicon),
-           "lexicon_words_not_lower": sum(w != f for w, f in lexicon.items()),
+    best = forms.most_frequent()
+    row = {"collection": args.collection, "queries": len(queries), "word_forms": len(forms),
+           "words_not_lower": len(best),
            "word_agreement": {"capitals folded": word_agreement(queries, fold_capitals),
-                              "capitals lexicon": word_agreement(queries, lambda t: read_with_lexicon(t, lexicon))},
+                              "capitals lexicon": word_agreement(queries, lambda t: fold_capitals(t, forms.form))},
            "ndcg@10": {}, "build_seconds": round(build_s, 1)}
+    readings = {"natural": (lambda q: q, forms), "capitals folded": (str.upper, None),
+                "capitals lexicon": (str.upper, forms)}
     s = Searcher.open(index)
     try:
-        for name, read in readings.items():
+        for name, (read, word_forms) in readings.items():
+            s.word_forms = word_forms
             runs, _ = run_queries(s, {q: read(t) for q, t in ds.queries.items()}, MODES, k=100, progress=False)
             metrics = evaluate_runs(ds.qrels, runs, ("ndcg@10",))
             row["ndcg@10"][name] = {m: round(float(metrics[m]["ndcg@10"]), 4) for m in MODES}

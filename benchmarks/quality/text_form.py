@@ -12,7 +12,9 @@ Five settings per collection (corpus form / query form):
 
 Each is scored by nDCG@10 of BM25, dense, sparse and the three legs (dense+sparse+bm25, the
 default fusion) through the product: ``build_index`` on the variant corpus (fusion calibrated
-on its pseudo-queries), then ``Searcher``. Goals: three legs >= BM25 and within 0.02 of the
+on its pseudo-queries), then ``Searcher``, which reads capital queries through the index's word
+forms under "auto" (encoders.word_forms; a row's ``word_forms`` counts them, 0 for a corpus in
+capitals or under "off"). Goals: three legs >= BM25 and within 0.02 of the
 original; dense within 0.05 of the original (the original of the same model and text form).
 
 One embedding cache (``--work``/cache; ``--work`` defaults to a folder per model) serves every build: the cache keys vectors by the text
@@ -144,6 +146,7 @@ def score_setting(collection: str, setting: str, form: str, args: argparse.Names
                 "query_form": query_form, "index": str(index), "model": s.index.manifest.get("embedder", {}),
                 "k": args.k, "qrels": ds.qrels, "legs": legs, **_pseudo(s, ds)}
         plan = s.plan(THREE).to_dict()
+        word_forms = 0 if s.word_forms is None else len(s.word_forms)
         search_s = time.perf_counter() - t1
     finally:
         s.close()
@@ -153,7 +156,7 @@ def score_setting(collection: str, setting: str, form: str, args: argparse.Names
         json.dump(dump, f)
     ndcg = {m: round(float(metrics[m]["ndcg@10"]), 4) for m in MODES}
     return {"model": args.model, "collection": collection, "setting": setting, "text_form": form, "corpus_form": corpus_form,
-            "query_form": query_form, "queries": len(ds.queries), "ndcg@10": ndcg,
+            "query_form": query_form, "queries": len(ds.queries), "word_forms": word_forms, "ndcg@10": ndcg,
             "new_document_vectors": encoded, "build_seconds": round(build_s, 1),
             "search_seconds": round(search_s, 1), "load_avg": load_avg(), "lists": str(out), "plan": plan}
 

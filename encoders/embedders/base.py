@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from alignir.checks import check_texts
-from alignir.encoders.text_form import read_texts
+from alignir.encoders.text_form import WordForm, read_texts
 
 #: the truncation warning, with (truncated, total, role, max_length): logged per call by an
 #: embedder, or once per corpus by encoders.cache when it encodes the corpus in parts
@@ -79,13 +79,15 @@ class Embedder(ABC):
     def dim(self) -> int:
         return int(self.lm_head.shape[1])
 
-    def read_texts(self, texts: Sequence[str]) -> list[str]:
+    def read_texts(self, texts: Sequence[str], word_form: WordForm | None = None) -> list[str]:
         """What the transformer reads of each text under :attr:`text_form` (same length, only
-        letter case changed; encoders.text_form)."""
-        return read_texts(texts, self.text_form)
+        letter case changed; encoders.text_form). ``word_form``: the form of a word in a run of
+        capitals (an index's encoders.word_forms.WordForms.form; queries only)."""
+        return read_texts(texts, self.text_form, word_form)
 
-    def encode_queries(self, texts: Sequence[str], **kw) -> np.ndarray:
-        return self._encode(self.read_texts(check_texts(texts)), role="query", **kw)
+    def encode_queries(self, texts: Sequence[str], word_form: WordForm | None = None, **kw) -> np.ndarray:
+        """Dense vectors of queries; ``word_form`` as in :meth:`read_texts`."""
+        return self._encode(self.read_texts(check_texts(texts), word_form), role="query", **kw)
 
     def encode_documents(self, texts: Sequence[str], **kw) -> np.ndarray:
         return self._encode(self.read_texts(check_texts(texts)), role="document", **kw)
@@ -121,12 +123,12 @@ class Embedder(ABC):
         n = getattr(self, "max_length", None)
         return int(n) if n else None
 
-    def surface_token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Deduplicated tokenizer ids of each text as the transformer reads it (:meth:`read_texts`;
-        no template, no special tokens): the surface token set T_q of “A Text is Worth Several
-        Tokens” eq.16."""
+    def surface_token_ids(self, texts: Sequence[str], word_form: WordForm | None = None) -> list[np.ndarray]:
+        """Deduplicated tokenizer ids of each text as the transformer reads it (:meth:`read_texts`,
+        with ``word_form``; no template, no special tokens): the surface token set T_q of “A Text
+        is Worth Several Tokens” eq.16."""
         out = []
-        for t in self.read_texts(check_texts(texts)):
+        for t in self.read_texts(check_texts(texts), word_form):
             ids = self.tokenizer(clean_text(t), add_special_tokens=False)["input_ids"]
             out.append(np.unique(np.asarray(ids, dtype=np.int64)).astype(np.int32))
         return out
