@@ -13,7 +13,7 @@ What is counted: each word (a run of letters with at least one cased letter, at 
 capitals and not at a sentence start, where case says nothing of the word. A text is in natural
 case when fewer than half of its words of two letters or more begin with a capital, which leaves
 out texts in capitals and in Title Case. The counts are kept per form, so that the counts of two
-batches of documents add up (``index add``); the most frequent form of a word wins, lower case
+batches of documents add up (``alignir add``); the most frequent form of a word wins, lower case
 on a tie.
 
 In the index folder: ``extra/word_forms.npy`` (the forms, UTF-8, one per line, as uint8) and
@@ -113,6 +113,11 @@ class WordForms:
             if held is None or rank > held[0]:
                 best[key] = (rank, form)
         return {key: form for key, (_, form) in best.items() if form != key}
+
+    def summary(self) -> dict[str, int]:
+        """``{"forms", "words_not_lower"}``: the forms counted, and the words read in a form
+        other than lower case (what the index manifest records and ``alignir info`` shows)."""
+        return {"forms": len(self.counts), "words_not_lower": len(self.most_frequent())}
 
     # ------------------------------------------------------------------ the index folder
     def to_arrays(self) -> dict[str, np.ndarray]:

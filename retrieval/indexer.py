@@ -210,11 +210,12 @@ def build_index(
                     parts["dense"] = DenseIndex.build(H, **cfg.dense.build_options())
                 sparsifier = encoder.sparsifier
                 pc1, extra = sparsifier.pc1, term_map_arrays(sparsifier.term_map)
-                if forms is not None:
-                    extra.update(forms.to_arrays())
                 manifest = {"encoder": doc_encoder_fingerprint(encoder.embedder),
                             "embedder": {"family": embedder, "model": model, "options": opts},
                             "params": {"sparse": cfg.sparse.to_dict(), "term_map": sparsifier.term_map.kind}}
+                if forms is not None:
+                    extra.update(forms.to_arrays())
+                    manifest["params"]["word_forms"] = forms.summary()
             manifest["params"]["config"] = cfg.to_dict()
             manifest["build"] = {"source": str(Path(source).absolute()) if isinstance(source, (str, Path)) else None,
                                  "encode_seconds": round(t_enc, 3),
@@ -604,6 +605,7 @@ def add_documents(index_dir: str | Path, docs: DocSource, *, replace: bool = Fal
             forms = _added_word_forms(encoder, stored, old_docs, new.values())
             if forms is not None:
                 extra.update(forms.to_arrays())
+                out["params"]["word_forms"] = forms.summary()
         stage(f"writing {index_dir}")
         write_index(index_dir, out, [*old_ids, *new.ids()], H, parts=parts,
                     pc1=None if encoder is None else encoder.sparsifier.pc1, extra_arrays=extra)

@@ -119,8 +119,19 @@ def test_an_index_keeps_its_word_forms_and_the_searcher_reads_queries_through_th
                 calibrate=False)
     build_index(corpus, tmp_path / "off", model="tiny", loaded=tiny_model, use_cache=False, progress=False,
                 calibrate=False, text_form="off")
-    assert WordForms.from_arrays(open_index(tmp_path / "auto").extra) == WordForms().add_all(_texts(CORPUS))
-    assert WordForms.from_arrays(open_index(tmp_path / "off").extra) is None  # text read as given: no forms
+    counted = WordForms().add_all(_texts(CORPUS))
+    stored = open_index(tmp_path / "auto")
+    assert WordForms.from_arrays(stored.extra) == counted
+    assert stored.manifest["params"]["word_forms"] == counted.summary() == {"forms": len(counted.counts),
+                                                                            "words_not_lower": 3}
+    off = open_index(tmp_path / "off")
+    assert WordForms.from_arrays(off.extra) is None and "word_forms" not in off.manifest["params"]  # read as given
+    from typer.testing import CliRunner
+
+    from alignir.retrieval.cli import app
+
+    shown = CliRunner().invoke(app, ["info", "--index", str(tmp_path / "auto")])
+    assert shown.exit_code == 0 and f"word forms {len(counted.counts)} counted, 3 words" in shown.output
     query = "PRP LOSS IN MICE AND SIDS"
     with Searcher.open(tmp_path / "auto", loaded=tiny_model) as s:
         enc = s.embedder
@@ -149,7 +160,8 @@ def test_added_documents_count_as_in_a_rebuild(tiny_model, tmp_path):
     add_documents(tmp_path / "grown", [changed], replace=True, loaded=tiny_model, cache_dir=cache, progress=False,
                   calibrate=False)
     want = WordForms().add_all(_texts([CORPUS[0], CORPUS[1], CORPUS[3], changed]))
-    assert WordForms.from_arrays(open_index(tmp_path / "grown").extra) == want
+    grown = open_index(tmp_path / "grown")
+    assert WordForms.from_arrays(grown.extra) == want and grown.manifest["params"]["word_forms"] == want.summary()
     assert "Caenorhabditis" not in want.counts
 
 

@@ -377,6 +377,8 @@ def info_cmd(
                + (f", encoded on {build['runtime']}" if (build := manifest.get("build") or {}).get("runtime") else ""),
                f"sparse     {manifest.get('params', {}).get('sparse')}"] if emb
               else ["model      none (built without one: searched by bm25 alone)"]),
+            *([f"word forms {wf['forms']} counted, {wf['words_not_lower']} words read in their corpus form in "
+               f"capital queries"] if (wf := manifest.get("params", {}).get("word_forms")) else []),
             f"fusion     {_fusion_summary(manifest)}",
             f"calibrated {_calibration_summary(manifest)}",
             "lexical    " + (f"{lexical.get('n_terms')} terms, {lexical.get('n_postings')} postings, "
