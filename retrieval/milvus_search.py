@@ -78,6 +78,7 @@ class MilvusSearcher(Searcher):
                    legs=milvus_legs(base.legs, milvus, base.index), passage_agg=base.passage_agg)
         self.milvus = milvus
         self.server_fusion = server_fusion
+        self.word_forms = base.word_forms  # queries read as the folder searcher reads them
         self._query_encoder = getattr(base, "_query_encoder", None)  # query_encoder: the same loaded model
         return self
 

@@ -224,3 +224,18 @@ def test_passage_ids_over_the_primary_key_limit_are_refused_before_any_insert(tm
     uri = str(tmp_path / "long.db")
     with pytest.raises(InvalidInputError, match="passage ids are longer than 1024 bytes"):
         export_index(tmp_path / "idx", uri, progress=False)
+
+
+def test_a_milvus_searcher_reads_capital_queries_as_its_folder_searcher(flat):
+    """The index's word forms (encoders.word_forms) reach the Milvus searcher, and so does a
+    folder searcher's choice to read capital queries by the fold alone."""
+    root, folder, milvus, server = flat
+    assert folder.word_forms is not None and milvus.word_forms == folder.word_forms == server.word_forms
+    held = folder.word_forms
+    folder.word_forms = None
+    try:
+        alone = MilvusSearcher.from_searcher(folder, uri=str(root / "flat.db"))
+        assert alone.word_forms is None
+        alone.close()
+    finally:
+        folder.word_forms = held
