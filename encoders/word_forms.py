@@ -84,12 +84,6 @@ class WordForms:
             self.add(text)
         return self
 
-    def update(self, other: "WordForms") -> None:
-        """Add ``other``'s counts to these (the forms of two batches of documents)."""
-        for form, n in other.counts.items():
-            self.counts[form] = self.counts.get(form, 0) + n
-        self._best = None
-
     # ------------------------------------------------------------------ reading
     def form(self, word: str) -> str | None:
         """The form the corpus writes ``word`` in most often (matched without case), or None

@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from alignir.encoders.terms import TermContribution, explain as explain_terms, token_text
+from alignir.encoders.text_form import WordForm
 from alignir.errors import InvalidInputError
 
 __all__ = ["LEGS", "Leg", "QueryContext", "DenseLeg", "SparseLeg", "BM25Leg", "register_leg", "unregister_leg",
@@ -55,7 +56,7 @@ class QueryContext:
     capitals (the index's encoders.word_forms.WordForms.form; None: the fold alone)."""
 
     def __init__(self, texts: Sequence[str], embedder: Any, lock: threading.Lock | None = None,
-                 word_form: Callable[[str], str | None] | None = None) -> None:
+                 word_form: WordForm | None = None) -> None:
         self.texts = list(texts)
         self._embedder = embedder
         self._lock = lock or threading.Lock()
