@@ -53,7 +53,8 @@ keep_run() {  # $1: run name; packages RUNS/NAME (finished) into KEEP/NAME with 
     local run="$RUNS/$1"
     [ -f "$run/alignir_train.json" ] && [ -f "$run/adapter_model.safetensors" ] || { echo "$run has not finished" >&2; exit 1; }
     "$PY" scripts/package_adapter.py "$run" "$1" --dest "$KEEP/$1"
-    cp "$run/loss_log.jsonl" "$run/eval_log.jsonl" "$KEEP/$1/"
+    cp "$run/loss_log.jsonl" "$KEEP/$1/"
+    if [ -f "$run/eval_log.jsonl" ]; then cp "$run/eval_log.jsonl" "$KEEP/$1/"; fi  # a run without held-out pairs has none
     unpark_done "$1"
 }
 
