@@ -106,7 +106,8 @@ def score(collection: str, setting: str, args: argparse.Namespace) -> list[dict[
             metrics = evaluate_runs(ds.qrels, runs, ("ndcg@10",))
             ndcg = {m: round(float(metrics[m]["ndcg@10"]), 4) for m in MODES}
             rows.append({"collection": collection, "setting": setting, "reading": name, "queries": len(ds.queries),
-                         "queries_without_capitals": without, "changed": sum(queries[q] != ds.queries[q] for q in queries),
+                         "queries_without_capitals": without,
+                         "changed": sum(queries[q] != ds.queries[q] for q in queries),
                          "ndcg@10": ndcg, "index": index.name, "index_built": built,
                          "load_avg": [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]})
             print(collection, setting, f"{name:14s}", rows[-1]["changed"], ndcg, flush=True)

@@ -239,10 +239,10 @@ class AlignirTeacher:
     """A shipped trained alignir embedder as a frozen teacher (``alignir:NAME``): the dense h its
     index would store, L2-normalised, queries read by ``encode_queries`` and documents by
     ``encode_documents`` (the model's own reading of each role, its text form included), cut at
-    ``max_length`` tokens. ``runtime``: what runs the transformer (encoders.onnx_runtime; "auto": ONNX Runtime
-    where it applies on a CPU, else torch); the vectors agree within float rounding. It loads at the first text it embeds; the identity (the cache key)
-    holds the adapter's sha256, so a retrained adapter under the same name never reads another's
-    vectors."""
+    ``max_length`` tokens. ``runtime``: what runs the transformer (encoders.onnx_runtime; "auto":
+    ONNX Runtime where it applies on a CPU, else torch); the vectors agree within float rounding.
+    It loads at the first text it embeds; the identity (the cache key) holds the adapter's sha256,
+    so a retrained adapter under the same name never reads another's vectors."""
 
     def __init__(self, spec: str, max_length: int | None = None, device: str = "cpu", runtime: str = "auto") -> None:
         from alignir.encoders.models import file_sha256
