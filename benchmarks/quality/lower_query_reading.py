@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.common import DATASETS, replace_rows
-from benchmarks.quality.text_form import SETTINGS, WORK, write_variant
+from benchmarks.quality.text_form import SETTINGS, WORK, load_avg, write_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "lower_query_reading.json"
@@ -64,10 +64,9 @@ def fewest_tokens(tokenizer: Any) -> Callable[[str], str]:
     memo: dict[str, str] = {}
 
     def best(word: str) -> str:
-        if word not in memo:
-            forms = [word, _upper_first(word), word.upper()]
-            pieces = [len(tokenizer(" " + f, add_special_tokens=False)["input_ids"]) for f in forms]
-            memo[word] = forms[min(range(len(forms)), key=lambda i: (pieces[i], i))]
+        if word not in memo:  # min keeps the first of equals: lower case wins a tie
+            memo[word] = min((word, _upper_first(word), word.upper()),
+                             key=lambda form: len(tokenizer(" " + form, add_special_tokens=False)["input_ids"]))
         return memo[word]
 
     def read(text: str) -> str:
@@ -97,7 +96,6 @@ def score(collection: str, setting: str, args: argparse.Namespace) -> list[dict[
     s = Searcher.open(index)
     rows: list[dict[str, Any]] = []
     try:
-        s.encode(["load the model"])
         readings = {"as given": lambda q: q, "sentence case": sentence_case,
                     "fewest tokens": fewest_tokens(s.embedder.tokenizer)}
         for name, read in readings.items():
@@ -109,7 +107,7 @@ def score(collection: str, setting: str, args: argparse.Namespace) -> list[dict[
                          "queries_without_capitals": without,
                          "changed": sum(queries[q] != ds.queries[q] for q in queries),
                          "ndcg@10": ndcg, "index": index.name, "index_built": built,
-                         "load_avg": [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]})
+                         "load_avg": load_avg()})
             print(collection, setting, f"{name:14s}", rows[-1]["changed"], ndcg, flush=True)
     finally:
         s.close()

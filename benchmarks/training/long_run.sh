@@ -166,9 +166,10 @@ mined)
     ;;
 student)
     # the default's own data (run gpu-distill-85 of gpu_train.json) continued from the default with
-    # one change, the teacher: a shipped alignir model (AlignirTeacher) whose dense leg is stronger
-    # than the default's. Its vectors are cached outside the checkout (RUNS/teacher-cache), each
-    # computed as the run first draws its text. Batch 8: batch 32 needs more than 24 GB here
+    # two changes: the teacher, a shipped alignir model (AlignirTeacher) whose dense leg is stronger
+    # than the default's, and batch 8 where the default's run had 32 (more than 24 GB here). The
+    # teacher's vectors are cached outside the checkout (RUNS/teacher-cache), each computed as the
+    # run first draws its text
     teacher="${TEACHER:-alignir:gemma3-270m-alignir}"; steps="${STEPS:-200}"
     name="student-${teacher#alignir:}-$steps"
     unpark_run "$name"
