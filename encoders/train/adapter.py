@@ -135,14 +135,26 @@ NOTICE_FILE = "NOTICE"
 
 def derivative_notice(folder: str | Path) -> str | None:
     """The NOTICE an adapter folder must carry when its base model's licence asks derivatives for
-    one (Gemma), naming what was modified (from its adapter_config.json and whether a map before
-    the LM head is beside it); None for a base model without such terms."""
-    from alignir.encoders.models import REGISTERED_MODELS
+    one (Gemma), or when it was distilled from a teacher under such terms (the Gemma Terms of Use
+    count a model trained on a Gemma model's outputs as a Model Derivative too: the ``teacher`` of
+    its alignir_train.json, :func:`~alignir.encoders.train.teacher.gemma_teacher`), naming what was
+    modified (from its adapter_config.json and whether a map before the LM head is beside it); None
+    when neither applies."""
+    from alignir.encoders.models import GEMMA_TERMS, REGISTERED_MODELS
+    from alignir.encoders.train.teacher import gemma_teacher
 
     folder = Path(folder)
-    base = (read_meta(folder).get("base_model") or {}).get("name")
+    meta = read_meta(folder)
+    base = (meta.get("base_model") or {}).get("name")
     registered = REGISTERED_MODELS.get(base or "")
-    if registered is None or registered.derivative_notice is None:
+    hp = meta.get("hp") if isinstance(meta.get("hp"), dict) else {}
+    if registered is not None and registered.derivative_notice is not None:
+        head = registered.derivative_notice
+    elif (teacher := gemma_teacher(hp.get("teacher"))) is not None:
+        head = textwrap.fill(f"This adapter is a LoRA adapter on {base or 'its base model'} trained by distillation "
+                             f"from the outputs of {teacher}, and so a Model Derivative of Gemma.", width=100)
+        head += "\n\n" + GEMMA_TERMS
+    else:
         return None
     cfg = json.loads((folder / "adapter_config.json").read_text())
     modules = ", ".join(sorted(cfg.get("target_modules") or []))
@@ -151,7 +163,7 @@ def derivative_notice(folder: str | Path) -> str | None:
     if (folder / SPARSE_MAP_FILE).is_file():
         modified += f"; a map before the LM head ({SPARSE_MAP_FILE}), fitted by alignir"
     modified += " (how: the alignir_*.json records beside this file; docs/training.md of the alignir repository)."
-    return registered.derivative_notice + "\n" + textwrap.fill(modified, width=100) + "\n"
+    return head + "\n" + textwrap.fill(modified, width=100) + "\n"
 
 
 def write_derivative_notice(folder: str | Path) -> Path | None:
