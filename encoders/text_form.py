@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 from alignir.errors import InvalidInputError
 
 __all__ = ["TEXT_FORMS", "DEFAULT_TEXT_FORM", "RUN_WORDS", "RUN_LETTERS", "check_text_form", "WORD", "capital_runs",
-           "sentence_start", "WordForm", "fold_capitals", "read_text", "read_texts"]
+           "sentence_start", "WordForm", "fold_capitals", "read_text", "read_texts", "lower_without_punctuation"]
 
 #: the accepted values of the ``text_form`` embedder option
 TEXT_FORMS = ("auto", "off")
@@ -52,6 +52,8 @@ WORD = re.compile(r"[^\W\d_]+")
 #: what may stand between a sentence end and the sentence's first letter
 _OPENERS = frozenset("\"'([{«“‘")
 _SENTENCE_ENDS = frozenset(".!?")
+_PUNCT = re.compile(r"[^\w\s]+")
+_SPACES = re.compile(r"[ \t]+")
 
 
 def check_text_form(value: object) -> str:
@@ -154,3 +156,10 @@ def read_texts(texts: Sequence[str], text_form: str, word_form: WordForm | None 
     if text_form == "off":
         return list(texts)
     return [fold_capitals(t, word_form) for t in texts]
+
+
+def lower_without_punctuation(text: str) -> str:
+    """``text`` as some collections store it: lower case, punctuation replaced by a space, runs of
+    spaces made one (the text-form benchmark's ``lower`` setting and the training variants of
+    encoders.train.text_variants). ``text_form`` does not undo it: there is no case to restore."""
+    return _SPACES.sub(" ", _PUNCT.sub(" ", text.lower())).strip()

@@ -38,7 +38,6 @@ import argparse
 import gzip
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from alignir.encoders.text_form import lower_without_punctuation
 from benchmarks.common import DATASETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,15 +69,6 @@ SETTINGS: dict[str, tuple[str, str]] = {
 PASS_ORDER = [("natural", "auto"), ("natural", "off"), ("capitals", "auto"), ("lower", "auto"), ("lower", "off"),
               ("capitals", "off")]
 GOALS = {"three_legs_vs_bm25": 0.0, "three_legs_vs_original": 0.02, "dense_vs_original": 0.05}
-
-_PUNCT = re.compile(r"[^\w\s]+")
-_SPACES = re.compile(r"[ \t]+")
-
-
-def lower_without_punctuation(text: str) -> str:
-    """Lower case, punctuation replaced by a space, runs of spaces made one."""
-    return _SPACES.sub(" ", _PUNCT.sub(" ", text.lower())).strip()
-
 
 FORMS: dict[str, Callable[[str], str]] = {"natural": lambda t: t, "capitals": str.upper,
                                           "lower": lower_without_punctuation}

@@ -64,6 +64,10 @@
 #                                         # lr 5e-5, DTYPE fp32) taught by the shipped TEACHER
 #                                         # (alignir:gemma3-270m-alignir) instead of all-MiniLM-L6-v2: a stronger
 #                                         # shipped model distilled into SmolLM2, run student-NAME-STEPS
+#   bash benchmarks/training/long_run.sh forms     # STEPS (200) more steps of the default on its own data with its
+#                                         # own teacher (all-MiniLM-L6-v2) and FORMS (0.3) of the training
+#                                         # queries' pairs read in capitals or lower case without punctuation
+#                                         # (--text-forms), batch BATCH (8): run forms-FORMS-STEPS
 #   bash benchmarks/training/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/training/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
@@ -178,6 +182,21 @@ student)
         --negatives 1 --steps "$steps" --batch-size "${BATCH:-8}" --max-length 128 --lr 5e-5 --save-every 25 \
         --threads 2 --seed "${SEED:-1}" --dtype "${DTYPE:-fp32}" ${STOP_AT:+--stop-at "$STOP_AT"} \
         --set "teacher=$teacher" --set distill="${DISTILL:-1.0}" --set teacher_max_length="${TEACHER_LENGTH:-128}" \
+        --set "teacher_cache=$RUNS/teacher-cache" --out "$RUNS/$name"
+    keep_or_park "$name"
+    ;;
+forms)
+    # the default's own data and teacher continued from the default, a share of the pairs in the
+    # forms the text-form benchmark measures (encoders.train.text_variants); the teacher is uncased,
+    # so it scores a variant as it scores the natural text, and its vectors of the variants are
+    # computed as the run first draws them (RUNS/teacher-cache)
+    share="${FORMS:-0.3}"; steps="${STEPS:-200}"; name="forms-$share-$steps"
+    unpark_run "$name"
+    "$ALIGNIR" train infonce --model smollm2-135m --init-adapter builtin:smollm2-135m-alignir-v4 \
+        --data "$SHARED/datasets/scifact" --data-mix supervised,title=5000,crop=5000 --corpus "$SHARED/datasets/scifact" \
+        --negatives 1 --steps "$steps" --batch-size "${BATCH:-8}" --max-length 128 --lr 5e-5 --save-every 25 \
+        --threads 2 --seed "${SEED:-1}" --dtype "${DTYPE:-fp32}" ${STOP_AT:+--stop-at "$STOP_AT"} \
+        --text-forms "$share" --set teacher=all-minilm-l6-v2 --set distill=1.0 \
         --set "teacher_cache=$RUNS/teacher-cache" --out "$RUNS/$name"
     keep_or_park "$name"
     ;;

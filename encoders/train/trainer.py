@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from alignir.encoders.train.adapter import META_FILE, add_lora, load_trainable_adapter, read_meta, save_adapter
 from alignir.encoders.train.data import Pair, batch_indices, describe_texts, load_texts, normal_query
 from alignir.encoders.train.framing import frame_queries
+from alignir.encoders.train.text_variants import vary_text_forms
 from alignir.encoders.train.mix import load_mix
 from alignir.encoders.train.stopping import stop_on_signals
 
@@ -93,6 +94,7 @@ class TrainConfig:
     corpora: list[str] | None = None  # corpora of the unsupervised sources / raw-text stages (default: [data])
     max_examples: int | None = None
     query_frames: float = 0.0  # share of the training pairs whose query is framed as a request (framing.py)
+    text_forms: float = 0.0  # share of the training queries read in capitals or lower case (text_variants.py)
     seed: int = 0
     device: str = "auto"
     dtype: str | None = None  # None: fp32 on CPU, bf16/fp16 on CUDA
@@ -143,6 +145,11 @@ class TrainConfig:
         if self.query_frames and cls.STAGES[self.stage] != "pairs":
             raise InvalidInputError(f"stage {self.method}/{self.stage} trains on raw texts; query framing applies "
                                     f"to pair stages only")
+        if not 0.0 <= float(self.text_forms) <= 1.0:
+            raise InvalidInputError(f"text_forms must be a share in [0, 1], got {self.text_forms}")
+        if self.text_forms and cls.STAGES[self.stage] != "pairs":
+            raise InvalidInputError(f"stage {self.method}/{self.stage} trains on raw texts; text-form variants "
+                                    f"apply to pair stages only")
         if self.eval_examples < 0 or self.eval_every < 0 or self.eval_batch_size < 0:
             raise InvalidInputError(f"eval_examples, eval_every and eval_batch_size must be >= 0, got "
                                     f"{self.eval_examples}, {self.eval_every}, {self.eval_batch_size}")
@@ -363,6 +370,8 @@ def train(cfg: TrainConfig, loaded=None, return_method: bool = False) -> dict[st
         check_negatives(data, cfg.batch_size)
     if cfg.query_frames:  # the training pairs only: held-out losses stay those of unframed queries
         data, data_desc["query_frames"] = frame_queries(data, float(cfg.query_frames), cfg.seed)
+    if cfg.text_forms:  # likewise: held-out pairs stay in their natural form
+        data, data_desc["text_forms"] = vary_text_forms(data, float(cfg.text_forms), cfg.seed)
     data_desc = {**data_desc, "train": len(data), "heldout": len(held)}
     data_sha = examples_sha256(data, held)
     out = Path(cfg.out)

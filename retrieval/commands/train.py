@@ -90,6 +90,9 @@ def register(app: typer.Typer) -> None:
         max_examples: Optional[int] = typer.Option(None, help="use only the first N queries / texts"),
         query_frames: float = typer.Option(0.0, min=0.0, max=1.0, help="share of the training queries framed as "
                                            "requests ('What is known about X?'); held-out ones never are"),
+        text_forms: float = typer.Option(0.0, min=0.0, max=1.0, help="share of the training queries whose pairs are "
+                                         "read in capitals or lower case without punctuation (query, documents or "
+                                         "both); held-out ones never are"),
         seed: int = typer.Option(0),
         device: str = typer.Option("auto"),
         dtype: Optional[str] = typer.Option(None, help="fp32 | bf16 | fp16 (default fp32 on CPU)"),
@@ -133,7 +136,7 @@ def register(app: typer.Typer) -> None:
             grad_accum=grad_accum, lr=lr, weight_decay=weight_decay, warmup_ratio=warmup_ratio, lora_r=lora_r,
             lora_alpha=lora_alpha, lora_dropout=lora_dropout, max_length=max_length, target_length=target_length,
             split=split, n_negatives=negatives, data_mix=data_mix, corpora=list(corpus) or None,
-            max_examples=max_examples, query_frames=query_frames, seed=seed, device=device, dtype=dtype,
+            max_examples=max_examples, query_frames=query_frames, text_forms=text_forms, seed=seed, device=device, dtype=dtype,
             grad_checkpointing=grad_checkpointing, init_adapter=init_adapter, save_every=save_every, resume=resume,
             resume_changed_data=resume_changed_data,
             stop_after=stop_after, stop_at=_parse_stop_at(stop_at),
