@@ -157,26 +157,32 @@ def index_folder(folder: Path, adapter: str, work: Path) -> Path:
     return work / f"{folder.name}-{hashlib.sha256(adapter.encode()).hexdigest()[:10]}"
 
 
-def build_scored_index(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> Path:
-    """Build one collection's index as ``alignir beir`` does for the shipped model whose harness
-    scores the adapters (its family, 512 tokens, its fusion defaults), on the base model the
-    adapter was trained on; the dense vectors are cached in ``work/cache``."""
-    from alignir.encoders.models import load_model
+def adapter_build_options(adapter: str) -> dict:
+    """``build_index`` keywords that index with ``adapter`` as ``alignir beir`` indexes with the
+    shipped model whose harness scores the adapters: that model's family, 512 tokens and fusion
+    defaults, on the base model the adapter was trained on (``loaded`` not included)."""
     from alignir.encoders.shipped import SHIPPED
     from alignir.retrieval.config import IndexConfig
-    from alignir.retrieval.indexer import build_index
 
     shipped = SHIPPED[SHIPPED_NAME]
     cfg = IndexConfig()
     fusion = cfg.fusion if shipped.hybrid is None else replace(cfg.fusion, method=shipped.hybrid[0],
                                                                 alpha=shipped.hybrid[1])
     cfg = replace(cfg, fusion=replace(fusion, leg_sets=dict(shipped.leg_sets)))
-    base = adapter_base_model(adapter)
+    return {"model": adapter_base_model(adapter), "embedder": shipped.family,
+            "embedder_options": {"adapter": adapter, "max_length": 512}, "config": cfg}
+
+
+def build_scored_index(folder: Path, adapter: str, work: Path, device: str, dtype: str) -> Path:
+    """Build one collection's index as ``alignir beir`` does for the shipped model whose harness
+    scores the adapters (:func:`adapter_build_options`); the dense vectors are cached in ``work/cache``."""
+    from alignir.encoders.models import load_model
+    from alignir.retrieval.indexer import build_index
+
+    options = adapter_build_options(adapter)
     target = index_folder(folder, adapter, work)
-    build_index(folder, target, model=base, embedder=shipped.family,
-                embedder_options={"adapter": adapter, "max_length": 512}, config=cfg, device=device,
-                loaded=load_model(base, device=device, dtype=dtype), cache_dir=work / "cache",
-                progress=False)
+    build_index(folder, target, **options, device=device, loaded=load_model(options["model"], device=device, dtype=dtype),
+                cache_dir=work / "cache", progress=False)
     return target
 
 

@@ -31,6 +31,7 @@ row without one (written before rows named it) is the file's top-level ``model``
     nice -n 10 python -m benchmarks.quality.text_form --collections adi
     nice -n 10 python -m benchmarks.quality.text_form --collections med
     nice -n 10 python -m benchmarks.quality.text_form --collections adi --model gemma3-270m-alignir
+    nice -n 10 python -m benchmarks.quality.text_form --collections adi --adapter benchmarks/results/adapters/RUN
 """
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def score_setting(collection: str, setting: str, form: str, args: argparse.Names
     cache = work / "cache"
     before, t0 = cached_rows(cache) if cache.exists() else 0, time.perf_counter()
     if index not in args.built:  # settings of one corpus form share its index (queries differ)
-        build_index(folder, index, model=args.model, cache_dir=cache, text_form=form, progress=False,
+        build_index(folder, index, **args.build_options, cache_dir=cache, text_form=form, progress=False,
                     on_stage=lambda s: print(f"  [{collection} {setting} {form}] {s}", file=sys.stderr, flush=True))
         args.built.add(index)
     build_s = time.perf_counter() - t0
@@ -227,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--forms", default="auto,off", help="text forms to score: auto, off")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings")
     ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--adapter", default=None, help="a trained adapter folder in place of --model, indexed as the "
+                    "training harness scores adapters (benchmarks.gpu.gpu_train); its rows name the folder")
     ap.add_argument("--data", default=str(DATASETS))
     ap.add_argument("--work", default=None, help="variant folders, indexes, cache and leg lists (outside git; "
                     f"default {WORK} for the default model, {WORK}-MODEL for another)")
@@ -234,6 +237,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(RESULT))
     args = ap.parse_args(argv)
     args.built = set()
+    args.build_options = {"model": args.model}
+    if args.adapter is not None:
+        from benchmarks.gpu.gpu_train import adapter_build_options
+
+        args.build_options = adapter_build_options(args.adapter)
+        args.model = Path(args.adapter).name
     if args.work is None:
         args.work = str(work_folder(args.model, DEFAULT_MODEL))
     settings = [s for s in args.settings.split(",") if s]
