@@ -113,21 +113,27 @@ def test_the_kept_weights_match_their_record():
     assert kept.check() == 0
 
 
-def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monkeypatch):
-    """record, remove, restore in a scratch repository: the restored file is the recorded one, and a
-    record whose sha256 does not match what the commit holds is refused."""
+def _scratch_run(tmp_path, monkeypatch):
+    """A scratch repository with one committed run folder (weights and training record) and the
+    module pointed at it: (module, repository, weights path)."""
     kept = _kept_module()
     repo, adapters = tmp_path / "repo", tmp_path / "repo" / "benchmarks" / "results" / "adapters"
     (adapters / "run").mkdir(parents=True)
     weights = adapters / "run" / "adapter_model.safetensors"
     weights.write_bytes(bytes(range(256)) * 64)
     (adapters / "run" / "alignir_train.json").write_text('{"config": "{\'seed\': 7}"}')
-
     for args in (("init", "-q"), ("add", "."), ("commit", "-q", "-m", "a run")):
         _git(repo, *args)
     for name, value in (("ROOT", repo), ("ADAPTERS", adapters), ("RECORD", adapters / "adapter_hashes.json"),
                         ("TRAIN_RESULTS", repo / "none.json"), ("CACHE_RECORD", repo / "no-caches.json")):
         monkeypatch.setattr(kept, name, value)
+    return kept, repo, weights
+
+
+def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monkeypatch):
+    """record, remove, restore in a scratch repository: the restored file is the recorded one, and a
+    record whose sha256 does not match what the commit holds is refused."""
+    kept, repo, weights = _scratch_run(tmp_path, monkeypatch)
     assert kept.main(["record", "run"]) == 0
     original = weights.read_bytes()
     kept.mark_removed(["run"], ["adapter_model.safetensors"])
@@ -145,17 +151,8 @@ def test_removed_weights_come_back_from_their_commit_bit_for_bit(tmp_path, monke
 def test_a_run_whose_weights_left_the_tree_is_recorded_again_with_a_new_file(tmp_path, monkeypatch):
     """A file added to a run folder after its weights left git (a licence NOTICE) is recorded at its
     own commit; the weights keep the commit that holds them and still come back bit for bit."""
-    kept = _kept_module()
-    repo, adapters = tmp_path / "repo", tmp_path / "repo" / "benchmarks" / "results" / "adapters"
-    (adapters / "run").mkdir(parents=True)
-    weights = adapters / "run" / "adapter_model.safetensors"
-    weights.write_bytes(bytes(range(256)) * 16)
-    (adapters / "run" / "alignir_train.json").write_text("{}")
-    for args in (("init", "-q"), ("add", "."), ("commit", "-q", "-m", "a run")):
-        _git(repo, *args)
-    for name, value in (("ROOT", repo), ("ADAPTERS", adapters), ("RECORD", adapters / "adapter_hashes.json"),
-                        ("TRAIN_RESULTS", repo / "none.json"), ("CACHE_RECORD", repo / "no-caches.json")):
-        monkeypatch.setattr(kept, name, value)
+    kept, repo, weights = _scratch_run(tmp_path, monkeypatch)
+    adapters = weights.parent.parent
     assert kept.main(["record", "run"]) == 0
     first = kept.load()["runs"]["run"]["commit"]
     original = weights.read_bytes()
