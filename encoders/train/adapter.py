@@ -15,6 +15,7 @@ import torch
 
 from alignir.encoders.embedders.adapters import (EXTRA_FILE, META_FILE, SPARSE_MAP_FILE, adapter_dir, adapter_hash,
                                                  load_adapter, read_extra, read_meta)
+from alignir.encoders.train.teacher import ALIGNIR_PREFIX, GEMMA_TEACHERS
 from alignir.errors import InvalidInputError
 
 __all__ = [
@@ -29,6 +30,9 @@ __all__ = [
     "read_meta",
     "frozen",
     "package_adapter",
+    "gemma_teacher",
+    "derivative_notice",
+    "write_derivative_notice",
 ]
 
 #: attention q/k/v/o + MLP projections (LLM2Comp App. 2.1 names q, v, o, up, down, gate)
@@ -133,15 +137,35 @@ def package_adapter(src: str | Path, dest: str | Path, dtype: torch.dtype = torc
 NOTICE_FILE = "NOTICE"
 
 
+def gemma_teacher(spec: str | None) -> str | None:
+    """The name of the Gemma model behind teacher ``spec`` when its outputs make a student a Model
+    Derivative of Gemma (the Gemma Terms of Use count a model trained by distillation from a Gemma
+    model's outputs as one), else None. ``alignir:NAME`` counts when that shipped model's own folder
+    owes the notice (trained on Gemma, or taught by a Gemma model); a teacher named neither in
+    :data:`~alignir.encoders.train.teacher.GEMMA_TEACHERS` nor as a shipped model counts when its
+    name or path says "gemma" (a hub id or a local copy), so an unknown Gemma teacher is not missed."""
+    name = str(spec or "").strip()
+    if not name:
+        return None
+    if name.lower().startswith(ALIGNIR_PREFIX):
+        from alignir.encoders.shipped import SHIPPED, adapter_dir
+
+        shipped = name[len(ALIGNIR_PREFIX):]
+        if shipped in SHIPPED:
+            return f"{shipped} (an alignir model)" if derivative_notice(adapter_dir(shipped)) else None
+    if name.lower() in GEMMA_TEACHERS:
+        return GEMMA_TEACHERS[name.lower()]
+    return name if "gemma" in name.lower() else None
+
+
 def derivative_notice(folder: str | Path) -> str | None:
     """The NOTICE an adapter folder must carry when its base model's licence asks derivatives for
     one (Gemma), or when it was distilled from a teacher under such terms (the Gemma Terms of Use
     count a model trained on a Gemma model's outputs as a Model Derivative too: the ``teacher`` of
-    its alignir_train.json, :func:`~alignir.encoders.train.teacher.gemma_teacher`), naming what was
+    its alignir_train.json, :func:`gemma_teacher`), naming what was
     modified (from its adapter_config.json and whether a map before the LM head is beside it); None
     when neither applies."""
     from alignir.encoders.models import GEMMA_TERMS, REGISTERED_MODELS
-    from alignir.encoders.train.teacher import gemma_teacher
 
     folder = Path(folder)
     meta = read_meta(folder)

