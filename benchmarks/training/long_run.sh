@@ -68,6 +68,7 @@
 #                                         # own teacher (all-MiniLM-L6-v2) and FORMS (0.3) of the training
 #                                         # queries' pairs read in capitals or lower case without punctuation
 #                                         # (--text-forms), batch BATCH (8): run forms-FORMS-STEPS
+#                                         # (FORMS=0: the same steps without variants, its control)
 #   bash benchmarks/training/long_run.sh sweep     # the distillation weight, 300 steps each on SciFact pairs
 #   bash benchmarks/training/long_run.sh frames    # a sweep run with query framing (FRAMES=0.5, DISTILL=1.0), then
 #                                         # it and its unframed twin scored on ADI, CISI and Cranfield
