@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -48,6 +47,17 @@ def _ids(hits):
     return [(h.id, round(h.score, 4)) for h in hits]
 
 
+def _assert_searched_as_folder(built, tiny_model, uri: str) -> None:
+    """The collection at ``uri`` answers the dense queries as the index folder does."""
+    folder = Searcher.open(built / "idx", loaded=tiny_model)
+    milvus = Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
+    try:
+        for a, b in zip(folder.batch_search(QUERIES, k=5, mode="dense"), milvus.batch_search(QUERIES, k=5, mode="dense")):
+            assert_same_hits(a, b)  # upper-cased copies tie with their originals: any order among them
+    finally:
+        milvus.close()
+
+
 def _killed_export(index, uri, after: int, method: str = "insert") -> subprocess.CompletedProcess:
     return killed_export(index, uri, after, method)
 
@@ -68,21 +78,14 @@ def test_an_interrupted_export_is_refused_until_resumed(built, tiny_model, tmp_p
         Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
     assert "\n" not in str(e.value)
     if isinstance(e.value, IncompleteCollection):
-        assert re.search(rf"interrupted at {after} of {len(TEXTS)} rows; re-run `alignir export milvus` to resume",
-                         str(e.value)), str(e.value)
+        e.match(rf"interrupted at {after} of {len(TEXTS)} rows; re-run `alignir export milvus` to resume")
         summary = export_index(built / "idx", uri, progress=False)
         assert summary["already_there"] == after and summary["count"] == len(TEXTS)
     else:  # the kill tore Milvus Lite's own files: what test_damaged_lite_storage_... checks, met by chance
         assert "export it again with --recreate" in str(e.value), str(e.value)
         summary = export_index(built / "idx", uri, recreate=True, progress=False)
         assert summary["created"] and summary["count"] == len(TEXTS)
-    folder = Searcher.open(built / "idx", loaded=tiny_model)
-    milvus = Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
-    try:
-        for a, b in zip(folder.batch_search(QUERIES, k=5, mode="dense"), milvus.batch_search(QUERIES, k=5, mode="dense")):
-            assert_same_hits(a, b)  # upper-cased copies tie with their originals: any order among them
-    finally:
-        milvus.close()
+    _assert_searched_as_folder(built, tiny_model, uri)
 
 
 @pytest.mark.e2e  # an export killed in a child Python process
@@ -166,14 +169,7 @@ def test_damaged_lite_storage_is_refused_in_one_line(built, tiny_model, tmp_path
     if damage == "empty-index":
         summary = export_index(built / "idx", uri, recreate=True, progress=False)
         assert summary["created"] and summary["count"] == len(TEXTS)
-        folder = Searcher.open(built / "idx", loaded=tiny_model)
-        milvus = Searcher.open(built / "idx", loaded=tiny_model, backend="milvus", uri=uri)
-        try:
-            for a, b in zip(folder.batch_search(QUERIES, k=5, mode="dense"),
-                            milvus.batch_search(QUERIES, k=5, mode="dense")):
-                assert_same_hits(a, b)
-        finally:
-            milvus.close()
+        _assert_searched_as_folder(built, tiny_model, uri)
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
